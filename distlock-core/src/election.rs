@@ -1,0 +1,150 @@
+//! Leader election: campaign for leadership, observe who leads.
+
+use std::fmt;
+use std::future::Future;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::error::{Error, Result};
+use crate::guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
+use crate::name::Name;
+
+/// Who leads an election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The candidate id the leader campaigned with.
+    pub id: String,
+    /// The leader's term: its fencing token, strictly greater than every
+    /// earlier leader's term of the same election.
+    pub term: u64,
+}
+
+/// A stream of the current leader, starting with the leader at subscription
+/// time and yielding each change (`None`: no leader right now).
+pub type LeaderStream = BoxStream<'static, Result<Option<LeaderInfo>>>;
+
+/// A named leader election.
+#[async_trait]
+pub trait Election: Send + Sync + fmt::Debug {
+    /// The election's name.
+    fn name(&self) -> &Name;
+
+    /// Campaigns as `candidate` and waits until elected.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for a candidate id that is empty, longer
+    /// than 256 bytes or holds control characters; backend errors.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a dropped campaign withdraws the candidacy.
+    async fn campaign(&self, candidate: &str) -> Result<Leadership>;
+
+    /// The current leader, if any.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only reads.
+    async fn leader(&self) -> Result<Option<LeaderInfo>>;
+
+    /// Observes the leader as it changes. The stream holds no candidacy.
+    fn observe(&self) -> LeaderStream;
+}
+
+/// Checks a candidate id: 1 to 256 bytes, no control characters.
+///
+/// # Errors
+///
+/// [`Error::InvalidOptions`] when it breaks that rule.
+pub fn validate_candidate(candidate: &str) -> Result<()> {
+    if candidate.is_empty() || candidate.len() > 256 || candidate.chars().any(char::is_control) {
+        return Err(Error::InvalidOptions(
+            "candidate id must be 1 to 256 bytes without control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Proof of leadership: a lease like a lock's, with the candidate id.
+#[must_use = "dropping the leadership resigns at once"]
+pub struct Leadership {
+    guard: LockGuard,
+    candidate: String,
+}
+
+impl Leadership {
+    /// Wraps the guard of the election's lease.
+    pub fn new(guard: LockGuard, candidate: impl Into<String>) -> Self {
+        Leadership {
+            guard,
+            candidate: candidate.into(),
+        }
+    }
+
+    /// The id this leader campaigned with.
+    #[must_use]
+    pub fn candidate(&self) -> &str {
+        &self.candidate
+    }
+
+    /// The term: a fencing token strictly greater than any earlier leader's.
+    #[must_use]
+    pub fn term(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// Whether leadership is (as far as the library knows) still held.
+    #[must_use]
+    pub fn is_leader(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// The lease's current status.
+    #[must_use]
+    pub fn status(&self) -> LeaseStatus {
+        self.guard.status()
+    }
+
+    /// Resolves when leadership is lost (see [`LockGuard::lost`]).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only observes.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// An owned view of the lease status.
+    #[must_use]
+    pub fn watch(&self) -> LeaseWatch {
+        self.guard.watch()
+    }
+
+    /// Gives up leadership; the next candidate is elected.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::release`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`LockGuard::release`].
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("candidate", &self.candidate)
+            .field("guard", &self.guard)
+            .finish()
+    }
+}

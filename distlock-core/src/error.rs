@@ -1,0 +1,205 @@
+//! The one error type of distlock.
+
+use std::time::Duration;
+
+/// A boxed error from a lower layer (network client, server, I/O).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with distlock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in distlock.
+///
+/// `Display` describes this level only; the lower-level cause, where there is
+/// one, is available through [`std::error::Error::source`]. Use the `is_*`
+/// classifiers rather than matching variants where you can: the enum is
+/// `#[non_exhaustive]` and grows as backends do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A name given for a lock, election or id generator is not valid.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name (truncated to 64 characters).
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// Lease or operation options are not valid (zero TTL, TTL too long, ...).
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+
+    /// A URL or connection string could not be used.
+    #[error("invalid connection string: {0}")]
+    InvalidUrl(String),
+
+    /// The URL names a backend this build does not include (its cargo feature
+    /// is off) or that distlock does not know.
+    #[error("unsupported backend: {0}")]
+    UnsupportedBackend(String),
+
+    /// The lease is not held (any more): it was released, expired, or taken
+    /// over by another holder. Nothing was changed on the server.
+    #[error("lease on {name:?} is not held")]
+    NotHeld {
+        /// The name of the lock, election or lease.
+        name: String,
+    },
+
+    /// Something already stored under the name is not what distlock expects
+    /// (a Redis key of another type, a ZooKeeper node that is not a lock). It
+    /// was left untouched.
+    #[error("{what} is not a distlock {expected}; left untouched")]
+    Conflict {
+        /// The key or path that was found.
+        what: String,
+        /// What distlock expected to find there.
+        expected: &'static str,
+    },
+
+    /// An operation did not finish within its configured time.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What timed out.
+        operation: &'static str,
+        /// The configured limit.
+        after: Duration,
+    },
+
+    /// The connection to the server failed or was lost; the operation may be
+    /// retried.
+    #[error("connection to {backend} failed")]
+    Connection {
+        /// The backend (`"redis"`, `"zookeeper"`, ...).
+        backend: &'static str,
+        /// The underlying cause.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The server answered with an error.
+    #[error("{backend} server error")]
+    Server {
+        /// The backend (`"redis"`, `"zookeeper"`, ...).
+        backend: &'static str,
+        /// The underlying cause.
+        #[source]
+        source: BoxError,
+    },
+
+    /// An id generator has run out of 64-bit ids.
+    #[error("id space of {name:?} is exhausted")]
+    Exhausted {
+        /// The id generator's name.
+        name: String,
+    },
+
+    /// The provider was closed, or the runtime it needs is shutting down.
+    #[error("provider is closed")]
+    Closed,
+
+    /// The operation was called outside a Tokio runtime; distlock needs one to
+    /// run a guard's watchdog and its release on drop.
+    #[error("no Tokio runtime is running on this thread")]
+    NoRuntime,
+}
+
+impl Error {
+    /// A retry of the same operation may succeed (connection trouble,
+    /// timeouts).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+    }
+
+    /// The operation ran out of time.
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// The lease is no longer held by the caller.
+    #[must_use]
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// The caller passed something invalid (name, options, URL); retrying the
+    /// same call cannot succeed.
+    #[must_use]
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. }
+                | Error::InvalidOptions(_)
+                | Error::InvalidUrl(_)
+                | Error::UnsupportedBackend(_)
+        )
+    }
+
+    /// Data already under the name is not distlock's; nothing was changed.
+    #[must_use]
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
+    }
+
+    /// Shorthand for [`Error::NotHeld`].
+    pub fn not_held(name: impl Into<String>) -> Self {
+        Error::NotHeld { name: name.into() }
+    }
+
+    /// Wraps a connection-level failure of `backend`.
+    pub fn connection(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Connection {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// Wraps a server-side error of `backend`.
+    pub fn server(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Server {
+            backend,
+            source: source.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn assert_bounds<T: Send + Sync + 'static + std::error::Error>() {}
+        assert_bounds::<Error>();
+    }
+
+    #[test]
+    fn source_is_kept_and_display_is_own_level() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = Error::connection("redis", io);
+        assert_eq!(e.to_string(), "connection to redis failed");
+        let src = std::error::Error::source(&e).expect("source kept");
+        assert_eq!(src.to_string(), "refused");
+        assert!(e.is_retryable());
+        assert!(!e.is_invalid_input());
+    }
+
+    #[test]
+    fn classifiers() {
+        assert!(Error::not_held("a").is_not_held());
+        assert!(Error::InvalidOptions("x".into()).is_invalid_input());
+        let t = Error::Timeout {
+            operation: "connect",
+            after: Duration::from_secs(1),
+        };
+        assert!(t.is_timeout() && t.is_retryable());
+        assert!(Error::Conflict {
+            what: "k".into(),
+            expected: "lock"
+        }
+        .is_conflict());
+    }
+}

@@ -1,0 +1,124 @@
+//! Id generation: unique `u64` ids, optionally handed out from blocks.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::name::Name;
+
+/// A generator of unique ids.
+#[async_trait]
+pub trait IdGenerator: Send + Sync + fmt::Debug {
+    /// The generator's name.
+    fn name(&self) -> &Name;
+
+    /// The next id: unique across every client of the same name, at least 1,
+    /// and increasing for each generator object (not across clients when
+    /// blocks are used: ids are then unique but not globally ordered).
+    ///
+    /// # Errors
+    ///
+    /// Connection and server errors of the backend; [`Error::Exhausted`] when
+    /// the 64-bit id space is used up; [`Error::Conflict`] when the name holds
+    /// data that is not a counter.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a cancelled call may skip ids (a reserved block
+    /// is dropped), never hand one out twice.
+    async fn next(&self) -> Result<u64>;
+}
+
+/// A backend's counter: reserves `n` ids at once.
+#[async_trait]
+pub trait IdSource: Send + Sync + 'static {
+    /// Adds `n` to the counter and returns its new value: the ids
+    /// `new − n + 1 ..= new` now belong to the caller.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Exhausted`] when adding `n` would pass `u64::MAX`; backend
+    /// errors.
+    ///
+    /// # Cancellation safety
+    ///
+    /// If cancelled, the reservation may or may not have happened.
+    async fn reserve(&self, n: u64) -> Result<u64>;
+}
+
+/// An [`IdGenerator`] over any [`IdSource`], reserving `block_size` ids per
+/// round trip and handing them out locally.
+pub struct BlockIds<S> {
+    name: Name,
+    source: S,
+    block_size: u64,
+    local: tokio::sync::Mutex<RangeInclusive<u64>>,
+}
+
+impl<S: IdSource> BlockIds<S> {
+    /// A generator reserving `block_size` ids at a time (1 = one round trip
+    /// per id).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] when `block_size` is 0.
+    pub fn new(name: Name, source: S, block_size: u64) -> Result<Self> {
+        if block_size == 0 {
+            return Err(Error::InvalidOptions(
+                "id block size must be at least 1".into(),
+            ));
+        }
+        // An empty range: `1..=0`.
+        #[allow(clippy::reversed_empty_ranges)]
+        let local = tokio::sync::Mutex::new(1..=0);
+        Ok(BlockIds {
+            name,
+            source,
+            block_size,
+            local,
+        })
+    }
+
+    /// How many ids one reservation takes.
+    #[must_use]
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+}
+
+#[async_trait]
+impl<S: IdSource> IdGenerator for BlockIds<S> {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    async fn next(&self) -> Result<u64> {
+        let mut local = self.local.lock().await;
+        if let Some(id) = local.next() {
+            return Ok(id);
+        }
+        let last = self.source.reserve(self.block_size).await?;
+        let first = last
+            .checked_sub(self.block_size - 1)
+            .filter(|first| *first >= 1)
+            .ok_or_else(|| Error::Conflict {
+                what: self.name.to_string(),
+                expected: "id counter (it went backwards)",
+            })?;
+        *local = first..=last;
+        local.next().ok_or(Error::Exhausted {
+            name: self.name.to_string(),
+        })
+    }
+}
+
+impl<S> fmt::Debug for BlockIds<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockIds")
+            .field("name", &self.name)
+            .field("block_size", &self.block_size)
+            .finish_non_exhaustive()
+    }
+}

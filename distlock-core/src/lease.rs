@@ -1,0 +1,203 @@
+//! Lease options: how long a lease lasts and how it is kept alive.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How a lease is kept alive while its guard lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Renewal {
+    /// A watchdog renews the lease every `interval` (by default TTL/3) until
+    /// the guard is released or dropped, and fires `lost()` if it cannot.
+    Watchdog {
+        /// Time between renewals; shorter than the TTL.
+        interval: Duration,
+    },
+    /// No watchdog: the lease lasts its TTL unless the holder calls
+    /// [`LockGuard::extend`](crate::LockGuard::extend).
+    Manual,
+}
+
+/// Lease TTL and renewal mode of a lock or leadership.
+///
+/// Session-based backends (ZooKeeper) tie a lease to the client session
+/// instead, and ignore both fields.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock_core::{LeaseOptions, Renewal};
+///
+/// let default = LeaseOptions::default();
+/// assert_eq!(default.ttl(), Duration::from_secs(30));
+/// assert_eq!(default.renewal(), Renewal::Watchdog { interval: Duration::from_secs(10) });
+///
+/// let manual = LeaseOptions::manual(Duration::from_secs(5))?;
+/// assert_eq!(manual.renewal(), Renewal::Manual);
+/// assert!(LeaseOptions::new(Duration::ZERO).is_err());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseOptions {
+    ttl: Duration,
+    renewal: Renewal,
+}
+
+impl LeaseOptions {
+    /// The default TTL: 30 s, as Redisson's lock watchdog.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+    /// The shortest TTL accepted: 1 ms (servers count leases in milliseconds).
+    pub const MIN_TTL: Duration = Duration::from_millis(1);
+    /// The longest TTL accepted: 30 days.
+    pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+    /// A lease of `ttl` renewed by a watchdog every `ttl / 3`.
+    ///
+    /// The TTL is truncated to whole milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] when `ttl` is below [`Self::MIN_TTL`] or
+    /// above [`Self::MAX_TTL`].
+    pub fn new(ttl: Duration) -> Result<Self> {
+        let ttl = check_ttl(ttl)?;
+        Ok(LeaseOptions {
+            ttl,
+            renewal: Renewal::Watchdog {
+                interval: default_interval(ttl),
+            },
+        })
+    }
+
+    /// A lease of `ttl` without watchdog: it ends after `ttl` unless
+    /// extended by hand.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseOptions::new`].
+    pub fn manual(ttl: Duration) -> Result<Self> {
+        Ok(LeaseOptions {
+            ttl: check_ttl(ttl)?,
+            renewal: Renewal::Manual,
+        })
+    }
+
+    /// The same TTL, renewed by a watchdog every `interval`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] when `interval` is zero or not shorter than
+    /// the TTL.
+    pub fn with_watchdog_interval(self, interval: Duration) -> Result<Self> {
+        if interval.is_zero() || interval >= self.ttl {
+            return Err(Error::InvalidOptions(format!(
+                "watchdog interval {interval:?} must be above zero and below the TTL {:?}",
+                self.ttl
+            )));
+        }
+        Ok(LeaseOptions {
+            renewal: Renewal::Watchdog { interval },
+            ..self
+        })
+    }
+
+    /// The lease's time to live.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The TTL in whole milliseconds, as servers take it.
+    #[must_use]
+    pub fn ttl_millis(&self) -> u64 {
+        // MAX_TTL keeps this far below u64::MAX.
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How the lease is renewed.
+    #[must_use]
+    pub fn renewal(&self) -> Renewal {
+        self.renewal
+    }
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            ttl: Self::DEFAULT_TTL,
+            renewal: Renewal::Watchdog {
+                interval: default_interval(Self::DEFAULT_TTL),
+            },
+        }
+    }
+}
+
+fn default_interval(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_micros(300))
+}
+
+fn check_ttl(ttl: Duration) -> Result<Duration> {
+    if ttl < LeaseOptions::MIN_TTL || ttl > LeaseOptions::MAX_TTL {
+        return Err(Error::InvalidOptions(format!(
+            "lease TTL {ttl:?} is outside {:?}..={:?}",
+            LeaseOptions::MIN_TTL,
+            LeaseOptions::MAX_TTL
+        )));
+    }
+    let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    Ok(Duration::from_millis(millis))
+}
+
+/// A safety margin for clock drift between client and server: the client
+/// treats a lease as gone `ttl / 100 + 2 ms` before the server would expire it
+/// (the Redlock paper's drift factor).
+#[must_use]
+pub fn clock_drift(ttl: Duration) -> Duration {
+    (ttl / 100).saturating_add(Duration::from_millis(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_ttls_are_typed_errors() {
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            Duration::MAX,
+            LeaseOptions::MAX_TTL + Duration::from_millis(1),
+        ] {
+            assert!(matches!(
+                LeaseOptions::new(bad),
+                Err(Error::InvalidOptions(_))
+            ));
+            assert!(matches!(
+                LeaseOptions::manual(bad),
+                Err(Error::InvalidOptions(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn ttl_is_whole_millis_and_interval_is_a_third() {
+        let o = LeaseOptions::new(Duration::from_micros(3_000_700)).unwrap();
+        assert_eq!(o.ttl(), Duration::from_secs(3));
+        assert_eq!(o.ttl_millis(), 3000);
+        assert_eq!(
+            o.renewal(),
+            Renewal::Watchdog {
+                interval: Duration::from_secs(1)
+            }
+        );
+        assert!(o.with_watchdog_interval(Duration::ZERO).is_err());
+        assert!(o.with_watchdog_interval(Duration::from_secs(3)).is_err());
+        assert!(o.with_watchdog_interval(Duration::from_millis(500)).is_ok());
+    }
+
+    #[test]
+    fn drift_saturates() {
+        assert_eq!(clock_drift(Duration::from_secs(1)), Duration::from_millis(12));
+        assert!(clock_drift(Duration::MAX) > Duration::ZERO);
+    }
+}

@@ -1,0 +1,108 @@
+//! The lock trait every backend's mutexes implement.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::name::Name;
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Do not wait: take the lock if it is free now.
+    No,
+    /// Wait until this instant at the latest.
+    Until(Instant),
+    /// Wait as long as it takes.
+    Forever,
+}
+
+impl Wait {
+    /// Waiting at most `timeout` from now. A timeout too large to add to the
+    /// clock waits forever.
+    #[must_use]
+    pub fn timeout(timeout: Duration) -> Wait {
+        Instant::now()
+            .checked_add(timeout)
+            .map_or(Wait::Forever, Wait::Until)
+    }
+
+    /// The deadline, if any (`No` is "now").
+    #[must_use]
+    pub fn deadline(self) -> Option<Instant> {
+        match self {
+            Wait::No => Some(Instant::now()),
+            Wait::Until(at) => Some(at),
+            Wait::Forever => None,
+        }
+    }
+}
+
+/// A named distributed mutex (fair or not, on any backend).
+///
+/// Locks are not reentrant: a second acquisition from the same process, even
+/// the same task, contends like any other client's (and so deadlocks if it
+/// waits for its own guard).
+#[async_trait]
+pub trait Lock: Send + Sync + Debug {
+    /// The lock's name.
+    fn name(&self) -> &Name;
+
+    /// Acquires the lock, waiting as `wait` allows. `Ok(None)` when the wait
+    /// ended without the lock; nothing is then left behind on the server.
+    ///
+    /// # Errors
+    ///
+    /// Connection and server errors of the backend; [`Error::Conflict`] when
+    /// the name holds data that is not this kind of lock; [`Error::NoRuntime`]
+    /// outside a Tokio runtime.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: dropping the future at any await point leaves
+    /// nothing held; a key or node made before the cancellation is removed.
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>>;
+
+    /// Takes the lock if it is free now.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`Lock::acquire`].
+    async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Wait::No).await
+    }
+
+    /// Waits until the lock is acquired.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`Lock::acquire`].
+    async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(Wait::Forever).await?.ok_or(Error::Closed)
+    }
+
+    /// Waits at most `timeout` for the lock; `Ok(None)` when it did not come.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`Lock::acquire`].
+    async fn lock_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Wait::timeout(timeout)).await
+    }
+}

@@ -1,0 +1,256 @@
+//! The in-process backend: every primitive, with real TTLs, fencing tokens,
+//! lost signal and watchdog, and no server.
+//!
+//! It behaves as the networked backends do, so it serves as the embedded
+//! default for examples and for users' own unit tests. Providers made from
+//! the same store (clones, or [`MemProvider::shared`] with the same name)
+//! are separate "clients" of one lock table; a fresh [`MemProvider::new`] is
+//! a table of its own.
+//!
+//! ```
+//! use distlock_core::{mem::MemProvider, Provider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! let locks = MemProvider::new();
+//! let mutex = locks.mutex("orders/42")?;
+//! let guard = mutex.lock().await?;
+//! assert!(mutex.try_lock().await?.is_none());
+//! println!("fencing token {}", guard.fencing_token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Each name ever used keeps a small entry (its fencing counter), as the
+//! servers keep their fencing keys.
+
+mod store;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use async_trait::async_trait;
+
+use crate::election::{validate_candidate, Election, LeaderInfo, LeaderStream, Leadership};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::ids::{BlockIds, IdGenerator, IdSource};
+use crate::lease::LeaseOptions;
+use crate::lock::{Lock, Wait};
+use crate::name::Name;
+use crate::provider::Provider;
+use store::{Kind, SlotKey, Store};
+
+/// A provider of in-process primitives.
+#[derive(Clone)]
+pub struct MemProvider {
+    store: Arc<Store>,
+    lease: LeaseOptions,
+}
+
+impl MemProvider {
+    /// A provider over a new, private lock table.
+    #[must_use]
+    pub fn new() -> Self {
+        MemProvider {
+            store: Arc::new(Store::default()),
+            lease: LeaseOptions::default(),
+        }
+    }
+
+    /// A provider over the process-wide table called `table` (made on first
+    /// use): every provider of the same table shares its locks. The URL
+    /// `mem://` is the table `""`, `mem://jobs` the table `"jobs"`.
+    #[must_use]
+    pub fn shared(table: &str) -> Self {
+        static TABLES: OnceLock<Mutex<HashMap<String, Arc<Store>>>> = OnceLock::new();
+        let mut tables = TABLES
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let store = tables.entry(table.to_owned()).or_default();
+        MemProvider {
+            store: Arc::clone(store),
+            lease: LeaseOptions::default(),
+        }
+    }
+
+    /// The same table with other default lease options.
+    #[must_use]
+    pub fn with_default_lease(self, lease: LeaseOptions) -> Self {
+        MemProvider { lease, ..self }
+    }
+
+    fn key(kind: Kind, name: &str) -> Result<SlotKey> {
+        Ok(SlotKey {
+            kind,
+            name: Name::new(name)?,
+        })
+    }
+}
+
+impl Default for MemProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemProvider")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Provider for MemProvider {
+    fn backend(&self) -> &'static str {
+        "mem"
+    }
+
+    fn default_lease(&self) -> LeaseOptions {
+        self.lease
+    }
+
+    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        Ok(Arc::new(MemMutex {
+            store: Arc::clone(&self.store),
+            key: Self::key(Kind::Mutex, name)?,
+            fair: false,
+            lease,
+        }))
+    }
+
+    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        Ok(Arc::new(MemMutex {
+            store: Arc::clone(&self.store),
+            key: Self::key(Kind::FairMutex, name)?,
+            fair: true,
+            lease,
+        }))
+    }
+
+    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        Ok(Arc::new(MemElection {
+            store: Arc::clone(&self.store),
+            key: Self::key(Kind::Election, name)?,
+            lease,
+        }))
+    }
+
+    fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
+        let name = Name::new(name)?;
+        let source = MemIds {
+            store: Arc::clone(&self.store),
+            name: name.clone(),
+        };
+        Ok(Arc::new(BlockIds::new(name, source, block_size)?))
+    }
+}
+
+/// An in-process mutex, fair or unfair.
+struct MemMutex {
+    store: Arc<Store>,
+    key: SlotKey,
+    fair: bool,
+    lease: LeaseOptions,
+}
+
+impl fmt::Debug for MemMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemMutex")
+            .field("name", &self.key.name)
+            .field("fair", &self.fair)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Lock for MemMutex {
+    fn name(&self) -> &Name {
+        &self.key.name
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        self.store
+            .acquire(&self.key, self.fair, wait, self.lease, None)
+            .await
+    }
+}
+
+/// An in-process election: a fair lease whose holder is the leader.
+struct MemElection {
+    store: Arc<Store>,
+    key: SlotKey,
+    lease: LeaseOptions,
+}
+
+impl fmt::Debug for MemElection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemElection")
+            .field("name", &self.key.name)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Election for MemElection {
+    fn name(&self) -> &Name {
+        &self.key.name
+    }
+
+    async fn campaign(&self, candidate: &str) -> Result<Leadership> {
+        validate_candidate(candidate)?;
+        let guard = self
+            .store
+            .acquire(
+                &self.key,
+                true,
+                Wait::Forever,
+                self.lease,
+                Some(Arc::from(candidate)),
+            )
+            .await?
+            .ok_or(Error::Closed)?;
+        Ok(Leadership::new(guard, candidate))
+    }
+
+    async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        Ok(self.store.leader(&self.key))
+    }
+
+    fn observe(&self) -> LeaderStream {
+        let store = Arc::clone(&self.store);
+        let key = self.key.clone();
+        let first: Option<Option<LeaderInfo>> = None;
+        Box::pin(futures::stream::unfold(
+            (store, key, first),
+            |(store, key, mut last)| async move {
+                loop {
+                    let (now, mut changes, expires) = store.watch_leader(&key);
+                    if last.as_ref() != Some(&now) {
+                        last = Some(now.clone());
+                        return Some((Ok(now), (store, key, last)));
+                    }
+                    tokio::select! {
+                        _ = changes.changed() => {}
+                        () = tokio::time::sleep_until(expires.unwrap_or_else(tokio::time::Instant::now)), if expires.is_some() => {}
+                    }
+                }
+            },
+        ))
+    }
+}
+
+/// The in-process id counter.
+struct MemIds {
+    store: Arc<Store>,
+    name: Name,
+}
+
+#[async_trait]
+impl IdSource for MemIds {
+    async fn reserve(&self, n: u64) -> Result<u64> {
+        self.store.reserve(&self.name, n)
+    }
+}
