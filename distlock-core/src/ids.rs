@@ -122,3 +122,56 @@ impl<S> fmt::Debug for BlockIds<S> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    /// A counter starting at `start`, as a backend's would.
+    struct Counter(AtomicU64);
+
+    #[async_trait]
+    impl IdSource for Counter {
+        async fn reserve(&self, n: u64) -> Result<u64> {
+            let mut cur = self.0.load(Ordering::SeqCst);
+            loop {
+                let next = cur.checked_add(n).ok_or(Error::Exhausted { name: "c".into() })?;
+                match self.0.compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => return Ok(next),
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+    }
+
+    fn ids(start: u64, block: u64) -> BlockIds<Counter> {
+        BlockIds::new(Name::new("c").unwrap(), Counter(AtomicU64::new(start)), block).unwrap()
+    }
+
+    #[tokio::test]
+    async fn blocks_hand_out_consecutive_ids() {
+        let g = ids(0, 3);
+        let mut got = Vec::new();
+        for _ in 0..7 {
+            got.push(g.next().await.unwrap());
+        }
+        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(g.source.0.load(Ordering::SeqCst), 9, "one block per 3 ids");
+    }
+
+    #[tokio::test]
+    async fn exhaustion_is_an_error() {
+        let g = ids(u64::MAX - 2, 2);
+        assert_eq!(g.next().await.unwrap(), u64::MAX - 1);
+        assert_eq!(g.next().await.unwrap(), u64::MAX);
+        assert!(matches!(g.next().await, Err(Error::Exhausted { .. })));
+    }
+
+    #[test]
+    fn zero_block_is_rejected() {
+        let r = BlockIds::new(Name::new("c").unwrap(), Counter(AtomicU64::new(0)), 0);
+        assert!(matches!(r, Err(Error::InvalidOptions(_))));
+    }
+}

@@ -1,1 +1,29 @@
-//! x
+//! Test support for distlock: real servers on loopback ports, a fault-injecting
+//! TCP proxy, and the conformance suite every backend runs.
+//!
+//! Servers come from Debian's packages (`redis-server`, `zookeeper`), installed
+//! by `scripts/install-servers.sh`. A missing binary is a loud failure that
+//! names that script, never a silent skip. Everything listens on 127.0.0.1
+//! only.
+
+// Test support fails loudly by design: a server that does not start is a
+// test failure, reported with the reason.
+#![allow(clippy::missing_panics_doc)]
+
+pub mod conformance;
+pub mod proxy;
+pub mod redis;
+mod server;
+pub mod zookeeper;
+
+pub use proxy::Proxy;
+pub use redis::RedisServer;
+pub use server::free_port;
+pub use zookeeper::ZkCluster;
+
+/// A name prefix unique to one test run and test, so tests can share a
+/// server: `t<random>/<test>`.
+#[must_use]
+pub fn unique_name(test: &str) -> String {
+    format!("t{:016x}/{test}", fastrand::u64(..))
+}

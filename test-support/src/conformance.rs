@@ -1,0 +1,357 @@
+//! The conformance suite: written once, run against every backend and every
+//! primitive that can act as a mutex.
+//!
+//! A backend implements [`Fixture`] and instantiates the suite with
+//! [`conformance_suite!`](crate::conformance_suite), which writes one
+//! `#[tokio::test]` per check.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock_core::{
+    Error, LeaseOptions, Lock, LostReason, Name, Provider, Renewal,
+};
+use futures::future::BoxFuture;
+
+use crate::unique_name;
+
+/// The backend and primitive under test.
+pub trait Fixture: Send + Sync + 'static {
+    /// A new, independent client (own connection or session) of the backend.
+    fn client(&self) -> BoxFuture<'_, Arc<dyn Provider>>;
+
+    /// The primitive under test, named `name`, on `client`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the provider returns for a bad name.
+    fn lock(
+        &self,
+        client: &dyn Provider,
+        name: &str,
+        lease: LeaseOptions,
+    ) -> distlock_core::Result<Arc<dyn Lock>>;
+
+    /// Whether leases run out by TTL (`false`: bound to a session, where the
+    /// TTL checks do not apply).
+    fn ttl_leases(&self) -> bool {
+        true
+    }
+}
+
+/// Generous slack for deadline checks on a loaded 2-core machine.
+pub const SLACK: Duration = Duration::from_secs(3);
+
+/// Lease options for tests that must see a leaked lease: long enough that
+/// waiting it out is a failure, not a pass.
+fn long_lease() -> LeaseOptions {
+    LeaseOptions::new(Duration::from_secs(60)).expect("valid TTL")
+}
+
+async fn clients<F: Fixture>(fx: &F, n: usize) -> Vec<Arc<dyn Provider>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(fx.client().await);
+    }
+    out
+}
+
+async fn free_within<F: Fixture>(fx: &F, client: &dyn Provider, name: &str, limit: Duration) {
+    let lock = fx.lock(client, name, long_lease()).expect("lock");
+    let guard = lock
+        .lock_timeout(limit)
+        .await
+        .expect("acquire")
+        .unwrap_or_else(|| panic!("{name} is still held after {limit:?}: something leaked"));
+    guard.release().await.expect("release");
+}
+
+/// Tasks spread over several clients each do a non-atomic read-modify-write
+/// under the lock; no update is lost and no two holders overlap.
+pub async fn mutual_exclusion<F: Fixture>(fx: &F) {
+    const TASKS: usize = 8;
+    const ROUNDS: u64 = 40;
+    let name = unique_name("mutual_exclusion");
+    let clients = clients(fx, 4).await;
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let lock = fx
+            .lock(clients[t % clients.len()].as_ref(), &name, long_lease())
+            .expect("lock");
+        let (counter, inside) = (Arc::clone(&counter), Arc::clone(&inside));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.lock().await.expect("lock");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), TASKS as u64 * ROUNDS, "lost update");
+}
+
+/// `try_lock` gives `None` while another client holds, `Some` after release.
+pub async fn try_lock_semantics<F: Fixture>(fx: &F) {
+    let name = unique_name("try_lock");
+    let c = clients(fx, 2).await;
+    let a = fx.lock(c[0].as_ref(), &name, long_lease()).expect("lock");
+    let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let held = a.try_lock().await.expect("try_lock").expect("free lock taken");
+    assert!(held.is_held());
+    assert!(b.try_lock().await.expect("try_lock").is_none(), "taken twice");
+    assert!(a.try_lock().await.expect("try_lock").is_none(), "not reentrant");
+    held.release().await.expect("release");
+    let again = b.try_lock().await.expect("try_lock").expect("free after release");
+    again.release().await.expect("release");
+}
+
+/// `lock_timeout` returns `None` near its deadline while held and leaves
+/// nothing behind; a huge timeout on a free lock acquires at once.
+pub async fn lock_timeout_semantics<F: Fixture>(fx: &F) {
+    let name = unique_name("lock_timeout");
+    let c = clients(fx, 3).await;
+    let holder = fx.lock(c[0].as_ref(), &name, long_lease()).expect("lock");
+    let waiter = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let guard = holder.lock().await.expect("lock");
+    for timeout in [Duration::ZERO, Duration::from_millis(300)] {
+        let start = Instant::now();
+        let got = waiter.lock_timeout(timeout).await.expect("lock_timeout");
+        let took = start.elapsed();
+        assert!(got.is_none(), "acquired a held lock");
+        assert!(took >= timeout, "gave up early: {took:?} < {timeout:?}");
+        assert!(took <= timeout + SLACK, "overslept: {took:?}");
+    }
+    guard.release().await.expect("release");
+    // Nothing left behind: a third client takes it at once.
+    let third = fx.lock(c[2].as_ref(), &name, long_lease()).expect("lock");
+    let g = third.try_lock().await.expect("try_lock").expect("timed-out waiter left something behind");
+    g.release().await.expect("release");
+    let g = waiter
+        .lock_timeout(Duration::MAX)
+        .await
+        .expect("lock_timeout(MAX)")
+        .expect("free lock");
+    g.release().await.expect("release");
+}
+
+/// Fencing tokens strictly increase over 1000 acquisitions by 4 clients.
+pub async fn fencing_monotonic<F: Fixture>(fx: &F) {
+    const TOTAL: usize = 1000;
+    let name = unique_name("fencing");
+    let clients = clients(fx, 4).await;
+    let seen = Arc::new(Mutex::new(Vec::with_capacity(TOTAL)));
+    let mut tasks = Vec::new();
+    for client in &clients {
+        let lock = fx.lock(client.as_ref(), &name, long_lease()).expect("lock");
+        let seen = Arc::clone(&seen);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..TOTAL / 4 {
+                let guard = lock.lock().await.expect("lock");
+                // Recorded while holding: the vector's order is holding order.
+                seen.lock().expect("poisoned").push(guard.fencing_token());
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let seen = seen.lock().expect("poisoned");
+    assert_eq!(seen.len(), TOTAL);
+    for pair in seen.windows(2) {
+        assert!(pair[0] < pair[1], "fencing token went from {} to {}", pair[0], pair[1]);
+    }
+}
+
+/// A manual lease that is not extended expires: `lost()` fires, another
+/// client takes the lock with a higher token, and the late `release()` is
+/// `NotHeld` and leaves the new holder alone.
+pub async fn lease_expiry<F: Fixture>(fx: &F) {
+    if !fx.ttl_leases() {
+        return;
+    }
+    let name = unique_name("lease_expiry");
+    let c = clients(fx, 3).await;
+    let ttl = Duration::from_millis(400);
+    let a = fx
+        .lock(c[0].as_ref(), &name, LeaseOptions::manual(ttl).expect("ttl"))
+        .expect("lock");
+    let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let start = Instant::now();
+    let old = a.lock().await.expect("lock");
+    assert_eq!(old.ttl(), Some(ttl));
+    let reason = tokio::time::timeout(ttl + SLACK, old.lost())
+        .await
+        .expect("lost() did not fire after the TTL");
+    assert_eq!(reason, LostReason::Expired);
+    assert!(start.elapsed() <= ttl + SLACK);
+    assert!(!old.is_held());
+    let new = b
+        .lock_timeout(SLACK)
+        .await
+        .expect("lock")
+        .expect("expired lease not taken over");
+    assert!(new.fencing_token() > old.fencing_token());
+    let late = old.release().await;
+    assert!(matches!(late, Err(Error::NotHeld { .. })), "late release gave {late:?}");
+    let third = fx.lock(c[2].as_ref(), &name, long_lease()).expect("lock");
+    assert!(
+        third.try_lock().await.expect("try_lock").is_none(),
+        "late release deleted the new holder's lock"
+    );
+    assert!(new.is_held());
+    new.release().await.expect("new holder releases");
+}
+
+/// The watchdog keeps a short lease alive for 3x its TTL, and stops at
+/// release: `lost()` never fires for a released lease.
+pub async fn watchdog_keeps_lease<F: Fixture>(fx: &F) {
+    if !fx.ttl_leases() {
+        return;
+    }
+    let name = unique_name("watchdog");
+    let c = clients(fx, 2).await;
+    let lease = LeaseOptions::new(Duration::from_millis(600)).expect("ttl");
+    assert!(matches!(lease.renewal(), Renewal::Watchdog { .. }));
+    let a = fx.lock(c[0].as_ref(), &name, lease).expect("lock");
+    let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let guard = a.lock().await.expect("lock");
+    let mut watch = guard.watch();
+    tokio::select! {
+        reason = guard.lost() => panic!("lease lost under watchdog: {reason}"),
+        () = tokio::time::sleep(Duration::from_millis(1800)) => {}
+    }
+    assert!(guard.is_held());
+    assert!(b.try_lock().await.expect("try_lock").is_none(), "lease ran out under watchdog");
+    guard.release().await.expect("release");
+    assert_eq!(watch.lost().await, None, "lost() fired for a released lease");
+    let g = b.try_lock().await.expect("try_lock").expect("free after release");
+    g.release().await.expect("release");
+}
+
+/// A manual lease extended by hand outlives its first TTL.
+pub async fn manual_extend<F: Fixture>(fx: &F) {
+    if !fx.ttl_leases() {
+        return;
+    }
+    let name = unique_name("extend");
+    let c = clients(fx, 2).await;
+    let ttl = Duration::from_millis(500);
+    let a = fx
+        .lock(c[0].as_ref(), &name, LeaseOptions::manual(ttl).expect("ttl"))
+        .expect("lock");
+    let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let guard = a.lock().await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard.extend(Duration::from_secs(5)).await.expect("extend");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(guard.is_held(), "extended lease reported lost");
+    assert!(b.try_lock().await.expect("try_lock").is_none(), "extended lease ran out");
+    assert!(matches!(
+        guard.extend(Duration::ZERO).await,
+        Err(Error::InvalidOptions(_))
+    ));
+    guard.release().await.expect("release");
+}
+
+/// Dropping a guard without `release()` lets the next waiter in.
+pub async fn drop_releases<F: Fixture>(fx: &F) {
+    let name = unique_name("drop_releases");
+    let c = clients(fx, 2).await;
+    let a = fx.lock(c[0].as_ref(), &name, long_lease()).expect("lock");
+    let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let guard = a.lock().await.expect("lock");
+    let waiter = tokio::spawn(async move { b.lock_timeout(SLACK * 2).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(guard);
+    let got = waiter.await.expect("task").expect("lock_timeout");
+    let g = got.expect("a dropped guard did not let the waiter in");
+    g.release().await.expect("release");
+}
+
+/// Cancelling acquisitions at random points, while the lock is held and while
+/// it is free, never leaves it held.
+pub async fn cancellation_leaves_nothing<F: Fixture>(fx: &F) {
+    let name = unique_name("cancellation");
+    let c = clients(fx, 3).await;
+    let holder = fx.lock(c[0].as_ref(), &name, long_lease()).expect("lock");
+    let waiter = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let mut rng = fastrand::Rng::with_seed(fastrand::u64(..));
+    // While held: waiters give up at random points of their wait.
+    let guard = holder.lock().await.expect("lock");
+    for _ in 0..50 {
+        let cut = Duration::from_micros(rng.u64(0..3000));
+        let r = tokio::time::timeout(cut, waiter.lock()).await;
+        assert!(r.is_err(), "acquired a held lock");
+    }
+    guard.release().await.expect("release");
+    // While free: cancel at random points of a racing acquisition; a guard
+    // that completes is dropped (released in the background).
+    for _ in 0..100 {
+        let cut = Duration::from_micros(rng.u64(0..2000));
+        let _ = tokio::time::timeout(cut, waiter.lock()).await;
+    }
+    free_within(fx, c[2].as_ref(), &name, SLACK).await;
+}
+
+/// Invalid names give typed errors, never a panic; TTLs are checked.
+pub async fn bad_input<F: Fixture>(fx: &F) {
+    let client = fx.client().await;
+    let long = "x".repeat(Name::MAX_LEN + 1);
+    for bad in ["", "/", "a//b", "a/", "/a", "a b", "{tag}", "ü", "..", &long] {
+        let r = fx.lock(client.as_ref(), bad, long_lease());
+        assert!(
+            matches!(r, Err(Error::InvalidName { .. })),
+            "name {bad:?} gave {r:?}"
+        );
+        let r = client.mutex(bad);
+        assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
+        let r = client.election(bad);
+        assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
+        let r = client.id_generator(bad, 1);
+        assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
+    }
+    for ttl in [Duration::ZERO, Duration::from_nanos(1), Duration::MAX] {
+        assert!(LeaseOptions::new(ttl).is_err_and(|e| e.is_invalid_input()));
+        assert!(LeaseOptions::manual(ttl).is_err_and(|e| e.is_invalid_input()));
+    }
+    let r = client.id_generator(&unique_name("ids"), 0);
+    assert!(matches!(r, Err(Error::InvalidOptions(_))), "block size 0 gave {r:?}");
+}
+
+
+/// Writes one `#[tokio::test]` per conformance check for a fixture
+/// expression (evaluated in each test).
+///
+/// ```text
+/// test_support::conformance_suite!(MemFixture::mutex());
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:expr) => {
+        $crate::conformance_suite!(@tests $fixture;
+            mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
+            fencing_monotonic, lease_expiry, watchdog_keeps_lease, manual_extend,
+            drop_releases, cancellation_leaves_nothing, bad_input);
+    };
+    (@tests $fixture:expr; $($check:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let fixture = $fixture;
+                $crate::conformance::$check(&fixture).await;
+            }
+        )+
+    };
+}

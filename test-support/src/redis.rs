@@ -1,0 +1,166 @@
+//! `redis-server` on a free loopback port, in a temp dir, killed on drop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::server::{ask, free_port, loopback, require_binary, wait_until, Proc};
+
+/// A `redis-server` on 127.0.0.1, without persistence unless asked.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: TempDir,
+    binary: PathBuf,
+    extra: Vec<String>,
+    proc: Proc,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is not installed (naming
+    /// `scripts/install-servers.sh`) or does not start within 10 s.
+    #[must_use]
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments
+    /// (`["--appendonly", "yes"]`, ...).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::start`].
+    #[must_use]
+    pub fn start_with(extra: &[&str]) -> Self {
+        let binary = require_binary("redis-server");
+        let dir = tempfile::Builder::new()
+            .prefix("distlock-redis-")
+            .tempdir()
+            .expect("temp dir");
+        let mut server = RedisServer {
+            port: 0,
+            dir,
+            binary,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            proc: Proc::default(),
+        };
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            server.port = free_port();
+            server.proc = spawn(&server.binary, &server.dir, server.port, &server.extra);
+            if server.wait_ready() {
+                return server;
+            }
+            last_log = server.log();
+            server.proc.kill();
+        }
+        panic!("redis-server did not start on 127.0.0.1; last log:\n{last_log}");
+    }
+
+    /// The server's address.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.port)
+    }
+
+    /// The server's port.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash.
+    pub fn kill(&mut self) {
+        self.proc.kill();
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.proc.signal(libc::SIGSTOP);
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.proc.signal(libc::SIGCONT);
+    }
+
+    /// Starts the server again on the same port and data dir (after
+    /// [`RedisServer::kill`], or kills it first), and waits until it answers.
+    ///
+    /// # Panics
+    ///
+    /// When it does not come back within 10 s.
+    pub fn restart(&mut self) {
+        self.proc.kill();
+        for _ in 0..50 {
+            self.proc = spawn(&self.binary, &self.dir, self.port, &self.extra);
+            if self.wait_ready() {
+                return;
+            }
+            // The old socket may linger for a moment.
+            self.proc.kill();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}:\n{}", self.port, self.log());
+    }
+
+    /// Whether the server process is running (it may be paused).
+    pub fn is_running(&mut self) -> bool {
+        self.proc.alive()
+    }
+
+    /// Runs one command through `redis-cli` and returns its output.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-cli` is missing or cannot run.
+    #[must_use]
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(require_binary("redis-cli"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let addr = self.addr();
+        let proc = &mut self.proc;
+        wait_until(Duration::from_secs(10), || {
+            proc.alive()
+                && ask(addr, b"PING\r\n", true).is_some_and(|a| a.starts_with("+PONG"))
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+}
+
+fn spawn(binary: &PathBuf, dir: &TempDir, port: u16, extra: &[String]) -> Proc {
+    let mut cmd = Command::new(binary);
+    cmd.args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--protected-mode", "no"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(extra);
+    Proc::spawn(cmd, &dir.path().join("redis.log")).expect("spawn redis-server")
+}
