@@ -53,7 +53,10 @@ pub trait Election: Send + Sync + fmt::Debug {
     /// Cancellation safe: it only reads.
     async fn leader(&self) -> Result<Option<LeaderInfo>>;
 
-    /// Observes the leader as it changes. The stream holds no candidacy.
+    /// Observes the leader as it changes: first the leader now, then each
+    /// change. An observer that falls behind sees the latest leader, not
+    /// every one in between (as a ZooKeeper watch would). The stream holds no
+    /// candidacy.
     fn observe(&self) -> LeaderStream;
 }
 

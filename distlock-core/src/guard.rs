@@ -401,7 +401,9 @@ impl LockGuard {
         };
         let name = self.name.clone();
         let started = std::time::Instant::now();
-        let task = held.handle.spawn(async move { held.backend.release().await });
+        let task = held
+            .handle
+            .spawn(async move { held.backend.release().await });
         let result = task.await.unwrap_or(Err(Error::Closed));
         tracing::debug!(%name, ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
         result

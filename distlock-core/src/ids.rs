@@ -137,8 +137,13 @@ mod tests {
         async fn reserve(&self, n: u64) -> Result<u64> {
             let mut cur = self.0.load(Ordering::SeqCst);
             loop {
-                let next = cur.checked_add(n).ok_or(Error::Exhausted { name: "c".into() })?;
-                match self.0.compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
+                let next = cur
+                    .checked_add(n)
+                    .ok_or(Error::Exhausted { name: "c".into() })?;
+                match self
+                    .0
+                    .compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst)
+                {
                     Ok(_) => return Ok(next),
                     Err(actual) => cur = actual,
                 }
@@ -147,7 +152,12 @@ mod tests {
     }
 
     fn ids(start: u64, block: u64) -> BlockIds<Counter> {
-        BlockIds::new(Name::new("c").unwrap(), Counter(AtomicU64::new(start)), block).unwrap()
+        BlockIds::new(
+            Name::new("c").unwrap(),
+            Counter(AtomicU64::new(start)),
+            block,
+        )
+        .unwrap()
     }
 
     #[tokio::test]

@@ -197,7 +197,10 @@ mod tests {
 
     #[test]
     fn drift_saturates() {
-        assert_eq!(clock_drift(Duration::from_secs(1)), Duration::from_millis(12));
+        assert_eq!(
+            clock_drift(Duration::from_secs(1)),
+            Duration::from_millis(12)
+        );
         assert!(clock_drift(Duration::MAX) > Duration::ZERO);
     }
 }

@@ -219,7 +219,11 @@ mod tests {
         assert!(g.is_held());
         g.release().await.unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(backend.renewals.load(Ordering::SeqCst), 3, "renewed after release");
+        assert_eq!(
+            backend.renewals.load(Ordering::SeqCst),
+            3,
+            "renewed after release"
+        );
         assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
     }
 
@@ -273,15 +277,26 @@ mod tests {
         g.extend(Duration::from_secs(2)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert!(g.is_held(), "extension ignored");
-        assert_eq!(backend.renewals.load(Ordering::SeqCst), 1, "manual lease renewed by itself");
+        assert_eq!(
+            backend.renewals.load(Ordering::SeqCst),
+            1,
+            "manual lease renewed by itself"
+        );
         assert_eq!(g.lost().await, LostReason::Expired);
     }
 
     #[tokio::test(start_paused = true)]
     async fn extend_that_finds_another_owner_fires_lost() {
         let backend = Scripted::new(&[Answer::NotHeld]);
-        let g = guard(&backend, LeaseOptions::manual(Duration::from_secs(10)).unwrap());
-        assert!(g.extend(Duration::from_secs(10)).await.unwrap_err().is_not_held());
+        let g = guard(
+            &backend,
+            LeaseOptions::manual(Duration::from_secs(10)).unwrap(),
+        );
+        assert!(g
+            .extend(Duration::from_secs(10))
+            .await
+            .unwrap_err()
+            .is_not_held());
         assert_eq!(g.status(), LeaseStatus::Lost(LostReason::Taken));
     }
 

@@ -14,15 +14,22 @@ pub use deadpool_redis;
 pub use distlock_core;
 pub use redis;
 
-use distlock_core::{Error, Result};
+use std::sync::Arc;
 
-/// Would connect to Redis at `url`.
+use distlock_core::{Error, Provider, Result};
+
+/// Connects to Redis at `url`.
 ///
 /// # Errors
 ///
 /// Always [`Error::UnsupportedBackend`] in this release: the Redis recipes
 /// are not built yet.
-pub fn connect(url: &str) -> Result<()> {
+///
+/// # Cancellation safety
+///
+/// Cancellation safe: it opens nothing.
+#[allow(clippy::unused_async)]
+pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
     let _ = url;
     Err(Error::UnsupportedBackend(
         "the Redis recipes are not in this release of distlock-redis yet".into(),

@@ -12,15 +12,22 @@
 pub use distlock_core;
 pub use zookeeper_client;
 
-use distlock_core::{Error, Result};
+use std::sync::Arc;
 
-/// Would connect to ZooKeeper at `connect_string`.
+use distlock_core::{Error, Provider, Result};
+
+/// Connects to ZooKeeper at `connect_string`.
 ///
 /// # Errors
 ///
-/// Always [`Error::UnsupportedBackend`] in this release: the ZooKeeper
-/// recipes are not built yet.
-pub fn connect(connect_string: &str) -> Result<()> {
+/// Always [`Error::UnsupportedBackend`] in this release: the ZooKeeper recipes
+/// are not built yet.
+///
+/// # Cancellation safety
+///
+/// Cancellation safe: it opens nothing.
+#[allow(clippy::unused_async)]
+pub async fn connect(connect_string: &str) -> Result<Arc<dyn Provider>> {
     let _ = connect_string;
     Err(Error::UnsupportedBackend(
         "the ZooKeeper recipes are not in this release of distlock-zk yet".into(),

@@ -1,1 +1,126 @@
-//! x
+#![doc = include_str!("../../README.md")]
+//!
+//! # Feature flags
+//!
+//! * `redis` — the Redis backend (`redis://`, `rediss://`), re-exported as
+//!   [`redis`] when on.
+//! * `zookeeper` — the ZooKeeper backend (`zk://`), re-exported as
+//!   [`zk`] when on.
+//!
+//! The in-process backend (`mem://`) is always there.
+//!
+//! # Supported Rust versions
+//!
+//! Rust 1.88 or later.
+
+use std::sync::Arc;
+
+pub use distlock_core::*;
+
+/// The Redis backend crate.
+#[cfg(feature = "redis")]
+pub use distlock_redis as redis;
+
+/// The ZooKeeper backend crate.
+#[cfg(feature = "zookeeper")]
+pub use distlock_zk as zk;
+
+/// The backend a connection URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `mem://[table]`: the in-process backend.
+    Mem,
+    /// `redis://…` or `rediss://…`.
+    Redis,
+    /// `zk://host:port[,host:port…][/chroot]`.
+    ZooKeeper,
+}
+
+impl Scheme {
+    /// The scheme of `url`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] when `url` has no `scheme://`;
+    /// [`Error::UnsupportedBackend`] for a scheme distlock does not know.
+    pub fn of(url: &str) -> Result<Scheme> {
+        let (scheme, _) = url
+            .split_once("://")
+            .ok_or_else(|| Error::InvalidUrl(format!("{url:?} has no scheme://")))?;
+        match scheme.to_ascii_lowercase().as_str() {
+            "mem" => Ok(Scheme::Mem),
+            "redis" | "rediss" | "redis+unix" => Ok(Scheme::Redis),
+            "zk" | "zookeeper" => Ok(Scheme::ZooKeeper),
+            other => Err(Error::UnsupportedBackend(format!(
+                "unknown scheme {other:?}: use mem://, redis://, rediss:// or zk://"
+            ))),
+        }
+    }
+}
+
+/// Connects to the backend named by `url` and returns its provider.
+///
+/// * `mem://` — the process-wide in-process table; `mem://NAME` a named one
+///   (see [`mem::MemProvider::shared`]).
+/// * `redis://…`, `rediss://…` — Redis (feature `redis`).
+/// * `zk://h1:2181,h2:2181/chroot` — ZooKeeper (feature `zookeeper`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("mem://").await?;
+/// let guard = locks.mutex("jobs/nightly")?.lock().await?;
+/// guard.release().await?;
+/// assert!(distlock::connect("ftp://x").await.unwrap_err().is_invalid_input());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidUrl`] for a malformed URL; [`Error::UnsupportedBackend`]
+/// for an unknown scheme or one whose cargo feature is off; the backend's
+/// connection errors.
+///
+/// # Cancellation safety
+///
+/// Cancellation safe: a dropped connect leaves no connection open.
+pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
+    match Scheme::of(url)? {
+        Scheme::Mem => {
+            let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+            Ok(Arc::new(mem::MemProvider::shared(
+                rest.trim_end_matches('/'),
+            )))
+        }
+        Scheme::Redis => connect_redis(url).await,
+        Scheme::ZooKeeper => connect_zk(url).await,
+    }
+}
+
+#[cfg(feature = "redis")]
+async fn connect_redis(url: &str) -> Result<Arc<dyn Provider>> {
+    distlock_redis::connect(url).await
+}
+
+#[cfg(not(feature = "redis"))]
+#[allow(clippy::unused_async)]
+async fn connect_redis(url: &str) -> Result<Arc<dyn Provider>> {
+    let _ = url;
+    Err(Error::UnsupportedBackend(
+        "redis:// needs distlock's `redis` feature".into(),
+    ))
+}
+
+#[cfg(feature = "zookeeper")]
+async fn connect_zk(url: &str) -> Result<Arc<dyn Provider>> {
+    distlock_zk::connect(url).await
+}
+
+#[cfg(not(feature = "zookeeper"))]
+#[allow(clippy::unused_async)]
+async fn connect_zk(url: &str) -> Result<Arc<dyn Provider>> {
+    let _ = url;
+    Err(Error::UnsupportedBackend(
+        "zk:// needs distlock's `zookeeper` feature".into(),
+    ))
+}

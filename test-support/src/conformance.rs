@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    Error, LeaseOptions, Lock, LostReason, Name, Provider, Renewal,
-};
+use distlock_core::{Error, LeaseOptions, Lock, LostReason, Name, Provider, Renewal};
 use futures::future::BoxFuture;
 
 use crate::unique_name;
@@ -85,7 +83,11 @@ pub async fn mutual_exclusion<F: Fixture>(fx: &F) {
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let guard = lock.lock().await.expect("lock");
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
                 let seen = counter.load(Ordering::SeqCst);
                 tokio::task::yield_now().await;
                 tokio::time::sleep(Duration::from_micros(200)).await;
@@ -98,7 +100,11 @@ pub async fn mutual_exclusion<F: Fixture>(fx: &F) {
     for t in tasks {
         t.await.expect("task");
     }
-    assert_eq!(counter.load(Ordering::SeqCst), TASKS as u64 * ROUNDS, "lost update");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        TASKS as u64 * ROUNDS,
+        "lost update"
+    );
 }
 
 /// `try_lock` gives `None` while another client holds, `Some` after release.
@@ -107,12 +113,26 @@ pub async fn try_lock_semantics<F: Fixture>(fx: &F) {
     let c = clients(fx, 2).await;
     let a = fx.lock(c[0].as_ref(), &name, long_lease()).expect("lock");
     let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
-    let held = a.try_lock().await.expect("try_lock").expect("free lock taken");
+    let held = a
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("free lock taken");
     assert!(held.is_held());
-    assert!(b.try_lock().await.expect("try_lock").is_none(), "taken twice");
-    assert!(a.try_lock().await.expect("try_lock").is_none(), "not reentrant");
+    assert!(
+        b.try_lock().await.expect("try_lock").is_none(),
+        "taken twice"
+    );
+    assert!(
+        a.try_lock().await.expect("try_lock").is_none(),
+        "not reentrant"
+    );
     held.release().await.expect("release");
-    let again = b.try_lock().await.expect("try_lock").expect("free after release");
+    let again = b
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("free after release");
     again.release().await.expect("release");
 }
 
@@ -135,7 +155,11 @@ pub async fn lock_timeout_semantics<F: Fixture>(fx: &F) {
     guard.release().await.expect("release");
     // Nothing left behind: a third client takes it at once.
     let third = fx.lock(c[2].as_ref(), &name, long_lease()).expect("lock");
-    let g = third.try_lock().await.expect("try_lock").expect("timed-out waiter left something behind");
+    let g = third
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("timed-out waiter left something behind");
     g.release().await.expect("release");
     let g = waiter
         .lock_timeout(Duration::MAX)
@@ -170,7 +194,12 @@ pub async fn fencing_monotonic<F: Fixture>(fx: &F) {
     let seen = seen.lock().expect("poisoned");
     assert_eq!(seen.len(), TOTAL);
     for pair in seen.windows(2) {
-        assert!(pair[0] < pair[1], "fencing token went from {} to {}", pair[0], pair[1]);
+        assert!(
+            pair[0] < pair[1],
+            "fencing token went from {} to {}",
+            pair[0],
+            pair[1]
+        );
     }
 }
 
@@ -185,7 +214,11 @@ pub async fn lease_expiry<F: Fixture>(fx: &F) {
     let c = clients(fx, 3).await;
     let ttl = Duration::from_millis(400);
     let a = fx
-        .lock(c[0].as_ref(), &name, LeaseOptions::manual(ttl).expect("ttl"))
+        .lock(
+            c[0].as_ref(),
+            &name,
+            LeaseOptions::manual(ttl).expect("ttl"),
+        )
         .expect("lock");
     let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
     let start = Instant::now();
@@ -204,7 +237,10 @@ pub async fn lease_expiry<F: Fixture>(fx: &F) {
         .expect("expired lease not taken over");
     assert!(new.fencing_token() > old.fencing_token());
     let late = old.release().await;
-    assert!(matches!(late, Err(Error::NotHeld { .. })), "late release gave {late:?}");
+    assert!(
+        matches!(late, Err(Error::NotHeld { .. })),
+        "late release gave {late:?}"
+    );
     let third = fx.lock(c[2].as_ref(), &name, long_lease()).expect("lock");
     assert!(
         third.try_lock().await.expect("try_lock").is_none(),
@@ -233,10 +269,21 @@ pub async fn watchdog_keeps_lease<F: Fixture>(fx: &F) {
         () = tokio::time::sleep(Duration::from_millis(1800)) => {}
     }
     assert!(guard.is_held());
-    assert!(b.try_lock().await.expect("try_lock").is_none(), "lease ran out under watchdog");
+    assert!(
+        b.try_lock().await.expect("try_lock").is_none(),
+        "lease ran out under watchdog"
+    );
     guard.release().await.expect("release");
-    assert_eq!(watch.lost().await, None, "lost() fired for a released lease");
-    let g = b.try_lock().await.expect("try_lock").expect("free after release");
+    assert_eq!(
+        watch.lost().await,
+        None,
+        "lost() fired for a released lease"
+    );
+    let g = b
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("free after release");
     g.release().await.expect("release");
 }
 
@@ -249,7 +296,11 @@ pub async fn manual_extend<F: Fixture>(fx: &F) {
     let c = clients(fx, 2).await;
     let ttl = Duration::from_millis(500);
     let a = fx
-        .lock(c[0].as_ref(), &name, LeaseOptions::manual(ttl).expect("ttl"))
+        .lock(
+            c[0].as_ref(),
+            &name,
+            LeaseOptions::manual(ttl).expect("ttl"),
+        )
         .expect("lock");
     let b = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
     let guard = a.lock().await.expect("lock");
@@ -257,7 +308,10 @@ pub async fn manual_extend<F: Fixture>(fx: &F) {
     guard.extend(Duration::from_secs(5)).await.expect("extend");
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(guard.is_held(), "extended lease reported lost");
-    assert!(b.try_lock().await.expect("try_lock").is_none(), "extended lease ran out");
+    assert!(
+        b.try_lock().await.expect("try_lock").is_none(),
+        "extended lease ran out"
+    );
     assert!(matches!(
         guard.extend(Duration::ZERO).await,
         Err(Error::InvalidOptions(_))
@@ -309,7 +363,9 @@ pub async fn cancellation_leaves_nothing<F: Fixture>(fx: &F) {
 pub async fn bad_input<F: Fixture>(fx: &F) {
     let client = fx.client().await;
     let long = "x".repeat(Name::MAX_LEN + 1);
-    for bad in ["", "/", "a//b", "a/", "/a", "a b", "{tag}", "ü", "..", &long] {
+    for bad in [
+        "", "/", "a//b", "a/", "/a", "a b", "{tag}", "ü", "..", &long,
+    ] {
         let r = fx.lock(client.as_ref(), bad, long_lease());
         assert!(
             matches!(r, Err(Error::InvalidName { .. })),
@@ -327,9 +383,11 @@ pub async fn bad_input<F: Fixture>(fx: &F) {
         assert!(LeaseOptions::manual(ttl).is_err_and(|e| e.is_invalid_input()));
     }
     let r = client.id_generator(&unique_name("ids"), 0);
-    assert!(matches!(r, Err(Error::InvalidOptions(_))), "block size 0 gave {r:?}");
+    assert!(
+        matches!(r, Err(Error::InvalidOptions(_))),
+        "block size 0 gave {r:?}"
+    );
 }
-
 
 /// Writes one `#[tokio::test]` per conformance check for a fixture
 /// expression (evaluated in each test).

@@ -114,7 +114,11 @@ impl RedisServer {
             self.proc.kill();
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("redis-server did not restart on port {}:\n{}", self.port, self.log());
+        panic!(
+            "redis-server did not restart on port {}:\n{}",
+            self.port,
+            self.log()
+        );
     }
 
     /// Whether the server process is running (it may be paused).
@@ -141,8 +145,7 @@ impl RedisServer {
         let addr = self.addr();
         let proc = &mut self.proc;
         wait_until(Duration::from_secs(10), || {
-            proc.alive()
-                && ask(addr, b"PING\r\n", true).is_some_and(|a| a.starts_with("+PONG"))
+            proc.alive() && ask(addr, b"PING\r\n", true).is_some_and(|a| a.starts_with("+PONG"))
         })
     }
 

@@ -104,9 +104,7 @@ impl Proc {
     }
 
     pub(crate) fn pid(&self) -> Option<i32> {
-        self.child
-            .as_ref()
-            .and_then(|c| i32::try_from(c.id()).ok())
+        self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok())
     }
 
     /// Whether the process is still running.

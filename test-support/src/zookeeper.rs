@@ -77,8 +77,9 @@ impl ZkCluster {
             .expect("temp dir");
         let mut last_error = String::new();
         for _ in 0..3 {
-            let ports: Vec<(u16, u16, u16)> =
-                (0..n).map(|_| (free_port(), free_port(), free_port())).collect();
+            let ports: Vec<(u16, u16, u16)> = (0..n)
+                .map(|_| (free_port(), free_port(), free_port()))
+                .collect();
             let mut servers = String::new();
             if n > 1 {
                 for (i, (_, peer, election)) in ports.iter().enumerate() {
@@ -238,14 +239,19 @@ fn logs(nodes: &[Node]) -> String {
 impl Node {
     fn spawn(&mut self) {
         let mut cmd = Command::new("java");
-        cmd.args(["-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-            .arg("-Dzookeeper.admin.enableServer=false")
-            .arg("-Djava.net.preferIPv4Stack=true")
-            .arg("-cp")
-            .arg(format!("{ZK_JAR}:{SLF4J_SIMPLE_JAR}"))
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(self.dir.join("zoo.cfg"));
+        cmd.args([
+            "-Xms16m",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+        ])
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-Dzookeeper.admin.enableServer=false")
+        .arg("-Djava.net.preferIPv4Stack=true")
+        .arg("-cp")
+        .arg(format!("{ZK_JAR}:{SLF4J_SIMPLE_JAR}"))
+        .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+        .arg(self.dir.join("zoo.cfg"));
         self.proc = Proc::spawn(cmd, &self.dir.join("zk.log")).expect("spawn java for ZooKeeper");
     }
 }

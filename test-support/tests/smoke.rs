@@ -29,11 +29,17 @@ fn redis_starts_pauses_restarts() {
     let r = roundtrip(redis.addr(), b"PING\r\n", 7);
     assert!(r.is_err(), "a paused server answered");
     redis.resume();
-    assert_eq!(roundtrip(redis.addr(), b"PING\r\n", 7).unwrap(), b"+PONG\r\n");
+    assert_eq!(
+        roundtrip(redis.addr(), b"PING\r\n", 7).unwrap(),
+        b"+PONG\r\n"
+    );
 
     redis.kill();
     assert!(!redis.is_running());
-    assert!(TcpStream::connect(redis.addr()).is_err(), "killed server accepts");
+    assert!(
+        TcpStream::connect(redis.addr()).is_err(),
+        "killed server accepts"
+    );
     redis.restart();
     assert!(redis.is_running());
     // No persistence: the restart lost the data.
@@ -53,7 +59,10 @@ fn zookeeper_standalone_serves_and_stops() {
     zk.restart(0);
     assert_eq!(zk.mode(0), Some(ZkMode::Standalone));
     drop(zk);
-    assert!(TcpStream::connect(addr).is_err(), "server outlived its handle");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "server outlived its handle"
+    );
 }
 
 #[test]
@@ -66,7 +75,10 @@ fn zookeeper_ensemble_elects_and_survives_leader_kill() {
         "{modes:?}"
     );
     assert_eq!(
-        modes.iter().filter(|m| **m == Some(ZkMode::Follower)).count(),
+        modes
+            .iter()
+            .filter(|m| **m == Some(ZkMode::Follower))
+            .count(),
         2,
         "{modes:?}"
     );
@@ -93,16 +105,28 @@ fn proxy_forwards_delays_blackholes_and_cuts() {
     let redis = RedisServer::start();
     let proxy = Proxy::start(redis.addr());
     assert!(proxy.addr().ip().is_loopback());
-    assert_eq!(roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(), b"+PONG\r\n");
+    assert_eq!(
+        roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(),
+        b"+PONG\r\n"
+    );
 
     proxy.set_delay(Duration::from_millis(150));
     let start = Instant::now();
-    assert_eq!(roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(), b"+PONG\r\n");
-    assert!(start.elapsed() >= Duration::from_millis(300), "no delay added");
+    assert_eq!(
+        roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(),
+        b"+PONG\r\n"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "no delay added"
+    );
     proxy.set_delay(Duration::ZERO);
 
     proxy.set_blackhole(true);
-    assert!(roundtrip(proxy.addr(), b"PING\r\n", 7).is_err(), "blackhole answered");
+    assert!(
+        roundtrip(proxy.addr(), b"PING\r\n", 7).is_err(),
+        "blackhole answered"
+    );
     proxy.set_blackhole(false);
 
     // A connection that works, then is cut: the client sees EOF or reset.
@@ -120,9 +144,15 @@ fn proxy_forwards_delays_blackholes_and_cuts() {
     proxy.cut();
     let mut rest = Vec::new();
     let r = conn.read_to_end(&mut rest);
-    assert!(r.is_err() || rest.is_empty(), "cut connection still delivers");
+    assert!(
+        r.is_err() || rest.is_empty(),
+        "cut connection still delivers"
+    );
     // New connections are still accepted after a cut.
-    assert_eq!(roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(), b"+PONG\r\n");
+    assert_eq!(
+        roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(),
+        b"+PONG\r\n"
+    );
 }
 
 #[test]

@@ -1,0 +1,240 @@
+//! In-process backend: what the conformance suite does not cover — FIFO
+//! order, leader election, id generation, shared tables.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock_core::mem::MemProvider;
+use distlock_core::{Error, LeaseOptions, LostReason, Provider};
+use futures::StreamExt;
+
+const SLACK: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mutex_serves_waiters_in_arrival_order() {
+    let locks = MemProvider::new();
+    let lock = locks.fair_mutex("fifo").unwrap();
+    let holder = lock.lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let lock = Arc::clone(&lock);
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        // Let waiter i queue before waiter i + 1 arrives.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_try_lock_does_not_jump_the_queue() {
+    let locks = MemProvider::new();
+    let lock = locks.fair_mutex("queue").unwrap();
+    let holder = lock.lock().await.unwrap();
+    let waiting = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    holder.release().await.unwrap();
+    let next = waiting.await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_none());
+    next.release().await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn fair_and_unfair_of_one_name_are_different_locks() {
+    let locks = MemProvider::new();
+    let a = locks.mutex("same").unwrap().lock().await.unwrap();
+    let b = locks.fair_mutex("same").unwrap().try_lock().await.unwrap();
+    assert!(b.is_some());
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn shared_tables_are_shared_and_private_ones_are_not() {
+    let table = format!("t{}", test_support::unique_name("table"));
+    let a = MemProvider::shared(&table);
+    let b = MemProvider::shared(&table);
+    let private = MemProvider::new();
+    let g = a.mutex("x").unwrap().lock().await.unwrap();
+    assert!(b.mutex("x").unwrap().try_lock().await.unwrap().is_none());
+    assert!(private
+        .mutex("x")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_some());
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_has_one_leader_at_a_time_and_hands_over() {
+    let locks = MemProvider::new();
+    let election = locks.election("leader").unwrap();
+    let mut observed = election.observe();
+    assert_eq!(observed.next().await.unwrap().unwrap(), None);
+    // An observer that keeps up sees every leader in turn. (One that falls
+    // behind sees the latest leader, not each one in between.)
+    let observer = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(item) = observed.next().await {
+            match item.unwrap() {
+                Some(info) => seen.push((info.id, info.term)),
+                None if seen.len() == 3 => break,
+                None => {}
+            }
+        }
+        seen
+    });
+
+    let first = election.campaign("node-1").await.unwrap();
+    assert_eq!(first.candidate(), "node-1");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let mut campaigns = Vec::new();
+    for id in ["node-2", "node-3"] {
+        let election = Arc::clone(&election);
+        campaigns.push(tokio::spawn(
+            async move { election.campaign(id).await.unwrap() },
+        ));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(election.leader().await.unwrap().unwrap().id, "node-1");
+    let mut terms = vec![first.term()];
+    first.resign().await.unwrap();
+
+    let mut leaders = Vec::new();
+    for c in campaigns {
+        let leadership = c.await.unwrap();
+        assert!(leadership.is_leader());
+        assert_eq!(
+            election.leader().await.unwrap().unwrap().id,
+            leadership.candidate()
+        );
+        terms.push(leadership.term());
+        leaders.push(leadership.candidate().to_owned());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        leadership.resign().await.unwrap();
+    }
+    assert_eq!(
+        leaders,
+        ["node-2", "node-3"],
+        "candidates not served in order"
+    );
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "terms {terms:?}");
+
+    let seen = tokio::time::timeout(SLACK, observer)
+        .await
+        .unwrap()
+        .unwrap();
+    let expected: Vec<(String, u64)> = ["node-1", "node-2", "node-3"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .zip(terms)
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(election.leader().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_lost_when_its_lease_runs_out_and_observers_see_it() {
+    let locks = MemProvider::new();
+    let lease = LeaseOptions::manual(Duration::from_millis(300)).unwrap();
+    let election = locks.election_with("expiring", lease).unwrap();
+    let mut observed = election.observe();
+    let leader = election.campaign("short").await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(SLACK, leader.lost()).await.unwrap(),
+        LostReason::Expired
+    );
+    assert!(!leader.is_leader());
+    let mut last = None;
+    while let Ok(Some(item)) = tokio::time::timeout(SLACK, observed.next()).await {
+        last = Some(item.unwrap());
+        if last == Some(None) && !leader.is_leader() {
+            break;
+        }
+    }
+    assert_eq!(last, Some(None), "observer never saw the leader go");
+}
+
+#[tokio::test]
+async fn cancelled_campaign_withdraws() {
+    let locks = MemProvider::new();
+    let election = locks.election("withdraw").unwrap();
+    let leader = election.campaign("a").await.unwrap();
+    let r = tokio::time::timeout(Duration::from_millis(50), election.campaign("b")).await;
+    assert!(r.is_err());
+    leader.resign().await.unwrap();
+    // "b" withdrew: "c" is next, not stuck behind a ghost.
+    let c = tokio::time::timeout(SLACK, election.campaign("c"))
+        .await
+        .expect("stuck behind a cancelled candidate")
+        .unwrap();
+    assert_eq!(election.leader().await.unwrap().unwrap().id, "c");
+    c.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_candidate_ids_are_typed_errors() {
+    let locks = MemProvider::new();
+    let election = locks.election("bad").unwrap();
+    for bad in [String::new(), "a\nb".into(), "x".repeat(257)] {
+        assert!(matches!(
+            election.campaign(&bad).await,
+            Err(Error::InvalidOptions(_))
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_unique_and_increasing_per_generator() {
+    for block in [1, 100] {
+        let locks = MemProvider::new();
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let ids = locks.id_generator("ids", block).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut got = Vec::with_capacity(1000);
+                for _ in 0..1000 {
+                    got.push(ids.next().await.unwrap());
+                }
+                got
+            }));
+        }
+        let mut all = HashSet::new();
+        for t in tasks {
+            let got = t.await.unwrap();
+            assert!(
+                got.windows(2).all(|w| w[0] < w[1]),
+                "block {block}: not increasing"
+            );
+            assert!(got.iter().all(|id| *id >= 1));
+            for id in got {
+                assert!(all.insert(id), "block {block}: id {id} handed out twice");
+            }
+        }
+        assert_eq!(all.len(), 8000);
+    }
+}
+
+#[test]
+fn acquiring_outside_a_runtime_is_an_error() {
+    let locks = MemProvider::new();
+    let lock = locks.mutex("no-runtime").unwrap();
+    let r = futures::executor::block_on(lock.try_lock());
+    assert!(matches!(r, Err(Error::NoRuntime)));
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the servers the tests start: Debian's redis-server and zookeeper
+# (ZooKeeper runs on the machine's Java 17). Idempotent; needs root for apt-get.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+[ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-servers: redis-server, zookeeper and java are present"
+    exit 0
+fi
+
+echo "install-servers: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The redis-server package may start a system service on 6379; the tests
+# start their own servers on free ports and do not use it.
+command -v redis-server >/dev/null
+[ -f /usr/share/java/zookeeper.jar ]
+echo "install-servers: done"
