@@ -39,6 +39,15 @@ pub enum Error {
     #[error("unsupported backend: {0}")]
     UnsupportedBackend(String),
 
+    /// The backend does not offer this primitive or option (yet).
+    #[error("{backend} does not support {what}")]
+    Unsupported {
+        /// The backend (`"redis"`, `"zookeeper"`, ...).
+        backend: &'static str,
+        /// What it does not support.
+        what: &'static str,
+    },
+
     /// The lease is not held (any more): it was released, expired, or taken
     /// over by another holder. Nothing was changed on the server.
     #[error("lease on {name:?} is not held")]

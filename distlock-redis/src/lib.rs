@@ -1,37 +1,111 @@
-//! Redis backend of distlock.
+//! Redis backend of [distlock](https://docs.rs/distlock): the lock of
+//! `SET key token NX PX ttl` done right.
 //!
-//! This crate pins the `redis` and `deadpool-redis` versions the workspace
-//! builds with and re-exports them, so users name the client's types without
-//! a second copy. The Redis recipes (SET NX PX + fencing script, watchdog,
-//! pub/sub waiting, pool and Cluster, id generator) are not in this release
-//! yet; [`connect`] says so with a typed error.
+//! ```no_run
+//! use std::time::Duration;
+//! use distlock_redis::{RedisProvider, distlock_core::Provider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! let locks = RedisProvider::connect("redis://127.0.0.1:6379").await?;
+//! let mutex = locks.mutex("orders/42")?;
+//! if let Some(guard) = mutex.lock_timeout(Duration::from_secs(5)).await? {
+//!     println!("fencing token {}", guard.fencing_token());
+//!     guard.release().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # The recipe
+//!
+//! * **Acquire**: one Lua script runs `SET key token NX PX ttl` and, on
+//!   success, `INCR` of the lock's fencing counter, returning the fencing
+//!   token; otherwise it returns the holder's remaining `PTTL`. The token is
+//!   128 random bits, unique per acquisition, never logged.
+//! * **Release**: compare-and-delete (only our token), then `PUBLISH` on the
+//!   lock's channel. **Extend**: compare-and-`PEXPIRE`. Both have redis-py's
+//!   `Lock` semantics. Scripts run by `EVALSHA`, loaded on `NOSCRIPT`.
+//! * **Watchdog**: the core watchdog renews at TTL/3 while the guard lives;
+//!   a renewal that finds another owner fires `lost()`.
+//! * **Waiting without polling**: one shared pub/sub connection per provider
+//!   wakes waiters on the release message; waiters also re-check when the
+//!   holder's `PTTL` runs out and every re-check interval (500 ms by
+//!   default), so an expiry or a release by a client that does not publish
+//!   is noticed. A cancelled or failed acquisition deletes a key it may have
+//!   set (compare-and-delete, so never someone else's).
+//!
+//! # Keys
+//!
+//! | key | what |
+//! |---|---|
+//! | `PREFIX NAME` | the lock: value = owner token, TTL = lease |
+//! | `{PREFIX NAME}:fence` | fencing counter (`INCR`) |
+//! | `{PREFIX NAME}:released` | pub/sub channel of release messages |
+//! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
+//!
+//! The prefix is empty by default, so the lock key is the name itself.
+//! Auxiliary keys wrap the lock key in a hash tag, so in Redis Cluster they
+//! share its slot (names and prefixes never contain braces).
+//!
+//! # Working with redis-py
+//!
+//! A distlock mutex and a redis-py `Lock` on the same key (`Lock(r,
+//! "PREFIX NAME")`) exclude each other both ways: both take the key with
+//! `SET NX PX` and release or extend only with their own token. redis-py does
+//! not publish on release, so a distlock waiter notices a redis-py release at
+//! its next re-check, within one re-check interval. redis-py's lock carries
+//! no fencing token.
+//!
+//! # Fencing tokens and persistence
+//!
+//! Fencing tokens come from the `{…}:fence` counter. A Redis without
+//! persistence loses the counter when it restarts, and tokens start again at
+//! 1: a resource that remembers a higher token then rejects every new holder
+//! until the counter passes it. Keep the counter with `appendonly yes`
+//! (`appendfsync everysec` can still lose the last second; `always` cannot).
+//! The same holds for failover to a replica that had not received the last
+//! `INCR`. Without persistence, the lock itself is also lost on restart (any
+//! client can then take it while the old holder still works; its `lost()`
+//! fires at its next renewal).
+//!
+//! # Feature flags
+//!
+//! * `cluster` — [`RedisProvider::connect_cluster`] for Redis Cluster.
+//! * `tls` — `rediss://` URLs, through rustls with the webpki roots.
 //!
 //! # Supported Rust versions
 //!
 //! Rust 1.88 or later.
 
+mod conn;
+mod error;
+mod ids;
+mod mutex;
+mod options;
+mod provider;
+mod scripts;
+mod subscriber;
+
+use std::sync::Arc;
+
 pub use deadpool_redis;
 pub use distlock_core;
 pub use redis;
 
-use std::sync::Arc;
+pub use options::RedisOptions;
+pub use provider::RedisProvider;
 
-use distlock_core::{Error, Provider, Result};
+use distlock_core::{Provider, Result};
 
-/// Connects to Redis at `url`.
+/// Connects to Redis at `url` and returns the provider as a trait object
+/// (what `distlock::connect` does for `redis://` and `rediss://`).
 ///
 /// # Errors
 ///
-/// Always [`Error::UnsupportedBackend`] in this release: the Redis recipes
-/// are not built yet.
+/// As [`RedisProvider::connect`].
 ///
 /// # Cancellation safety
 ///
-/// Cancellation safe: it opens nothing.
-#[allow(clippy::unused_async)]
+/// Cancellation safe: a dropped connect leaves no connection open.
 pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
-    let _ = url;
-    Err(Error::UnsupportedBackend(
-        "the Redis recipes are not in this release of distlock-redis yet".into(),
-    ))
+    Ok(Arc::new(RedisProvider::connect(url).await?))
 }

@@ -167,3 +167,12 @@ fn spawn(binary: &PathBuf, dir: &TempDir, port: u16, extra: &[String]) -> Proc {
         .args(extra);
     Proc::spawn(cmd, &dir.path().join("redis.log")).expect("spawn redis-server")
 }
+
+/// One `redis-server` shared by every test of a test binary (killed when the
+/// binary exits). Tests sharing it use [`unique_name`](crate::unique_name)
+/// prefixes.
+#[must_use]
+pub fn shared() -> &'static RedisServer {
+    static SERVER: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}

@@ -91,6 +91,51 @@ pub(crate) struct Proc {
     child: Option<Child>,
 }
 
+type SpawnRequest = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns every server from one thread that lives as long as the test
+/// process, each child with `PR_SET_PDEATHSIG = SIGKILL`: the kernel kills
+/// the servers when the test process ends, even a server kept in a `static`
+/// and shared by a whole test binary (whose destructor never runs). The
+/// signal follows the *thread* that forked, hence the one long-lived thread.
+fn spawn_from_keeper_thread(cmd: Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    use std::sync::{mpsc, Mutex, OnceLock};
+
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("distlock-test-servers".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    // SAFETY: prctl is async-signal-safe and touches no memory
+                    // of the parent; it runs in the child between fork and exec.
+                    unsafe {
+                        cmd.pre_exec(|| {
+                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("server keeper thread");
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    keeper
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("server keeper thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("server keeper thread is gone"))?
+}
+
 impl Proc {
     pub(crate) fn spawn(mut cmd: Command, log: &Path) -> std::io::Result<Proc> {
         let out = std::fs::File::create(log)?;
@@ -99,7 +144,7 @@ impl Proc {
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
         Ok(Proc {
-            child: Some(cmd.spawn()?),
+            child: Some(spawn_from_keeper_thread(cmd)?),
         })
     }
 

@@ -1,0 +1,38 @@
+//! Mapping of the Redis client's errors onto distlock's.
+
+use std::time::Duration;
+
+use distlock_core::Error;
+use redis::RedisError;
+
+/// Maps a client error of `operation` (which had `timeout` to answer).
+pub(crate) fn map(operation: &'static str, timeout: Duration, e: RedisError) -> Error {
+    if e.is_timeout() {
+        return Error::Timeout {
+            operation,
+            after: timeout,
+        };
+    }
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_cluster_error()
+    {
+        return Error::connection("redis", e);
+    }
+    Error::server("redis", e)
+}
+
+/// Maps a pool checkout error.
+pub(crate) fn map_pool(timeout: Duration, e: deadpool_redis::PoolError) -> Error {
+    use deadpool_redis::PoolError;
+    match e {
+        PoolError::Backend(e) => map("connect", timeout, e),
+        PoolError::Timeout(_) => Error::Timeout {
+            operation: "pool checkout",
+            after: timeout,
+        },
+        PoolError::Closed => Error::Closed,
+        other => Error::connection("redis", other),
+    }
+}

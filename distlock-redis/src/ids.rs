@@ -1,0 +1,48 @@
+//! The Redis id counter: `INCRBY` on `{prefix + name}:ids`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{Error, IdSource, Name, Result};
+
+use crate::conn::Conn;
+use crate::error::map;
+
+/// The counter behind a Redis id generator.
+pub(crate) struct RedisIds {
+    pub(crate) conn: Conn,
+    pub(crate) name: Name,
+    pub(crate) key: String,
+    pub(crate) timeout: Duration,
+}
+
+#[async_trait]
+impl IdSource for RedisIds {
+    async fn reserve(&self, n: u64) -> Result<u64> {
+        let exhausted = || Error::Exhausted {
+            name: self.name.to_string(),
+        };
+        // Redis counters are signed 64-bit: ids end at i64::MAX.
+        let n = i64::try_from(n).map_err(|_| exhausted())?;
+        let reply: redis::RedisResult<i64> = self
+            .conn
+            .query(self.timeout, redis::cmd("INCRBY").arg(&self.key).arg(n))
+            .await?;
+        match reply {
+            Ok(last) => u64::try_from(last).map_err(|_| Error::Conflict {
+                what: format!("redis key {:?}", self.key),
+                expected: "id counter (it is negative)",
+            }),
+            Err(e) if e.code() == Some("WRONGTYPE") => Err(Error::Conflict {
+                what: format!("redis key {:?}", self.key),
+                expected: "id counter (a string key)",
+            }),
+            Err(e) if e.to_string().contains("would overflow") => Err(exhausted()),
+            Err(e) if e.to_string().contains("not an integer") => Err(Error::Conflict {
+                what: format!("redis key {:?}", self.key),
+                expected: "id counter (an integer)",
+            }),
+            Err(e) => Err(map("incrby", self.timeout, e)),
+        }
+    }
+}

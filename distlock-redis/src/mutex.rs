@@ -1,0 +1,299 @@
+//! The Redis mutex: `SET NX PX` with a fencing `INCR`, compare-and-delete
+//! release with `PUBLISH`, compare-and-`PEXPIRE` renewal, waiting on the
+//! shared subscriber.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    Error, GuardParts, LeaseBackend, LeaseOptions, LeaseSignal, Lock, LockGuard, Name, Result,
+    Wait,
+};
+use tokio::time::{sleep_until, Instant};
+
+use crate::provider::Shared;
+use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
+
+/// The keys of one lock: all in the lock key's Cluster slot.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    /// prefix + name, exactly (what redis-py's `Lock(name)` uses).
+    pub(crate) lock: String,
+    /// `{lock}:fence`, the fencing counter.
+    pub(crate) fence: String,
+    /// `{lock}:released`, the release channel.
+    pub(crate) channel: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, name: &Name) -> Keys {
+        let lock = format!("{prefix}{name}");
+        Keys {
+            fence: format!("{{{lock}}}:fence"),
+            channel: format!("{{{lock}}}:released"),
+            lock,
+        }
+    }
+}
+
+/// A Redis mutex (unfair: whoever asks first after a release wins).
+pub(crate) struct RedisMutex {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Name,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) lease: LeaseOptions,
+}
+
+impl fmt::Debug for RedisMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisMutex")
+            .field("name", &self.name)
+            .field("key", &self.keys.lock)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Attempt {
+    Acquired(u64),
+    /// Held by someone else, who has this long left (`None`: no TTL).
+    Held(Option<Duration>),
+}
+
+/// 128 random bits as 32 hex digits (the shape of redis-py's tokens).
+fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Releases a lock that may have been set for `token` when an acquisition is
+/// cancelled or fails mid-flight, unless disarmed.
+struct Pending {
+    lease: Option<Arc<RedisLease>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    // Compare-and-delete: a no-op unless our SET landed.
+                    let _ = lease.release().await;
+                });
+            }
+        }
+    }
+}
+
+impl RedisMutex {
+    async fn attempt(&self, token: &str) -> Result<Attempt> {
+        let shared = &self.shared;
+        let (status, value): (i64, i64) = shared
+            .conn
+            .script(
+                "acquire",
+                shared.options.response_timeout,
+                ACQUIRE
+                    .key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .arg(token)
+                    .arg(self.lease.ttl_millis()),
+            )
+            .await?;
+        match status {
+            1 => u64::try_from(value)
+                .map(Attempt::Acquired)
+                .map_err(|_| self.conflict(&self.keys.fence, "fencing counter")),
+            0 => Ok(Attempt::Held(
+                u64::try_from(value).ok().map(Duration::from_millis),
+            )),
+            -1 => Err(self.conflict(&self.keys.lock, "lock (a string key)")),
+            _ => Err(self.conflict(&self.keys.fence, "fencing counter")),
+        }
+    }
+
+    fn conflict(&self, key: &str, expected: &'static str) -> Error {
+        Error::Conflict {
+            what: format!("redis key {key:?}"),
+            expected,
+        }
+    }
+}
+
+#[async_trait]
+impl Lock for RedisMutex {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let deadline = wait.deadline();
+        let lease = Arc::new(RedisLease {
+            shared: Arc::clone(&self.shared),
+            keys: Arc::clone(&self.keys),
+            token: new_token(),
+            name: self.name.clone(),
+        });
+        let waited = Instant::now();
+        let mut subscription = None;
+        loop {
+            let started = Instant::now();
+            let mut pending = Pending {
+                lease: Some(Arc::clone(&lease)),
+            };
+            let attempt = self.attempt(&lease.token).await?;
+            pending.lease = None;
+            let remaining = match attempt {
+                Attempt::Acquired(token) => {
+                    tracing::debug!(
+                        name = %self.name,
+                        token,
+                        waited_us = waited.elapsed().as_micros(),
+                        "distlock redis lock acquired"
+                    );
+                    let parts = GuardParts {
+                        name: self.name.clone(),
+                        fencing_token: token,
+                        signal: LeaseSignal::new(),
+                        lease: Some(self.lease),
+                        acquired_at: started,
+                    };
+                    let guard = LockGuard::new(parts, Arc::clone(&lease) as Arc<dyn LeaseBackend>);
+                    if guard.is_err() {
+                        // Cannot happen (the runtime was checked); never leak.
+                        drop(Pending { lease: Some(lease) });
+                    }
+                    return guard.map(Some);
+                }
+                Attempt::Held(remaining) => remaining,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            if subscription.is_none() {
+                // Subscribe, then try again at once: a release between the
+                // attempt and the subscription is not missed.
+                subscription = Some(
+                    self.shared
+                        .subscriber
+                        .subscribe(self.keys.channel.clone())
+                        .await,
+                );
+                continue;
+            }
+            let mut wake = now + self.shared.options.recheck_interval;
+            if let Some(left) = remaining {
+                wake = wake.min(now + left + Duration::from_millis(1));
+            }
+            if let Some(d) = deadline {
+                wake = wake.min(d);
+            }
+            if let Some(sub) = &mut subscription {
+                tokio::select! {
+                    () = sub.changed() => {}
+                    () = sleep_until(wake) => {}
+                }
+            }
+        }
+    }
+}
+
+/// One held Redis lease: the lock key and our token.
+pub(crate) struct RedisLease {
+    shared: Arc<Shared>,
+    keys: Arc<Keys>,
+    token: String,
+    name: Name,
+}
+
+#[async_trait]
+impl LeaseBackend for RedisLease {
+    async fn renew(&self, ttl: Duration) -> Result<()> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let extended: i64 = self
+            .shared
+            .conn
+            .script(
+                "extend",
+                self.shared.options.response_timeout,
+                EXTEND.key(&self.keys.lock).arg(&self.token).arg(ms),
+            )
+            .await?;
+        if extended == 1 {
+            Ok(())
+        } else {
+            Err(Error::not_held(self.name.as_str()))
+        }
+    }
+
+    async fn release(&self) -> Result<()> {
+        let released: i64 = self
+            .shared
+            .conn
+            .script(
+                "release",
+                self.shared.options.response_timeout,
+                RELEASE
+                    .key(&self.keys.lock)
+                    .arg(&self.token)
+                    .arg(&self.keys.channel),
+            )
+            .await?;
+        if released == 1 {
+            Ok(())
+        } else {
+            Err(Error::not_held(self.name.as_str()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_lock_keys_slot_and_lock_key_is_prefix_plus_name() {
+        let k = Keys::new("app:", &Name::new("orders/42").unwrap());
+        assert_eq!(k.lock, "app:orders/42");
+        assert_eq!(k.fence, "{app:orders/42}:fence");
+        assert_eq!(k.channel, "{app:orders/42}:released");
+        assert_eq!(slot(&k.lock), slot(&k.fence));
+        assert_eq!(slot(&k.lock), slot(&k.channel));
+        // The reference value of the Redis Cluster spec: "123456789" -> 0x31C3.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    /// CRC16/XMODEM as Redis Cluster computes it.
+    fn crc16(data: &[u8]) -> u16 {
+        let mut crc: u16 = 0;
+        for byte in data {
+            crc ^= u16::from(*byte) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            }
+        }
+        crc
+    }
+
+    /// The key's slot, honouring a `{hash tag}`.
+    fn slot(key: &str) -> u16 {
+        let hashed = key
+            .find('{')
+            .and_then(|open| {
+                let close = key[open + 1..].find('}')? + open + 1;
+                (close > open + 1).then(|| &key[open + 1..close])
+            })
+            .unwrap_or(key);
+        crc16(hashed.as_bytes()) % 16384
+    }
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_unique() {
+        let a = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, new_token());
+    }
+}

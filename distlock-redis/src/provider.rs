@@ -1,0 +1,248 @@
+//! The Redis provider: connections, the shared subscriber, and the
+//! primitives it hands out.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use distlock_core::{
+    BlockIds, Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, Result,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::conn::Conn;
+use crate::error::map;
+use crate::ids::RedisIds;
+use crate::mutex::{Keys, RedisMutex};
+use crate::options::RedisOptions;
+use crate::subscriber::Subscriber;
+
+/// What every primitive of one provider shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) conn: Conn,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) options: RedisOptions,
+}
+
+/// A connected Redis backend.
+///
+/// Cheap to clone: clones share the connection (or pool) and the pub/sub
+/// subscriber. Two providers made by separate `connect` calls are separate
+/// clients.
+#[derive(Clone)]
+pub struct RedisProvider {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for RedisProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisProvider")
+            .field("conn", &self.shared.conn)
+            .field("prefix", &self.shared.options.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_client(url: &str) -> Result<redis::Client> {
+    redis::Client::open(url).map_err(|e| Error::InvalidUrl(format!("{e}")))
+}
+
+impl RedisProvider {
+    /// Connects to `url` (`redis://[user:password@]host:port[/db][?options]`,
+    /// `rediss://…` with the `tls` feature), with options from the URL's
+    /// query (see [`RedisOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] / [`Error::InvalidOptions`] for a bad URL or
+    /// option; [`Error::Connection`] or [`Error::Timeout`] when the server
+    /// cannot be reached within the connect timeout.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a dropped connect leaves no connection open.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, RedisOptions::new()).await
+    }
+
+    /// Connects with `options`; the URL's query may still override them.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisProvider::connect`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`RedisProvider::connect`].
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let (url, options) = options.from_url(url)?;
+        options.validate()?;
+        let client = open_client(&url)?;
+        let timeout = options.connect_timeout;
+        let conn = match options.pool_size {
+            None => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(options.connect_timeout))
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(std::time::Duration::from_millis(10))
+                    .set_max_delay(std::time::Duration::from_millis(500));
+                let manager =
+                    tokio::time::timeout(timeout, ConnectionManager::new_with_config(client.clone(), config))
+                        .await
+                        .map_err(|_| Error::Timeout {
+                            operation: "connect",
+                            after: timeout,
+                        })?
+                        .map_err(|e| map("connect", timeout, e))?;
+                Conn::Single(manager)
+            }
+            Some(size) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(options.connect_timeout))
+                    .set_response_timeout(Some(options.response_timeout));
+                let manager = deadpool_redis::Manager::new_with_config(url.as_str(), config)
+                    .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+                let pool = deadpool_redis::Pool::builder(manager)
+                    .max_size(size)
+                    .wait_timeout(Some(options.connect_timeout))
+                    .create_timeout(Some(options.connect_timeout))
+                    .recycle_timeout(Some(options.response_timeout))
+                    .runtime(deadpool_redis::Runtime::Tokio1)
+                    .build()
+                    .map_err(|e| Error::InvalidOptions(e.to_string()))?;
+                // Fail now, not at the first lock, if the server is not there.
+                drop(pool.get().await.map_err(|e| crate::error::map_pool(timeout, e))?);
+                Conn::Pool(pool)
+            }
+        };
+        Ok(Self::from_parts(conn, client, options))
+    }
+
+    /// Connects to a Redis Cluster through any of its `nodes`
+    /// (`redis://host:port` each). A lock's keys all live in its lock key's
+    /// slot; release messages use classic pub/sub, which the cluster
+    /// broadcasts to every node.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisProvider::connect`]; [`Error::InvalidUrl`] for no nodes.
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`RedisProvider::connect`].
+    #[cfg(feature = "cluster")]
+    pub async fn connect_cluster(nodes: &[&str], options: RedisOptions) -> Result<Self> {
+        options.validate()?;
+        let first = nodes
+            .first()
+            .ok_or_else(|| Error::InvalidUrl("a cluster needs at least one node".into()))?;
+        let subscriber_client = open_client(first)?;
+        let timeout = options.connect_timeout;
+        let cluster = redis::cluster::ClusterClient::builder(nodes.iter().copied())
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.response_timeout)
+            .retries(2)
+            .build()
+            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+        let conn = tokio::time::timeout(timeout, cluster.get_async_connection())
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "connect",
+                after: timeout,
+            })?
+            .map_err(|e| map("connect", timeout, e))?;
+        Ok(Self::from_parts(Conn::Cluster(conn), subscriber_client, options))
+    }
+
+    fn from_parts(conn: Conn, client: redis::Client, options: RedisOptions) -> Self {
+        let subscriber = Subscriber::spawn(client, options.response_timeout.max(options.connect_timeout));
+        RedisProvider {
+            shared: Arc::new(Shared {
+                conn,
+                subscriber,
+                options,
+            }),
+        }
+    }
+
+    /// The options in force.
+    #[must_use]
+    pub fn options(&self) -> &RedisOptions {
+        &self.shared.options
+    }
+
+    /// The Redis key of the lock `name`: the prefix followed by the name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name.
+    pub fn lock_key(&self, name: &str) -> Result<String> {
+        Ok(Keys::new(&self.shared.options.prefix, &Name::new(name)?).lock)
+    }
+
+    /// Release messages the shared subscriber has delivered to waiters so
+    /// far (for benches and tests: one per wake-up of a name's waiters).
+    #[must_use]
+    pub fn wakeups(&self) -> u64 {
+        self.shared.subscriber.stats.messages.load(Ordering::Relaxed)
+    }
+
+    /// Pub/sub connections the shared subscriber has opened so far.
+    #[must_use]
+    pub fn subscriber_connections(&self) -> u64 {
+        self.shared
+            .subscriber
+            .stats
+            .connections
+            .load(Ordering::Relaxed)
+    }
+}
+
+impl Provider for RedisProvider {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn default_lease(&self) -> LeaseOptions {
+        self.shared.options.lease
+    }
+
+    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        let name = Name::new(name)?;
+        Ok(Arc::new(RedisMutex {
+            shared: Arc::clone(&self.shared),
+            keys: Arc::new(Keys::new(&self.shared.options.prefix, &name)),
+            name,
+            lease,
+        }))
+    }
+
+    fn fair_mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        Name::new(name)?;
+        Err(Error::Unsupported {
+            backend: "redis",
+            what: "the fair mutex yet (use mutex, or the ZooKeeper or in-process fair mutex)",
+        })
+    }
+
+    fn election_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        Name::new(name)?;
+        Err(Error::Unsupported {
+            backend: "redis",
+            what: "leader election yet (use the ZooKeeper or in-process election)",
+        })
+    }
+
+    fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
+        let name = Name::new(name)?;
+        let source = RedisIds {
+            conn: self.shared.conn.clone(),
+            key: format!("{{{}{name}}}:ids", self.shared.options.prefix),
+            name: name.clone(),
+            timeout: self.shared.options.response_timeout,
+        };
+        Ok(Arc::new(BlockIds::new(name, source, block_size)?))
+    }
+}

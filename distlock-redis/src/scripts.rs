@@ -1,0 +1,13 @@
+//! The Lua scripts, kept in `.lua` files and run by EVALSHA (loaded on
+//! NOSCRIPT by the client).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));

@@ -1,0 +1,9 @@
+-- Extend a distlock mutex: set its TTL only if it still holds our token
+-- (redis-py's LUA_EXTEND_SCRIPT semantics with replace_ttl).
+-- KEYS[1] lock key; ARGV[1] owner token, ARGV[2] new TTL in milliseconds
+-- Returns 1 when extended, 0 when the lock is not ours (nothing changed).
+local value = redis.pcall('GET', KEYS[1])
+if value ~= ARGV[1] then
+  return 0
+end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])

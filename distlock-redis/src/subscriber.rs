@@ -1,0 +1,261 @@
+//! One shared pub/sub connection per provider, waking waiters on release
+//! messages.
+//!
+//! A single actor task owns the connection and a reference count per channel:
+//! the first waiter on a lock subscribes to its channel, the last one to leave
+//! unsubscribes. When the connection drops, every waiter is woken to re-check
+//! (a message may have been missed) and the actor reconnects and resubscribes
+//! while anyone waits. Waiters never depend on it alone: they also re-check at
+//! the holder's expiry and at a bounded interval.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+enum Command {
+    Subscribe {
+        channel: String,
+        reply: oneshot::Sender<watch::Receiver<u64>>,
+    },
+    Unsubscribe(String),
+}
+
+/// Counters for tests and benches.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Release messages delivered to at least one waiter.
+    pub(crate) messages: AtomicU64,
+    /// Pub/sub connections opened.
+    pub(crate) connections: AtomicU64,
+}
+
+/// The handle waiters use; cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Subscriber {
+    tx: mpsc::UnboundedSender<Command>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// A waiter's interest in one channel; unsubscribes when dropped.
+pub(crate) struct Subscription {
+    channel: String,
+    rx: Option<watch::Receiver<u64>>,
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl Subscription {
+    /// Resolves at the next message on the channel (or reconnect); pends
+    /// forever if the subscriber is gone, leaving waiters to their timers.
+    pub(crate) async fn changed(&mut self) {
+        let alive = match &mut self.rx {
+            Some(rx) => rx.changed().await.is_ok(),
+            None => false,
+        };
+        if !alive {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.rx.is_some() {
+            let _ = self
+                .tx
+                .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
+        }
+    }
+}
+
+impl Subscriber {
+    /// Starts the actor on the current runtime. It ends when every handle is
+    /// dropped.
+    pub(crate) fn spawn(client: redis::Client, timeout: Duration) -> Subscriber {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(Stats::default());
+        tokio::spawn(run(client, timeout, rx, Arc::clone(&stats)));
+        Subscriber { tx, stats }
+    }
+
+    /// Registers interest in `channel`; returns once the server confirmed the
+    /// subscription (or the attempt failed: the waiter then relies on its
+    /// timers).
+    pub(crate) async fn subscribe(&self, channel: String) -> Subscription {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(Command::Subscribe {
+            channel: channel.clone(),
+            reply,
+        });
+        let rx = match sent {
+            Ok(()) => answer.await.ok(),
+            Err(_) => None,
+        };
+        Subscription {
+            channel,
+            rx,
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+struct Channel {
+    refs: usize,
+    wake: watch::Sender<u64>,
+}
+
+struct Actor {
+    client: redis::Client,
+    timeout: Duration,
+    channels: HashMap<String, Channel>,
+    conn: Option<(PubSubSink, PubSubStream)>,
+    stats: Arc<Stats>,
+}
+
+impl Actor {
+    fn wake_all(&self) {
+        for ch in self.channels.values() {
+            ch.wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    /// Opens the connection and subscribes to every channel in use.
+    async fn connect(&mut self) -> bool {
+        let opened = tokio::time::timeout(self.timeout, async {
+            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            let names: Vec<&String> = self.channels.keys().collect();
+            if !names.is_empty() {
+                sink.subscribe(names).await?;
+            }
+            Ok::<_, redis::RedisError>((sink, stream))
+        })
+        .await;
+        match opened {
+            Ok(Ok(conn)) => {
+                self.stats.connections.fetch_add(1, Ordering::Relaxed);
+                self.conn = Some(conn);
+                // Messages sent while we were away are lost: re-check.
+                self.wake_all();
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "distlock redis subscriber cannot connect");
+                false
+            }
+            Err(_) => {
+                tracing::debug!("distlock redis subscriber connect timed out");
+                false
+            }
+        }
+    }
+
+    fn disconnect(&mut self) {
+        if self.conn.take().is_some() {
+            tracing::debug!("distlock redis subscriber lost its connection");
+        }
+        self.wake_all();
+    }
+
+    async fn subscribe(&mut self, channel: String) -> watch::Receiver<u64> {
+        let entry = self.channels.entry(channel.clone()).or_insert_with(|| Channel {
+            refs: 0,
+            wake: watch::Sender::new(0),
+        });
+        entry.refs += 1;
+        let rx = entry.wake.subscribe();
+        if entry.refs > 1 {
+            return rx;
+        }
+        if self.conn.is_none() {
+            // Connecting subscribes every channel, this one included.
+            self.connect().await;
+            return rx;
+        }
+        if let Some((sink, _)) = &mut self.conn {
+            let ok = tokio::time::timeout(self.timeout, sink.subscribe(&channel)).await;
+            if !matches!(ok, Ok(Ok(()))) {
+                self.disconnect();
+            }
+        }
+        rx
+    }
+
+    async fn unsubscribe(&mut self, channel: String) {
+        let Some(entry) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        entry.refs -= 1;
+        if entry.refs > 0 {
+            return;
+        }
+        self.channels.remove(&channel);
+        if let Some((sink, _)) = &mut self.conn {
+            let ok = tokio::time::timeout(self.timeout, sink.unsubscribe(&channel)).await;
+            if !matches!(ok, Ok(Ok(()))) {
+                self.disconnect();
+            }
+        }
+        if self.channels.is_empty() {
+            // Nobody waits: close the connection until someone does.
+            self.conn = None;
+        }
+    }
+
+    fn deliver(&self, msg: &redis::Msg) {
+        if let Some(ch) = self.channels.get(msg.get_channel_name()) {
+            self.stats.messages.fetch_add(1, Ordering::Relaxed);
+            ch.wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+}
+
+async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<redis::Msg> {
+    match conn {
+        Some((_, stream)) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run(
+    client: redis::Client,
+    timeout: Duration,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    stats: Arc<Stats>,
+) {
+    let mut actor = Actor {
+        client,
+        timeout,
+        channels: HashMap::new(),
+        conn: None,
+        stats,
+    };
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let reconnect = actor.conn.is_none() && !actor.channels.is_empty();
+        tokio::select! {
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Subscribe { channel, reply }) => {
+                    let rx = actor.subscribe(channel).await;
+                    let _ = reply.send(rx);
+                }
+                Some(Command::Unsubscribe(channel)) => actor.unsubscribe(channel).await,
+            },
+            msg = next_message(&mut actor.conn) => match msg {
+                Some(msg) => actor.deliver(&msg),
+                None => actor.disconnect(),
+            },
+            () = tokio::time::sleep(backoff), if reconnect => {
+                if actor.connect().await {
+                    backoff = Duration::from_millis(50);
+                } else {
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
