@@ -10,6 +10,12 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 [ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 
+# Peers for interop tests: redis-py.
+if ! python3 -c 'import redis' >/dev/null 2>&1; then
+    echo "install-servers: installing the python package redis (redis-py, interop peer)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'redis>=5'
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-servers: redis-server, zookeeper and java are present"
     exit 0

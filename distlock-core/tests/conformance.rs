@@ -1,4 +1,6 @@
 //! The conformance suite on the in-process backend: unfair and fair mutex.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 

@@ -1,5 +1,7 @@
 //! In-process backend: what the conformance suite does not cover — FIFO
 //! order, leader election, id generation, shared tables.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -97,15 +97,51 @@ pub use provider::RedisProvider;
 use distlock_core::{Provider, Result};
 
 /// Connects to Redis at `url` and returns the provider as a trait object
-/// (what `distlock::connect` does for `redis://` and `rediss://`).
+/// (what `distlock::connect` does for `redis://`, `rediss://` and
+/// `redis+cluster://`).
+///
+/// `redis+cluster://[user:password@]host:port,host:port[?options]` names the
+/// seed nodes of a Redis Cluster (feature `cluster`).
 ///
 /// # Errors
 ///
-/// As [`RedisProvider::connect`].
+/// As [`RedisProvider::connect`]; [`Error::UnsupportedBackend`] for a
+/// cluster URL without the `cluster` feature.
 ///
 /// # Cancellation safety
 ///
 /// Cancellation safe: a dropped connect leaves no connection open.
 pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
+    if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        return connect_cluster_url(rest).await;
+    }
     Ok(Arc::new(RedisProvider::connect(url).await?))
+}
+
+#[cfg(feature = "cluster")]
+async fn connect_cluster_url(rest: &str) -> Result<Arc<dyn Provider>> {
+    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (auth, hosts) = match hosts.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), hosts),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    let (_, options) = RedisOptions::new().from_url(&format!("redis://x?{query}"))?;
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{auth}{h}"))
+        .collect();
+    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    Ok(Arc::new(
+        RedisProvider::connect_cluster(&nodes, options).await?,
+    ))
+}
+
+#[cfg(not(feature = "cluster"))]
+#[allow(clippy::unused_async)]
+async fn connect_cluster_url(_rest: &str) -> Result<Arc<dyn Provider>> {
+    Err(distlock_core::Error::UnsupportedBackend(
+        "redis+cluster:// needs the `cluster` feature of distlock-redis".into(),
+    ))
 }

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Error, GuardParts, LeaseBackend, LeaseOptions, LeaseSignal, Lock, LockGuard, Name, Result,
-    Wait,
+    Error, GuardParts, LeaseBackend, LeaseOptions, LeaseSignal, Lock, LockGuard, Name, Result, Wait,
 };
 use tokio::time::{sleep_until, Instant};
 
@@ -271,7 +270,11 @@ mod tests {
         for byte in data {
             crc ^= u16::from(*byte) << 8;
             for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
             }
         }
         crc

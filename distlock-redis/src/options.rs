@@ -176,7 +176,9 @@ mod tests {
     #[test]
     fn url_query_sets_options_and_keeps_the_rest() {
         let (url, o) = RedisOptions::new()
-            .from_url("redis://u:p@127.0.0.1:6379/2?prefix=app:&pool_size=4&protocol=resp3&recheck_ms=50")
+            .from_url(
+                "redis://u:p@127.0.0.1:6379/2?prefix=app:&pool_size=4&protocol=resp3&recheck_ms=50",
+            )
             .unwrap();
         assert_eq!(url, "redis://u:p@127.0.0.1:6379/2?protocol=resp3");
         assert_eq!(o.prefix, "app:");

@@ -88,14 +88,16 @@ impl RedisProvider {
                     .set_number_of_retries(2)
                     .set_min_delay(std::time::Duration::from_millis(10))
                     .set_max_delay(std::time::Duration::from_millis(500));
-                let manager =
-                    tokio::time::timeout(timeout, ConnectionManager::new_with_config(client.clone(), config))
-                        .await
-                        .map_err(|_| Error::Timeout {
-                            operation: "connect",
-                            after: timeout,
-                        })?
-                        .map_err(|e| map("connect", timeout, e))?;
+                let manager = tokio::time::timeout(
+                    timeout,
+                    ConnectionManager::new_with_config(client.clone(), config),
+                )
+                .await
+                .map_err(|_| Error::Timeout {
+                    operation: "connect",
+                    after: timeout,
+                })?
+                .map_err(|e| map("connect", timeout, e))?;
                 Conn::Single(manager)
             }
             Some(size) => {
@@ -113,7 +115,11 @@ impl RedisProvider {
                     .build()
                     .map_err(|e| Error::InvalidOptions(e.to_string()))?;
                 // Fail now, not at the first lock, if the server is not there.
-                drop(pool.get().await.map_err(|e| crate::error::map_pool(timeout, e))?);
+                drop(
+                    pool.get()
+                        .await
+                        .map_err(|e| crate::error::map_pool(timeout, e))?,
+                );
                 Conn::Pool(pool)
             }
         };
@@ -153,11 +159,18 @@ impl RedisProvider {
                 after: timeout,
             })?
             .map_err(|e| map("connect", timeout, e))?;
-        Ok(Self::from_parts(Conn::Cluster(conn), subscriber_client, options))
+        Ok(Self::from_parts(
+            Conn::Cluster(conn),
+            subscriber_client,
+            options,
+        ))
     }
 
     fn from_parts(conn: Conn, client: redis::Client, options: RedisOptions) -> Self {
-        let subscriber = Subscriber::spawn(client, options.response_timeout.max(options.connect_timeout));
+        let subscriber = Subscriber::spawn(
+            client,
+            options.response_timeout.max(options.connect_timeout),
+        );
         RedisProvider {
             shared: Arc::new(Shared {
                 conn,
@@ -186,7 +199,11 @@ impl RedisProvider {
     /// far (for benches and tests: one per wake-up of a name's waiters).
     #[must_use]
     pub fn wakeups(&self) -> u64 {
-        self.shared.subscriber.stats.messages.load(Ordering::Relaxed)
+        self.shared
+            .subscriber
+            .stats
+            .messages
+            .load(Ordering::Relaxed)
     }
 
     /// Pub/sub connections the shared subscriber has opened so far.

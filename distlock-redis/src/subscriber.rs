@@ -5,7 +5,8 @@
 //! the first waiter on a lock subscribes to its channel, the last one to leave
 //! unsubscribes. When the connection drops, every waiter is woken to re-check
 //! (a message may have been missed) and the actor reconnects and resubscribes
-//! while anyone waits. Waiters never depend on it alone: they also re-check at
+//! while anyone waits. The connection is opened at the first wait and then
+//! kept, so waits that come and go cost no reconnects. Waiters never depend on it alone: they also re-check at
 //! the holder's expiry and at a bounded interval.
 
 use std::collections::HashMap;
@@ -161,10 +162,13 @@ impl Actor {
     }
 
     async fn subscribe(&mut self, channel: String) -> watch::Receiver<u64> {
-        let entry = self.channels.entry(channel.clone()).or_insert_with(|| Channel {
-            refs: 0,
-            wake: watch::Sender::new(0),
-        });
+        let entry = self
+            .channels
+            .entry(channel.clone())
+            .or_insert_with(|| Channel {
+                refs: 0,
+                wake: watch::Sender::new(0),
+            });
         entry.refs += 1;
         let rx = entry.wake.subscribe();
         if entry.refs > 1 {
@@ -198,10 +202,6 @@ impl Actor {
             if !matches!(ok, Ok(Ok(()))) {
                 self.disconnect();
             }
-        }
-        if self.channels.is_empty() {
-            // Nobody waits: close the connection until someone does.
-            self.conn = None;
         }
     }
 
@@ -240,8 +240,12 @@ async fn run(
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::Subscribe { channel, reply }) => {
-                    let rx = actor.subscribe(channel).await;
-                    let _ = reply.send(rx);
+                    let rx = actor.subscribe(channel.clone()).await;
+                    if reply.send(rx).is_err() {
+                        // The waiter was cancelled before the answer: it
+                        // holds no Subscription that would unsubscribe.
+                        actor.unsubscribe(channel).await;
+                    }
                 }
                 Some(Command::Unsubscribe(channel)) => actor.unsubscribe(channel).await,
             },

@@ -1,5 +1,7 @@
 //! The conformance suite against a real redis-server: one multiplexed
 //! connection per client, and a deadpool pool per client.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 

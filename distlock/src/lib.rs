@@ -4,6 +4,8 @@
 //!
 //! * `redis` — the Redis backend (`redis://`, `rediss://`), re-exported as
 //!   [`redis`] when on.
+//! * `redis-cluster` — Redis Cluster (`redis+cluster://`), implies `redis`.
+//! * `redis-tls` — `rediss://` URLs, implies `redis`.
 //! * `zookeeper` — the ZooKeeper backend (`zk://`), re-exported as
 //!   [`zk`] when on.
 //!
@@ -31,7 +33,7 @@ pub use distlock_zk as zk;
 pub enum Scheme {
     /// `mem://[table]`: the in-process backend.
     Mem,
-    /// `redis://…` or `rediss://…`.
+    /// `redis://…`, `rediss://…` or `redis+cluster://…`.
     Redis,
     /// `zk://host:port[,host:port…][/chroot]`.
     ZooKeeper,
@@ -50,7 +52,7 @@ impl Scheme {
             .ok_or_else(|| Error::InvalidUrl(format!("{url:?} has no scheme://")))?;
         match scheme.to_ascii_lowercase().as_str() {
             "mem" => Ok(Scheme::Mem),
-            "redis" | "rediss" | "redis+unix" => Ok(Scheme::Redis),
+            "redis" | "rediss" | "redis+unix" | "redis+cluster" => Ok(Scheme::Redis),
             "zk" | "zookeeper" => Ok(Scheme::ZooKeeper),
             other => Err(Error::UnsupportedBackend(format!(
                 "unknown scheme {other:?}: use mem://, redis://, rediss:// or zk://"
@@ -63,7 +65,8 @@ impl Scheme {
 ///
 /// * `mem://` — the process-wide in-process table; `mem://NAME` a named one
 ///   (see [`mem::MemProvider::shared`]).
-/// * `redis://…`, `rediss://…` — Redis (feature `redis`).
+/// * `redis://…`, `rediss://…` — Redis (feature `redis`);
+///   `redis+cluster://h1:p1,h2:p2` — Redis Cluster (feature `redis-cluster`).
 /// * `zk://h1:2181,h2:2181/chroot` — ZooKeeper (feature `zookeeper`).
 ///
 /// ```

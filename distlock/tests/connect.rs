@@ -1,4 +1,6 @@
 //! `distlock::connect` dispatches on the URL's scheme with typed errors.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
 
 use distlock::{Error, Scheme};
 
@@ -47,12 +49,23 @@ fn schemes() {
 }
 
 #[tokio::test]
-async fn backends_without_recipes_say_so() {
-    // With the feature off, the facade names the feature; with it on, the
-    // backend crate says its recipes are not in this release. Either way a
-    // typed error, and nothing is contacted.
-    for url in ["redis://127.0.0.1:1", "zk://127.0.0.1:1"] {
-        let r = distlock::connect(url).await;
-        assert!(matches!(r, Err(Error::UnsupportedBackend(_))), "{url}");
+async fn redis_urls_reach_the_redis_backend_when_its_feature_is_on() {
+    let redis = test_support::redis::shared();
+    let r = distlock::connect(&redis.url()).await;
+    if cfg!(feature = "redis") {
+        let locks = r.unwrap();
+        assert_eq!(locks.backend(), "redis");
+        let name = test_support::unique_name("facade");
+        let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+        assert!(g.fencing_token() >= 1);
+        g.release().await.unwrap();
+    } else {
+        assert!(matches!(r, Err(Error::UnsupportedBackend(_))));
     }
+}
+
+#[tokio::test]
+async fn zookeeper_urls_are_typed_errors_until_its_recipes_land() {
+    let r = distlock::connect("zk://127.0.0.1:1").await;
+    assert!(matches!(r, Err(Error::UnsupportedBackend(_))));
 }

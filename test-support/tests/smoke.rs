@@ -1,6 +1,8 @@
 //! The test-support servers and proxy work: each starts, answers, and can be
 //! killed, paused and restarted; the proxy forwards, delays, blackholes and
 //! cuts.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,0 +1,128 @@
+//! The conformance suite and slot placement on a real 3-master Redis Cluster.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+#![cfg(feature = "cluster")]
+
+use std::sync::{Arc, OnceLock};
+
+use distlock_core::{LeaseOptions, Lock, Provider};
+use distlock_redis::{RedisOptions, RedisProvider};
+use futures::future::BoxFuture;
+use test_support::conformance::Fixture;
+use test_support::redis::RedisCluster;
+use test_support::unique_name;
+
+fn cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| RedisCluster::start(3))
+}
+
+struct Cluster;
+
+impl Fixture for Cluster {
+    fn client(&self) -> BoxFuture<'_, Arc<dyn Provider>> {
+        Box::pin(async move {
+            let urls = cluster().urls();
+            let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+            let client = RedisProvider::connect_cluster(&nodes, RedisOptions::new())
+                .await
+                .expect("connect to the test cluster");
+            Arc::new(client) as Arc<dyn Provider>
+        })
+    }
+
+    fn lock(
+        &self,
+        client: &dyn Provider,
+        name: &str,
+        lease: LeaseOptions,
+    ) -> distlock_core::Result<Arc<dyn Lock>> {
+        client.mutex_with(name, lease)
+    }
+}
+
+mod conformance {
+    test_support::conformance_suite!(super::Cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locks_keys_share_one_slot_and_names_spread_over_masters() {
+    let c = cluster();
+    let urls = c.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let locks = RedisProvider::connect_cluster(&nodes, RedisOptions::new().key_prefix("app:"))
+        .await
+        .unwrap();
+    let mut masters = std::collections::HashSet::new();
+    for i in 0..30 {
+        let name = unique_name(&format!("slot{i}"));
+        let key = locks.lock_key(&name).unwrap();
+        let slot = c.cli(&["CLUSTER", "KEYSLOT", &key]);
+        for aux in ["fence", "released", "ids"] {
+            let aux_key = format!("{{{key}}}:{aux}");
+            assert_eq!(c.cli(&["CLUSTER", "KEYSLOT", &aux_key]), slot, "{aux_key}");
+        }
+        let guard = locks.mutex(&name).unwrap().lock().await.unwrap();
+        assert!(guard.fencing_token() >= 1);
+        // Which master holds the key.
+        for n in 0..3 {
+            if c.node(n).cli(&["EXISTS", &key]) == "1" {
+                masters.insert(n);
+            }
+        }
+        guard.release().await.unwrap();
+        let ids = locks.id_generator(&name, 10).unwrap();
+        assert_eq!(ids.next().await.unwrap(), 1);
+    }
+    assert!(masters.len() >= 2, "30 names all landed on one master");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_messages_reach_waiters_across_masters() {
+    use std::time::{Duration, Instant};
+    let urls = cluster().urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let holder = RedisProvider::connect_cluster(&nodes, RedisOptions::new())
+        .await
+        .unwrap();
+    let waiter = RedisProvider::connect_cluster(&nodes, slow).await.unwrap();
+    let long = LeaseOptions::new(Duration::from_secs(60)).unwrap();
+    // Several names, so some live on masters other than the subscriber's node.
+    for i in 0..6 {
+        let name = unique_name(&format!("wake{i}"));
+        let guard = holder
+            .mutex_with(&name, long)
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let lock = waiter.mutex_with(&name, long).unwrap();
+        let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let (acquired, g) = tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(acquired.duration_since(released) < Duration::from_secs(1));
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_url_connects_through_its_seed_nodes() {
+    let hosts: Vec<String> = cluster()
+        .urls()
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").to_owned())
+        .collect();
+    let url = format!("redis+cluster://{}?prefix=svc:", hosts[..2].join(","));
+    let locks = distlock_redis::connect(&url).await.unwrap();
+    let name = unique_name("url");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    assert_eq!(cluster().cli(&["EXISTS", &format!("svc:{name}")]), "1");
+    g.release().await.unwrap();
+}

@@ -1,0 +1,472 @@
+//! Redis-specific behaviour against real redis-server processes: waiting by
+//! pub/sub, one subscriber per provider, cancelled waits, wrong-type keys,
+//! server faults, persistence of fencing tokens, redis-py interop, ACL users,
+//! id generation.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{Error, LeaseOptions, LostReason, Provider};
+use distlock_redis::{RedisOptions, RedisProvider};
+use test_support::{free_port, unique_name, RedisServer};
+
+const SLACK: Duration = Duration::from_secs(3);
+
+async fn connect(url: &str, options: RedisOptions) -> RedisProvider {
+    RedisProvider::connect_with(url, options)
+        .await
+        .expect("connect to the test redis-server")
+}
+
+fn long() -> LeaseOptions {
+    LeaseOptions::new(Duration::from_secs(60)).unwrap()
+}
+
+fn count_lines(s: &str) -> usize {
+    s.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_by_message_not_by_polling() {
+    let url = test_support::redis::shared().url();
+    // A re-check interval far longer than the test: only the message can wake.
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let holder = connect(&url, RedisOptions::new()).await;
+    let waiter = connect(&url, slow).await;
+    let name = unique_name("wake");
+    let guard = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let lock = waiter.mutex_with(&name, long()).unwrap();
+    let task = tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, task).await.unwrap().unwrap();
+    assert!(acquired.duration_since(released) < Duration::from_secs(1));
+    assert!(waiter.wakeups() >= 1, "no release message was delivered");
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_share_one_subscriber_connection() {
+    let redis = RedisServer::start();
+    let holder = connect(&redis.url(), RedisOptions::new()).await;
+    let waiter = connect(&redis.url(), RedisOptions::new()).await;
+    let names: Vec<String> = (0..50).map(|i| unique_name(&format!("many{i}"))).collect();
+    let mut guards = Vec::new();
+    for n in &names {
+        guards.push(holder.mutex_with(n, long()).unwrap().lock().await.unwrap());
+    }
+    let mut tasks = Vec::new();
+    for n in &names {
+        let lock = waiter.mutex_with(n, long()).unwrap();
+        tasks.push(tokio::spawn(async move { lock.lock().await.unwrap() }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(waiter.subscriber_connections(), 1);
+    assert_eq!(
+        count_lines(&redis.cli(&["CLIENT", "LIST", "TYPE", "pubsub"])),
+        1,
+        "one pub/sub connection for 50 waiters"
+    );
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    for t in tasks {
+        let g = tokio::time::timeout(SLACK, t).await.unwrap().unwrap();
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_cancelled_waits_leave_no_client_and_no_subscription() {
+    let redis = RedisServer::start();
+    let holder = connect(&redis.url(), RedisOptions::new()).await;
+    let waiter = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("cancelled");
+    let guard = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let lock = waiter.mutex_with(&name, long()).unwrap();
+    let before = count_lines(&redis.cli(&["CLIENT", "LIST"]));
+    let mut rng = fastrand_like(7);
+    for _ in 0..1000 {
+        let cut = Duration::from_micros(rng() % 2000);
+        assert!(tokio::time::timeout(cut, lock.lock()).await.is_err());
+    }
+    let channel = format!("{{{}}}:released", waiter.lock_key(&name).unwrap());
+    let deadline = Instant::now() + SLACK;
+    loop {
+        let subs = redis.cli(&["PUBSUB", "NUMSUB", &channel]);
+        let clients = count_lines(&redis.cli(&["CLIENT", "LIST"]));
+        // The shared subscriber stays open (one connection) once used.
+        if subs.lines().nth(1) == Some("0") && clients <= before + 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after 1000 cancelled waits: {clients} clients (before {before}), NUMSUB {subs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(waiter.subscriber_connections(), 1);
+    // Nothing of the waiter is left holding: the lock is the holder's alone.
+    guard.release().await.unwrap();
+    let g = lock.try_lock().await.unwrap().expect("free after release");
+    g.release().await.unwrap();
+}
+
+/// A tiny deterministic generator, so the test needs no extra crate.
+fn fastrand_like(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_another_type_are_conflicts_and_stay_untouched() {
+    let redis = test_support::redis::shared();
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+
+    let name = unique_name("hash");
+    let key = locks.lock_key(&name).unwrap();
+    let _ = redis.cli(&["HSET", &key, "owner", "someone-else"]);
+    let r = locks.mutex(&name).unwrap().try_lock().await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    let r = locks
+        .mutex(&name)
+        .unwrap()
+        .lock_timeout(Duration::from_millis(100))
+        .await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    assert_eq!(redis.cli(&["TYPE", &key]), "hash");
+    assert_eq!(redis.cli(&["HGET", &key, "owner"]), "someone-else");
+
+    let name = unique_name("fence");
+    let key = locks.lock_key(&name).unwrap();
+    let fence = format!("{{{key}}}:fence");
+    let _ = redis.cli(&["SET", &fence, "not-a-number"]);
+    let r = locks.mutex(&name).unwrap().try_lock().await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0", "lock key left behind");
+    assert_eq!(redis.cli(&["GET", &fence]), "not-a-number");
+
+    let name = unique_name("ids");
+    let ids_key = format!("{{{}}}:ids", locks.lock_key(&name).unwrap());
+    let _ = redis.cli(&["LPUSH", &ids_key, "x"]);
+    let r = locks.id_generator(&name, 1).unwrap().next().await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    assert_eq!(redis.cli(&["LLEN", &ids_key]), "1");
+
+    let name = unique_name("ids-full");
+    let ids_key = format!("{{{}}}:ids", locks.lock_key(&name).unwrap());
+    let _ = redis.cli(&["SET", &ids_key, &i64::MAX.to_string()]);
+    let r = locks.id_generator(&name, 1).unwrap().next().await;
+    assert!(matches!(r, Err(Error::Exhausted { .. })), "{r:?}");
+    assert_eq!(redis.cli(&["GET", &ids_key]), i64::MAX.to_string());
+}
+
+#[tokio::test]
+async fn no_server_at_connect_is_a_typed_error_within_the_timeout() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    for options in [RedisOptions::new(), RedisOptions::new().pool_size(2)] {
+        let start = Instant::now();
+        let r = RedisProvider::connect_with(&url, options.connect_timeout(Duration::from_secs(1)))
+            .await;
+        let e = r.expect_err("connected to nothing");
+        assert!(e.is_retryable(), "{e:?}");
+        assert!(start.elapsed() < Duration::from_secs(1) + SLACK);
+    }
+    assert!(matches!(
+        RedisProvider::connect("redis://127.0.0.1:notaport").await,
+        Err(Error::InvalidUrl(_))
+    ));
+    assert!(matches!(
+        RedisProvider::connect_with("redis://127.0.0.1:1", RedisOptions::new().key_prefix("{x}"))
+            .await,
+        Err(Error::InvalidOptions(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_gives_timeouts_not_hangs() {
+    let redis = RedisServer::start();
+    let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+    let locks = connect(&redis.url(), options).await;
+    let lock = locks.mutex(&unique_name("paused")).unwrap();
+    redis.pause();
+    let start = Instant::now();
+    let r = lock.try_lock().await;
+    let took = start.elapsed();
+    redis.resume();
+    let e = r.expect_err("a frozen server answered");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(took < Duration::from_millis(300) + SLACK, "{took:?}");
+    // The cancelled attempt's cleanup and the next attempt both go through.
+    let deadline = Instant::now() + SLACK * 2;
+    loop {
+        match lock.try_lock().await {
+            Ok(Some(g)) => {
+                g.release().await.unwrap();
+                break;
+            }
+            other => assert!(
+                Instant::now() < deadline,
+                "not back after resume: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_mid_lease_fires_lost_and_the_provider_recovers() {
+    let mut redis = RedisServer::start();
+    let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+    let locks = connect(&redis.url(), options).await;
+    let lease = LeaseOptions::new(Duration::from_secs(1)).unwrap();
+    let lock = locks.mutex_with(&unique_name("killed"), lease).unwrap();
+    let guard = lock.lock().await.unwrap();
+    redis.kill();
+    let reason = tokio::time::timeout(Duration::from_secs(1) + SLACK, guard.lost())
+        .await
+        .expect("lost() did not fire after the server died");
+    assert_eq!(reason, LostReason::Expired);
+    assert!(!guard.is_held());
+    let late = guard.release().await;
+    assert!(late.is_err(), "release against a dead server: {late:?}");
+    redis.restart();
+    // The same provider, not rebuilt, acquires again once the server is back.
+    let deadline = Instant::now() + SLACK * 3;
+    loop {
+        match lock.try_lock().await {
+            Ok(Some(g)) => {
+                g.release().await.unwrap();
+                break;
+            }
+            other => assert!(
+                Instant::now() < deadline,
+                "provider did not recover: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn tokens_across_restart(mut redis: RedisServer) -> (u64, u64) {
+    let name = unique_name("persist");
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let lock = locks.mutex(&name).unwrap();
+    let mut before = 0;
+    for _ in 0..3 {
+        let g = lock.lock().await.unwrap();
+        before = g.fencing_token();
+        g.release().await.unwrap();
+    }
+    redis.kill();
+    redis.restart();
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let after = g.fencing_token();
+    g.release().await.unwrap();
+    (before, after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_survive_a_crash_only_with_persistence() {
+    let persistent = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let (before, after) = tokens_across_restart(persistent).await;
+    assert_eq!(before, 3);
+    assert!(
+        after > before,
+        "token went from {before} to {after} with appendonly"
+    );
+    // The documented caveat: without persistence the counter starts again.
+    let volatile = RedisServer::start();
+    let (before, after) = tokens_across_restart(volatile).await;
+    assert_eq!((before, after), (3, 1));
+}
+
+fn redis_py(url: &str, key: &str, args: &[&str]) -> std::process::Child {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis_py_lock.py");
+    std::process::Command::new("python3")
+        .arg(script)
+        .args([url, key])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (scripts/install-servers.sh installs redis-py)")
+}
+
+fn output(child: std::process::Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "redis-py helper failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distlock_and_redis_py_locks_exclude_each_other() {
+    let redis = test_support::redis::shared();
+    let url = redis.url();
+    let options = RedisOptions::new().recheck_interval(Duration::from_millis(100));
+    let locks = connect(&url, options).await;
+    let name = unique_name("py");
+    let key = locks.lock_key(&name).unwrap();
+    assert_eq!(key, name, "empty prefix: the key is the name");
+    let lock = locks.mutex(&name).unwrap();
+
+    // distlock holds: redis-py cannot take it.
+    let guard = lock.lock().await.unwrap();
+    let py = tokio::task::spawn_blocking({
+        let (url, key) = (url.clone(), key.clone());
+        move || output(redis_py(&url, &key, &["try"]))
+    });
+    assert_eq!(py.await.unwrap(), "busy");
+    guard.release().await.unwrap();
+    let py = tokio::task::spawn_blocking({
+        let (url, key) = (url.clone(), key.clone());
+        move || output(redis_py(&url, &key, &["try"]))
+    });
+    assert_eq!(py.await.unwrap(), "acquired");
+
+    // redis-py holds for a second: distlock waits, and gets in after its
+    // release (which publishes nothing) within a re-check interval.
+    let holder = redis_py(&url, &key, &["hold", "1"]);
+    let deadline = Instant::now() + SLACK;
+    while redis.cli(&["EXISTS", &key]) != "1" {
+        assert!(Instant::now() < deadline, "redis-py never took the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        lock.try_lock().await.unwrap().is_none(),
+        "took redis-py's lock"
+    );
+    let g = lock
+        .lock_timeout(SLACK * 2)
+        .await
+        .unwrap()
+        .expect("redis-py's release was not noticed");
+    let py_out = tokio::task::spawn_blocking(move || output(holder))
+        .await
+        .unwrap();
+    assert_eq!(py_out, "acquired\nreleased");
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_and_acl_users_come_from_the_url() {
+    let redis = RedisServer::start_with(&[
+        "--requirepass",
+        "s3cret",
+        "--user",
+        "alice",
+        "on",
+        ">wonderland",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let port = redis.port();
+    for url in [
+        format!("redis://:s3cret@127.0.0.1:{port}"),
+        format!("redis://alice:wonderland@127.0.0.1:{port}"),
+    ] {
+        let locks = connect(&url, RedisOptions::new()).await;
+        let g = locks
+            .mutex(&unique_name("acl"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    let wrong = RedisProvider::connect(&format!("redis://alice:wrong@127.0.0.1:{port}")).await;
+    let e = wrong.expect_err("a wrong password connected");
+    assert!(!e.is_invalid_input(), "{e:?}");
+    // No password: the connection opens, every command is refused, typed.
+    match RedisProvider::connect(&format!("redis://127.0.0.1:{port}")).await {
+        Err(e) => assert!(!e.is_invalid_input(), "{e:?}"),
+        Ok(locks) => {
+            let r = locks.mutex("acl/none").unwrap().try_lock().await;
+            assert!(matches!(r, Err(Error::Server { .. })), "{r:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_unique_across_clients_and_increasing_per_generator() {
+    let url = test_support::redis::shared().url();
+    for block in [1, 100] {
+        let name = unique_name("ids");
+        let clients = [
+            Arc::new(connect(&url, RedisOptions::new()).await),
+            Arc::new(connect(&url, RedisOptions::new()).await),
+        ];
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let ids = clients[t % 2].id_generator(&name, block).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut got = Vec::with_capacity(1000);
+                for _ in 0..1000 {
+                    got.push(ids.next().await.unwrap());
+                }
+                got
+            }));
+        }
+        let mut all = HashSet::new();
+        for t in tasks {
+            let got = t.await.unwrap();
+            assert!(
+                got.windows(2).all(|w| w[0] < w[1]),
+                "block {block}: not increasing"
+            );
+            for id in got {
+                assert!(id >= 1);
+                assert!(all.insert(id), "block {block}: id {id} twice");
+            }
+        }
+        assert_eq!(all.len(), 8000);
+    }
+}
+
+#[tokio::test]
+async fn fair_mutex_and_election_are_typed_unsupported_for_now() {
+    let locks = connect(&test_support::redis::shared().url(), RedisOptions::new()).await;
+    assert!(matches!(
+        locks.fair_mutex("x"),
+        Err(Error::Unsupported {
+            backend: "redis",
+            ..
+        })
+    ));
+    assert!(matches!(
+        locks.election("x"),
+        Err(Error::Unsupported {
+            backend: "redis",
+            ..
+        })
+    ));
+}
