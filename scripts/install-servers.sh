@@ -9,6 +9,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 [ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 # Peers for interop tests: redis-py.
 if ! python3 -c 'import redis' >/dev/null 2>&1; then

@@ -105,7 +105,7 @@ use distlock_core::{Provider, Result};
 ///
 /// # Errors
 ///
-/// As [`RedisProvider::connect`]; [`Error::UnsupportedBackend`] for a
+/// As [`RedisProvider::connect`]; [`distlock_core::Error::UnsupportedBackend`] for a
 /// cluster URL without the `cluster` feature.
 ///
 /// # Cancellation safety

@@ -25,6 +25,16 @@ pub struct RedisOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) recheck_interval: Duration,
     pub(crate) pool_size: Option<usize>,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: TlsOptions,
+}
+
+/// Certificates for `rediss://` beyond the webpki roots (feature `tls`).
+#[cfg(feature = "tls")]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TlsOptions {
+    pub(crate) root_cert: Option<Vec<u8>>,
+    pub(crate) client_cert: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for RedisOptions {
@@ -36,6 +46,8 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(5),
             recheck_interval: Duration::from_millis(500),
             pool_size: None,
+            #[cfg(feature = "tls")]
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -95,6 +107,28 @@ impl RedisOptions {
     #[must_use]
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = Some(size);
+        self
+    }
+
+    /// Trusts the CA certificate `pem` (PEM) for `rediss://` instead of the
+    /// webpki roots (feature `tls`).
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_cert = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and private key (both PEM) for
+    /// mutual TLS (feature `tls`).
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_cert = Some((cert_pem.into(), key_pem.into()));
         self
     }
 

@@ -44,8 +44,30 @@ impl fmt::Debug for RedisProvider {
     }
 }
 
-fn open_client(url: &str) -> Result<redis::Client> {
-    redis::Client::open(url).map_err(|e| Error::InvalidUrl(format!("{e}")))
+fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Client> {
+    let invalid = |e: redis::RedisError| Error::InvalidUrl(format!("{e}"));
+    #[cfg(feature = "tls")]
+    {
+        // rustls needs a process-wide crypto provider; install ring's unless
+        // the application chose one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let tls = &options.tls;
+        if tls.root_cert.is_some() || tls.client_cert.is_some() {
+            let certificates = redis::TlsCertificates {
+                client_tls: tls.client_cert.clone().map(|(client_cert, client_key)| {
+                    redis::ClientTlsConfig {
+                        client_cert,
+                        client_key,
+                    }
+                }),
+                root_cert: tls.root_cert.clone(),
+            };
+            return redis::Client::build_with_tls(url, certificates).map_err(invalid);
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = options;
+    redis::Client::open(url).map_err(invalid)
 }
 
 impl RedisProvider {
@@ -78,7 +100,7 @@ impl RedisProvider {
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         let (url, options) = options.from_url(url)?;
         options.validate()?;
-        let client = open_client(&url)?;
+        let client = open_client(&url, &options)?;
         let timeout = options.connect_timeout;
         let conn = match options.pool_size {
             None => {
@@ -104,8 +126,11 @@ impl RedisProvider {
                 let config = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(options.connect_timeout))
                     .set_response_timeout(Some(options.response_timeout));
-                let manager = deadpool_redis::Manager::new_with_config(url.as_str(), config)
-                    .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+                let manager = deadpool_redis::Manager::new_with_config(
+                    client.get_connection_info().clone(),
+                    config,
+                )
+                .map_err(|e| Error::InvalidUrl(e.to_string()))?;
                 let pool = deadpool_redis::Pool::builder(manager)
                     .max_size(size)
                     .wait_timeout(Some(options.connect_timeout))
@@ -144,7 +169,7 @@ impl RedisProvider {
         let first = nodes
             .first()
             .ok_or_else(|| Error::InvalidUrl("a cluster needs at least one node".into()))?;
-        let subscriber_client = open_client(first)?;
+        let subscriber_client = open_client(first, &options)?;
         let timeout = options.connect_timeout;
         let cluster = redis::cluster::ClusterClient::builder(nodes.iter().copied())
             .connection_timeout(options.connect_timeout)

@@ -470,3 +470,48 @@ async fn fair_mutex_and_election_are_typed_unsupported_for_now() {
         })
     ));
 }
+
+fn evalsha_calls(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_the_key_alive_for_three_ttls_and_stops_at_release() {
+    let redis = RedisServer::start();
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("watchdog");
+    let key = locks.lock_key(&name).unwrap();
+    let ttl = Duration::from_millis(600);
+    let guard = locks
+        .mutex_with(&name, LeaseOptions::new(ttl).unwrap())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while start.elapsed() < ttl * 3 {
+        let pttl: i64 = redis.cli(&["PTTL", &key]).parse().unwrap();
+        assert!(pttl > 0, "key expired under the watchdog");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let renewals = evalsha_calls(&redis);
+    assert!(
+        renewals >= 4,
+        "acquire + at least 3 renewals, got {renewals}"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0");
+    let after_release = evalsha_calls(&redis);
+    tokio::time::sleep(ttl).await;
+    assert_eq!(
+        evalsha_calls(&redis),
+        after_release,
+        "renewed after release"
+    );
+}

@@ -14,6 +14,7 @@ pub mod conformance;
 pub mod proxy;
 pub mod redis;
 mod server;
+pub mod tls;
 pub mod zookeeper;
 
 pub use proxy::Proxy;
