@@ -1,35 +1,109 @@
-//! ZooKeeper backend of distlock.
+//! ZooKeeper backend of [distlock](https://docs.rs/distlock): fair and unfair
+//! locks, leader election and ids, with the session as the lease.
 //!
-//! This crate pins the `zookeeper-client` version (with its `tokio` feature,
-//! without which the client panics with "no spawner") and re-exports it. The
-//! ZooKeeper recipes (fair and unfair mutex, leader election, id generator)
-//! are not in this release yet; [`connect`] says so with a typed error.
+//! ```no_run
+//! use distlock_zk::{ZkProvider, distlock_core::Provider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! let locks = ZkProvider::connect("zk://127.0.0.1:2181/app").await?;
+//! let guard = locks.fair_mutex("orders/42")?.lock().await?;
+//! println!("fencing token (czxid) {}", guard.fencing_token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Nodes
+//!
+//! Every primitive named `NAME` lives at `ROOT/NAME`, where `ROOT` is the
+//! chroot of the URL followed by the base path (`/distlock` by default, the
+//! query key `base` changes it). Parents are created as container nodes.
+//!
+//! | primitive | nodes under `ROOT/NAME` |
+//! |---|---|
+//! | fair mutex | `_c_<uuid>-lock-<seq10>`, ephemeral sequential (Curator `InterProcessMutex` names); kazoo's `…__lock__<seq10>` are queued too |
+//! | unfair mutex | `_unfair_lock`, ephemeral, holding the owner's id |
+//! | election | `_c_<uuid>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` names) |
+//! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
+//!
+//! A Curator `InterProcessMutex` or a kazoo `Lock` on `ROOT/NAME` queues
+//! with a distlock fair mutex of the same name.
+//!
+//! # The recipes
+//!
+//! * **Fair mutex** — the create of our node and the listing of the
+//!   directory go out together (ZooKeeper answers a session's requests in
+//!   order), so an uncontended acquisition costs one round trip. The lowest
+//!   sequence holds; every other waiter watches only its predecessor, so a
+//!   release wakes one waiter (no herd). A waiter whose predecessor leaves
+//!   looks again. A connection loss during the create is recovered by finding
+//!   our node by its `_c_<uuid>-` prefix (owned by our session), never by
+//!   creating a second one. A waiter that times out or is cancelled deletes
+//!   its node.
+//! * **Unfair mutex** — one ephemeral node; losers watch it and race again
+//!   when it is deleted. Every waiter is woken by each release: the herd
+//!   effect, measured by the benches.
+//! * **Leases** — the session is the lease. `lost()` fires when the session
+//!   expires or closes, or the node is deleted (by an operator, say). A
+//!   disconnected session is reported as `LeaseStatus::Suspended`; the
+//!   client expires a session by itself after 7/5 of its timeout without a
+//!   connection. The provider opens a new session at the next operation
+//!   after one expires.
+//! * **Fencing token** — the `czxid` of the holder's node: strictly greater
+//!   for every later holder, across clients, and across leader failover.
+//! * **Election** — LeaderLatch-style queue of latch nodes; a candidate is
+//!   leader for a node whose `ephemeralOwner` is its current session.
+//!   `observe()` follows the head of the queue with a children watch.
+//! * **Ids** — versioned `setData` on the counter node, retried with a
+//!   jittered back-off on conflict; with a block size, one write serves many
+//!   ids.
+//!
+//! # Security
+//!
+//! With digest credentials (`zk://user:password@…`) every node is created
+//! with the creator-only ACL, so no other identity can delete a holder's
+//! node; without, nodes are open to everyone, as Curator's default. TLS is
+//! behind the `tls` feature ([`ZkOptions::tls`]).
+//!
+//! # Feature flags
+//!
+//! * `tls` — TLS connections through zookeeper-client's `tls` feature.
 //!
 //! # Supported Rust versions
 //!
 //! Rust 1.88 or later.
 
-pub use distlock_core;
-pub use zookeeper_client;
+mod election;
+mod error;
+mod ids;
+mod lease;
+mod mutex;
+mod node;
+mod options;
+mod provider;
+mod session;
 
 use std::sync::Arc;
 
-use distlock_core::{Error, Provider, Result};
+pub use distlock_core;
+pub use zookeeper_client;
+#[cfg(feature = "tls")]
+pub use zookeeper_client::TlsOptions;
 
-/// Connects to ZooKeeper at `connect_string`.
+pub use options::ZkOptions;
+pub use provider::ZkProvider;
+
+use distlock_core::{Provider, Result};
+
+/// Connects to ZooKeeper at `url` and returns the provider as a trait object
+/// (what `distlock::connect` does for `zk://`).
 ///
 /// # Errors
 ///
-/// Always [`Error::UnsupportedBackend`] in this release: the ZooKeeper recipes
-/// are not built yet.
+/// As [`ZkProvider::connect`].
 ///
 /// # Cancellation safety
 ///
-/// Cancellation safe: it opens nothing.
-#[allow(clippy::unused_async)]
-pub async fn connect(connect_string: &str) -> Result<Arc<dyn Provider>> {
-    let _ = connect_string;
-    Err(Error::UnsupportedBackend(
-        "the ZooKeeper recipes are not in this release of distlock-zk yet".into(),
-    ))
+/// Cancellation safe: a dropped connect leaves no session open.
+pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
+    Ok(Arc::new(ZkProvider::connect(url).await?))
 }

@@ -30,12 +30,6 @@ pub trait Fixture: Send + Sync + 'static {
         name: &str,
         lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>>;
-
-    /// Whether leases run out by TTL (`false`: bound to a session, where the
-    /// TTL checks do not apply).
-    fn ttl_leases(&self) -> bool {
-        true
-    }
 }
 
 /// Generous slack for deadline checks on a loaded 2-core machine.
@@ -207,9 +201,6 @@ pub async fn fencing_monotonic<F: Fixture>(fx: &F) {
 /// client takes the lock with a higher token, and the late `release()` is
 /// `NotHeld` and leaves the new holder alone.
 pub async fn lease_expiry<F: Fixture>(fx: &F) {
-    if !fx.ttl_leases() {
-        return;
-    }
     let name = unique_name("lease_expiry");
     let c = clients(fx, 3).await;
     let ttl = Duration::from_millis(400);
@@ -253,9 +244,6 @@ pub async fn lease_expiry<F: Fixture>(fx: &F) {
 /// The watchdog keeps a short lease alive for 3x its TTL, and stops at
 /// release: `lost()` never fires for a released lease.
 pub async fn watchdog_keeps_lease<F: Fixture>(fx: &F) {
-    if !fx.ttl_leases() {
-        return;
-    }
     let name = unique_name("watchdog");
     let c = clients(fx, 2).await;
     let lease = LeaseOptions::new(Duration::from_millis(600)).expect("ttl");
@@ -289,9 +277,6 @@ pub async fn watchdog_keeps_lease<F: Fixture>(fx: &F) {
 
 /// A manual lease extended by hand outlives its first TTL.
 pub async fn manual_extend<F: Fixture>(fx: &F) {
-    if !fx.ttl_leases() {
-        return;
-    }
     let name = unique_name("extend");
     let c = clients(fx, 2).await;
     let ttl = Duration::from_millis(500);
@@ -390,13 +375,21 @@ pub async fn bad_input<F: Fixture>(fx: &F) {
 }
 
 /// Writes one `#[tokio::test]` per conformance check for a fixture
-/// expression (evaluated in each test).
+/// expression (evaluated in each test). `session` drops the checks of TTL
+/// leases (expiry, watchdog, manual extension) for backends whose lease is a
+/// session; those backends test session loss in their own suites.
 ///
 /// ```text
 /// test_support::conformance_suite!(MemFixture::mutex());
+/// test_support::conformance_suite!(session ZkFixture::fair());
 /// ```
 #[macro_export]
 macro_rules! conformance_suite {
+    (session $fixture:expr) => {
+        $crate::conformance_suite!(@tests $fixture;
+            mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
+            fencing_monotonic, drop_releases, cancellation_leaves_nothing, bad_input);
+    };
     ($fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,

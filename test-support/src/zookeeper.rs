@@ -255,3 +255,12 @@ impl Node {
         self.proc = Proc::spawn(cmd, &self.dir.join("zk.log")).expect("spawn java for ZooKeeper");
     }
 }
+
+/// One standalone ZooKeeper shared by every test of a test binary (killed
+/// when the binary exits). Tests sharing it use
+/// [`unique_name`](crate::unique_name) prefixes.
+#[must_use]
+pub fn shared() -> &'static ZkCluster {
+    static SERVER: std::sync::OnceLock<ZkCluster> = std::sync::OnceLock::new();
+    SERVER.get_or_init(ZkCluster::standalone)
+}

@@ -1,0 +1,150 @@
+//! Leader election, LeaderLatch-style: candidates queue as
+//! `_c_<uuid>-latch-<seq>` ephemeral sequential nodes holding their id; the
+//! leader is the lowest node, and a candidate counts itself leader only for
+//! a node whose `ephemeralOwner` is its current session (so a reconnect can
+//! never make two leaders).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::election::validate_candidate;
+use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
+use zookeeper_client::{Error as ZkError, OneshotWatcher};
+
+use crate::error::map;
+use crate::mutex::{enter_queue, guard};
+use crate::node::{op, sorted_queue};
+use crate::provider::Shared;
+
+/// A ZooKeeper election.
+pub(crate) struct ZkElection {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Name,
+    pub(crate) dir: String,
+}
+
+impl fmt::Debug for ZkElection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkElection")
+            .field("path", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The leader now, and (with `watch`) a watcher that fires when the set of
+/// candidates changes.
+async fn current(
+    shared: &Shared,
+    dir: &str,
+    watch: bool,
+) -> Result<(Option<LeaderInfo>, Option<OneshotWatcher>)> {
+    let timeout = shared.timeout;
+    loop {
+        let session = shared.sessions.get().await?;
+        let client = &session.client;
+        let (children, watcher) = if watch {
+            match op(timeout, "watch", client.get_and_watch_children(dir)).await? {
+                Ok((children, _, watcher)) => (children, Some(watcher)),
+                Err(ZkError::NoNode) => {
+                    // No election yet: wait for the directory to appear.
+                    match op(timeout, "watch", client.check_and_watch_stat(dir)).await? {
+                        Ok((None, watcher)) => return Ok((None, Some(watcher))),
+                        Ok((Some(_), _)) => continue,
+                        Err(e) => return Err(map("watch", timeout, e)),
+                    }
+                }
+                Err(e) => return Err(map("watch", timeout, e)),
+            }
+        } else {
+            match op(timeout, "list", client.list_children(dir)).await? {
+                Ok(children) => (children, None),
+                Err(ZkError::NoNode) => return Ok((None, None)),
+                Err(e) => return Err(map("list", timeout, e)),
+            }
+        };
+        let Some((_, head)) = sorted_queue(children, "latch").into_iter().next() else {
+            return Ok((None, watcher));
+        };
+        match op(timeout, "get", client.get_data(&format!("{dir}/{head}"))).await? {
+            Ok((data, stat)) => {
+                let info = LeaderInfo {
+                    id: String::from_utf8_lossy(&data).into_owned(),
+                    term: u64::try_from(stat.czxid).unwrap_or_default(),
+                };
+                return Ok((Some(info), watcher));
+            }
+            // The head left between the two reads: look again.
+            Err(ZkError::NoNode) => {}
+            Err(e) => return Err(map("get", timeout, e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Election for ZkElection {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    async fn campaign(&self, candidate: &str) -> Result<Leadership> {
+        validate_candidate(candidate)?;
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let won = enter_queue(
+            &self.shared,
+            &self.dir,
+            "latch",
+            candidate.as_bytes(),
+            Wait::Forever,
+        )
+        .await?
+        .ok_or(Error::Closed)?;
+        // The node we lead with is ours by construction: created in this
+        // session (or found by prefix with this session as its owner).
+        Ok(Leadership::new(
+            guard(&self.shared, &self.name, won, true)?,
+            candidate,
+        ))
+    }
+
+    async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        Ok(current(&self.shared, &self.dir, false).await?.0)
+    }
+
+    fn observe(&self) -> LeaderStream {
+        struct State {
+            shared: Arc<Shared>,
+            dir: String,
+            last: Option<Option<LeaderInfo>>,
+            watcher: Option<OneshotWatcher>,
+        }
+        let state = State {
+            shared: Arc::clone(&self.shared),
+            dir: self.dir.clone(),
+            last: None,
+            watcher: None,
+        };
+        Box::pin(futures::stream::unfold(state, |mut state| async move {
+            loop {
+                if let Some(watcher) = state.watcher.take() {
+                    watcher.changed().await;
+                }
+                match current(&state.shared, &state.dir, true).await {
+                    Ok((leader, watcher)) => {
+                        state.watcher = watcher;
+                        if state.last.as_ref() != Some(&leader) {
+                            state.last = Some(leader.clone());
+                            return Some((Ok(leader), state));
+                        }
+                    }
+                    Err(e) => {
+                        // Report, then try again after a pause.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        return Some((Err(e), state));
+                    }
+                }
+            }
+        }))
+    }
+}

@@ -1,0 +1,89 @@
+//! The id counter: a persistent node holding a 64-bit big-endian number (the
+//! format of Curator's `DistributedAtomicLong`), advanced with versioned
+//! `setData` and retried on conflict.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{Error, IdSource, Name, Result};
+use zookeeper_client::{CreateMode, Error as ZkError};
+
+use crate::error::map;
+use crate::node::{acls, make_parents, op, CONTAINER_OWNER};
+use crate::provider::Shared;
+
+/// The counter of one id generator.
+pub(crate) struct ZkIds {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Name,
+    pub(crate) node: String,
+}
+
+impl ZkIds {
+    fn conflict(&self, expected: &'static str) -> Error {
+        Error::Conflict {
+            what: format!("zookeeper node {:?}", self.node),
+            expected,
+        }
+    }
+}
+
+#[async_trait]
+impl IdSource for ZkIds {
+    async fn reserve(&self, n: u64) -> Result<u64> {
+        let timeout = self.shared.timeout;
+        let mut attempt: u32 = 0;
+        loop {
+            let session = self.shared.sessions.get().await?;
+            let client = &session.client;
+            match op(timeout, "get", client.get_data(&self.node)).await? {
+                Ok((data, stat)) => {
+                    if stat.ephemeral_owner != 0 {
+                        return Err(self.conflict(if stat.ephemeral_owner == CONTAINER_OWNER {
+                            "id counter (it is a lock's container node)"
+                        } else {
+                            "id counter (it is ephemeral)"
+                        }));
+                    }
+                    let current = match data.len() {
+                        0 => 0,
+                        8 => u64::from_be_bytes(data.try_into().unwrap_or_default()),
+                        _ => return Err(self.conflict("id counter (8 bytes, big-endian)")),
+                    };
+                    let next = current.checked_add(n).ok_or_else(|| Error::Exhausted {
+                        name: self.name.to_string(),
+                    })?;
+                    let write =
+                        client.set_data(&self.node, &next.to_be_bytes(), Some(stat.version));
+                    match op(timeout, "set", write).await? {
+                        Ok(_) => return Ok(next),
+                        Err(ZkError::BadVersion) => {
+                            // Someone else took this block: back off a little
+                            // (jittered, growing) and read again.
+                            attempt = attempt.saturating_add(1);
+                            let ceiling = 1u64 << attempt.min(8);
+                            let jitter = uuid::Uuid::new_v4().as_u128() % u128::from(ceiling);
+                            let micros = 50 * (1 + u64::try_from(jitter).unwrap_or(0));
+                            tokio::time::sleep(Duration::from_micros(micros)).await;
+                        }
+                        Err(e) => return Err(map("set", timeout, e)),
+                    }
+                }
+                Err(ZkError::NoNode) => {
+                    let create = CreateMode::Persistent.with_acls(acls(self.shared.authenticated));
+                    let zero = 0u64.to_be_bytes();
+                    match op(timeout, "create", client.create(&self.node, &zero, &create)).await? {
+                        Ok(_) | Err(ZkError::NodeExists) => {}
+                        Err(ZkError::NoNode) => {
+                            make_parents(&session, &self.node, self.shared.authenticated, timeout)
+                                .await?;
+                        }
+                        Err(e) => return Err(map("create", timeout, e)),
+                    }
+                }
+                Err(e) => return Err(map("get", timeout, e)),
+            }
+        }
+    }
+}

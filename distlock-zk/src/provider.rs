@@ -1,0 +1,188 @@
+//! The ZooKeeper provider.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{BlockIds, Election, IdGenerator, LeaseOptions, Lock, Name, Provider, Result};
+
+use crate::election::ZkElection;
+use crate::ids::ZkIds;
+use crate::mutex::ZkMutex;
+use crate::node::dir;
+use crate::options::ZkOptions;
+use crate::session::{self, Sessions};
+
+/// Counters for tests and benches.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Watch notifications that woke a waiter.
+    pub(crate) watch_events: AtomicU64,
+}
+
+/// What every primitive of one provider shares.
+pub(crate) struct Shared {
+    pub(crate) sessions: Sessions,
+    pub(crate) authenticated: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) stats: Stats,
+}
+
+/// A connected ZooKeeper backend.
+///
+/// Cheap to clone: clones share the session. The session is the lease of
+/// every lock it holds; when it expires, those leases are lost and the
+/// provider opens a new session by itself at the next operation.
+#[derive(Clone)]
+pub struct ZkProvider {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for ZkProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkProvider")
+            .field("hosts", &self.shared.sessions.options().hosts)
+            .field("root", &self.shared.sessions.options().root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZkProvider {
+    /// Connects to `zk://[user:password@]host:port[,host:port…][/chroot][?options]`
+    /// (see [`ZkOptions::from_url`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`](distlock_core::Error::InvalidUrl) or
+    /// [`Error::InvalidOptions`](distlock_core::Error::InvalidOptions) for a
+    /// bad URL; [`Error::Timeout`](distlock_core::Error::Timeout) or a
+    /// connection error when no session can be opened within the connect
+    /// timeout.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a dropped connect leaves no session open.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(ZkOptions::from_url(url)?).await
+    }
+
+    /// Connects with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ZkProvider::connect`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`ZkProvider::connect`].
+    pub async fn connect_with(options: ZkOptions) -> Result<Self> {
+        options.validate()?;
+        let first = session::open(&options).await?;
+        Ok(ZkProvider {
+            shared: Arc::new(Shared {
+                authenticated: options.digest.is_some(),
+                timeout: options.operation_timeout,
+                sessions: Sessions::new(options, first),
+                stats: Stats::default(),
+            }),
+        })
+    }
+
+    /// The node path of the primitive `name`: root + `/` + name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](distlock_core::Error::InvalidName) for a bad
+    /// name.
+    pub fn path(&self, name: &str) -> Result<String> {
+        Ok(dir(&self.shared.sessions.options().root, &Name::new(name)?))
+    }
+
+    /// The id of the current session, opening one if needed.
+    ///
+    /// # Errors
+    ///
+    /// A connection error when no session can be opened.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe.
+    pub async fn session_id(&self) -> Result<i64> {
+        Ok(self.shared.sessions.get().await?.id)
+    }
+
+    /// The current session's timeout as negotiated with the server.
+    ///
+    /// # Errors
+    ///
+    /// A connection error when no session can be opened.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe.
+    pub async fn session_timeout(&self) -> Result<Duration> {
+        Ok(self.shared.sessions.get().await?.timeout())
+    }
+
+    /// Watch notifications that woke a waiter so far (for benches and tests).
+    #[must_use]
+    pub fn watch_events(&self) -> u64 {
+        self.shared.stats.watch_events.load(Ordering::Relaxed)
+    }
+
+    fn named(&self, name: &str) -> Result<(Name, String)> {
+        let name = Name::new(name)?;
+        let dir = dir(&self.shared.sessions.options().root, &name);
+        Ok((name, dir))
+    }
+}
+
+impl Provider for ZkProvider {
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn default_lease(&self) -> LeaseOptions {
+        LeaseOptions::default()
+    }
+
+    fn mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        let (name, dir) = self.named(name)?;
+        Ok(Arc::new(ZkMutex {
+            shared: Arc::clone(&self.shared),
+            name,
+            dir,
+            fair: false,
+        }))
+    }
+
+    fn fair_mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        let (name, dir) = self.named(name)?;
+        Ok(Arc::new(ZkMutex {
+            shared: Arc::clone(&self.shared),
+            name,
+            dir,
+            fair: true,
+        }))
+    }
+
+    fn election_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        let (name, dir) = self.named(name)?;
+        Ok(Arc::new(ZkElection {
+            shared: Arc::clone(&self.shared),
+            name,
+            dir,
+        }))
+    }
+
+    fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
+        let (name, node) = self.named(name)?;
+        let source = ZkIds {
+            shared: Arc::clone(&self.shared),
+            name: name.clone(),
+            node,
+        };
+        Ok(Arc::new(BlockIds::new(name, source, block_size)?))
+    }
+}

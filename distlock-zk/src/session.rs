@@ -1,0 +1,143 @@
+//! The provider's ZooKeeper session: one at a time, replaced by a new one
+//! when it expires or closes (a zookeeper-client `Client` whose session
+//! expired stays dead).
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+use tokio::sync::watch;
+use zookeeper_client::{Client, SessionState};
+
+use crate::error::map;
+use crate::options::ZkOptions;
+
+/// The session's state as leases see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Connected,
+    Disconnected,
+    Expired,
+    Closed,
+}
+
+impl Status {
+    fn from_state(state: SessionState) -> Status {
+        match state {
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => Status::Connected,
+            SessionState::Disconnected => Status::Disconnected,
+            SessionState::Expired => Status::Expired,
+            SessionState::Closed | SessionState::AuthFailed => Status::Closed,
+        }
+    }
+
+    pub(crate) fn is_dead(self) -> bool {
+        matches!(self, Status::Expired | Status::Closed)
+    }
+}
+
+/// One live session.
+pub(crate) struct Session {
+    pub(crate) client: Client,
+    pub(crate) status: watch::Receiver<Status>,
+    pub(crate) id: i64,
+}
+
+impl Session {
+    pub(crate) fn is_dead(&self) -> bool {
+        self.status.borrow().is_dead()
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.client.session_timeout()
+    }
+}
+
+/// The current session and how to make the next one.
+pub(crate) struct Sessions {
+    options: ZkOptions,
+    current: RwLock<Option<Arc<Session>>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Sessions {
+    pub(crate) fn new(options: ZkOptions, first: Session) -> Self {
+        Sessions {
+            options,
+            current: RwLock::new(Some(Arc::new(first))),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn options(&self) -> &ZkOptions {
+        &self.options
+    }
+
+    fn live(&self) -> Option<Arc<Session>> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|s| !s.is_dead())
+            .cloned()
+    }
+
+    /// The live session, opening a new one if the last expired or closed.
+    pub(crate) async fn get(&self) -> Result<Arc<Session>> {
+        if let Some(s) = self.live() {
+            return Ok(s);
+        }
+        let _one_at_a_time = self.connecting.lock().await;
+        if let Some(s) = self.live() {
+            return Ok(s);
+        }
+        tracing::info!("distlock zookeeper session ended; opening a new one");
+        let session = Arc::new(open(&self.options).await?);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&session));
+        Ok(session)
+    }
+}
+
+/// Opens a session and starts the task that publishes its state.
+pub(crate) async fn open(options: &ZkOptions) -> Result<Session> {
+    let mut connector = Client::connector()
+        .with_session_timeout(options.session_timeout)
+        .with_connection_timeout(options.connect_timeout);
+    if let Some(digest) = &options.digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
+    let connecting = async move {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &options.tls {
+            return connector
+                .with_tls(tls.clone())
+                .secure_connect(&options.hosts)
+                .await;
+        }
+        connector.connect(&options.hosts).await
+    };
+    let client = tokio::time::timeout(options.connect_timeout, connecting)
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: "zookeeper connect",
+            after: options.connect_timeout,
+        })?
+        .map_err(|e| map("connect", options.connect_timeout, e))?;
+    let mut states = client.state_watcher();
+    let (tx, rx) = watch::channel(Status::from_state(states.state()));
+    let id = client.session_id().0;
+    tokio::spawn(async move {
+        loop {
+            let status = Status::from_state(states.changed().await);
+            tracing::debug!(session = id, ?status, "distlock zookeeper session state");
+            if tx.send(status).is_err() || status.is_dead() {
+                return;
+            }
+        }
+    });
+    Ok(Session {
+        client,
+        status: rx,
+        id,
+    })
+}
