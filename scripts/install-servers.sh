@@ -11,11 +11,13 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
-# Peers for interop tests: redis-py.
-if ! python3 -c 'import redis' >/dev/null 2>&1; then
-    echo "install-servers: installing the python package redis (redis-py, interop peer)"
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'redis>=5'
-fi
+# Peers for interop tests: redis-py and kazoo.
+for module in redis kazoo; do
+    if ! python3 -c "import $module" >/dev/null 2>&1; then
+        echo "install-servers: installing the python package $module (interop peer)"
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$module"
+    fi
+done
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-servers: redis-server, zookeeper and java are present"

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{Error, LeaseBackend, LeaseSignal, LostReason, Name, Result};
-use zookeeper_client::{Error as ZkError, EventType};
+use zookeeper_client::EventType;
 
 use crate::error::{map, session_ended};
-use crate::node::op;
+use crate::node::{delete_retrying, op};
 use crate::session::{Session, Status};
 
 /// One held lease.
@@ -68,17 +68,19 @@ impl LeaseBackend for ZkLease {
         } else {
             Some(self.ours().await?.ok_or_else(|| self.not_held())?)
         };
-        match op(
-            self.timeout,
-            "release",
-            self.session.client.delete(&self.node, version),
-        )
-        .await?
-        {
-            Ok(()) => Ok(()),
-            Err(ZkError::NoNode | ZkError::BadVersion) => Err(self.not_held()),
-            Err(e) if session_ended(&e) => Err(self.not_held()),
-            Err(e) => Err(map("release", self.timeout, e)),
+        match delete_retrying(&self.session, &self.node, version, self.timeout).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.not_held()),
+            Err(e) => {
+                // Keep trying in the background while the session may live:
+                // a node left behind would hold the lock until it ends.
+                let (session, node) = (Arc::clone(&self.session), self.node.clone());
+                let budget = session.timeout() * 2;
+                tokio::spawn(
+                    async move { delete_retrying(&session, &node, version, budget).await },
+                );
+                Err(e)
+            }
         }
     }
 }

@@ -25,8 +25,12 @@
 //! | election | `_c_<uuid>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` names) |
 //! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
 //!
-//! A Curator `InterProcessMutex` or a kazoo `Lock` on `ROOT/NAME` queues
-//! with a distlock fair mutex of the same name.
+//! A Curator `InterProcessMutex` on `ROOT/NAME` queues with a distlock fair
+//! mutex of the same name (same node names, same order). A kazoo `Lock`
+//! there is one-way: distlock orders kazoo's `…__lock__<seq>` nodes into its
+//! queue and waits behind them, but kazoo counts only `__lock__` contenders,
+//! so it does not wait behind distlock's nodes: exclusion is not mutual, and
+//! a lock path must not be shared by kazoo and distlock writers.
 //!
 //! # The recipes
 //!

@@ -14,7 +14,7 @@ use zookeeper_client::{CreateMode, Error as ZkError};
 
 use crate::error::{map, session_ended};
 use crate::lease::{self, ZkLease};
-use crate::node::{acls, make_parents, op, sorted_queue, token};
+use crate::node::{acls, delete_retrying, make_parents, op, sorted_queue, token};
 use crate::provider::Shared;
 use crate::session::Session;
 
@@ -91,25 +91,39 @@ impl Drop for Pending {
 }
 
 async fn delete_ours(session: &Session, ours: &Ours, node: Option<String>, timeout: Duration) {
-    let client = &session.client;
+    // Retry for as long as the session may live: a node left behind would
+    // stay (and block the queue) until the session ends.
+    let budget = session.timeout() * 2;
+    let deadline = Instant::now() + budget;
     match ours {
         Ours::Queued { dir, prefix } => {
-            let node = match node {
-                Some(node) => Some(node),
-                None => find_queued(session, dir, prefix, timeout)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(|(n, _)| n),
-            };
-            if let Some(node) = node {
-                let _ = op(timeout, "delete", client.delete(&node, None)).await;
+            let mut node = node;
+            while node.is_none() && Instant::now() < deadline && !session.is_dead() {
+                match find_queued(session, dir, prefix, timeout).await {
+                    Ok(found) => {
+                        node = Some(found.map(|(n, _)| n).unwrap_or_default());
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            if let Some(node) = node.filter(|n| !n.is_empty()) {
+                let _ = delete_retrying(session, &node, None, budget).await;
             }
         }
         Ours::Owned { node, owner } => {
-            if let Ok(Ok((data, stat))) = op(timeout, "get", client.get_data(node)).await {
-                if &data == owner && stat.ephemeral_owner == session.id {
-                    let _ = op(timeout, "delete", client.delete(node, Some(stat.version))).await;
+            while Instant::now() < deadline && !session.is_dead() {
+                match op(timeout, "get", session.client.get_data(node)).await {
+                    Ok(Ok((data, stat))) => {
+                        if &data == owner && stat.ephemeral_owner == session.id {
+                            let _ =
+                                delete_retrying(session, node, Some(stat.version), budget).await;
+                        }
+                        return;
+                    }
+                    Ok(Err(ZkError::ConnectionLoss)) | Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Ok(Err(_)) => return,
                 }
             }
         }

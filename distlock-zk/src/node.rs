@@ -32,6 +32,40 @@ pub(crate) async fn op<T>(
         })
 }
 
+/// Deletes `node` (at `version`, if given), retrying connection losses and
+/// timeouts until `budget` runs out: a failed delete would otherwise leave the
+/// node (and the lock) in place for as long as the session lives. Returns
+/// whether the node was ours to delete (`Ok(false)`: it was already gone, had
+/// another version, or the session ended and took it along).
+pub(crate) async fn delete_retrying(
+    session: &Session,
+    node: &str,
+    version: Option<i32>,
+    budget: Duration,
+) -> Result<bool> {
+    let deadline = tokio::time::Instant::now() + budget;
+    let per_try = budget.min(Duration::from_secs(2));
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let outcome = tokio::time::timeout(per_try, session.client.delete(node, version)).await;
+        match outcome {
+            Ok(Ok(())) => return Ok(true),
+            Ok(Err(ZkError::NoNode | ZkError::BadVersion)) => return Ok(false),
+            Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
+            Ok(Err(ZkError::ConnectionLoss)) | Err(_) => {}
+            Ok(Err(e)) => return Err(map("delete", budget, e)),
+        }
+        if tokio::time::Instant::now() + pause >= deadline {
+            return Err(Error::Timeout {
+                operation: "delete",
+                after: budget,
+            });
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// ACLs for nodes we create: creator-only when authenticated, else open.
 pub(crate) fn acls(authenticated: bool) -> Acls<'static> {
     if authenticated {

@@ -6,6 +6,7 @@
 //!   [`redis`] when on.
 //! * `redis-cluster` — Redis Cluster (`redis+cluster://`), implies `redis`.
 //! * `redis-tls` — `rediss://` URLs, implies `redis`.
+//! * `zookeeper-tls` — TLS for ZooKeeper, implies `zookeeper`.
 //! * `zookeeper` — the ZooKeeper backend (`zk://`), re-exported as
 //!   [`zk`] when on.
 //!

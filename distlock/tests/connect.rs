@@ -65,7 +65,17 @@ async fn redis_urls_reach_the_redis_backend_when_its_feature_is_on() {
 }
 
 #[tokio::test]
-async fn zookeeper_urls_are_typed_errors_until_its_recipes_land() {
-    let r = distlock::connect("zk://127.0.0.1:1").await;
-    assert!(matches!(r, Err(Error::UnsupportedBackend(_))));
+async fn zookeeper_urls_reach_the_zookeeper_backend_when_its_feature_is_on() {
+    let zk = test_support::zookeeper::shared();
+    let r = distlock::connect(&format!("zk://{}/facade", zk.connect_string())).await;
+    if cfg!(feature = "zookeeper") {
+        let locks = r.unwrap();
+        assert_eq!(locks.backend(), "zookeeper");
+        let name = test_support::unique_name("facade");
+        let g = locks.fair_mutex(&name).unwrap().lock().await.unwrap();
+        assert!(g.fencing_token() >= 1);
+        g.release().await.unwrap();
+    } else {
+        assert!(matches!(r, Err(Error::UnsupportedBackend(_))));
+    }
 }

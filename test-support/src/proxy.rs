@@ -48,13 +48,19 @@ impl Proxy {
             .enable_all()
             .build()
             .expect("proxy runtime");
-        let listener = runtime
-            .block_on(TcpListener::bind("127.0.0.1:0"))
-            .expect("bind proxy on 127.0.0.1");
+        // Bound with std, so `start` works inside or outside a runtime.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy on 127.0.0.1");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
         let addr = listener.local_addr().expect("proxy address");
         let control = Arc::new(Control::default());
         let (cut, cut_rx) = watch::channel(0u64);
-        runtime.spawn(accept_loop(listener, target, Arc::clone(&control), cut_rx));
+        let accept_control = Arc::clone(&control);
+        runtime.spawn(async move {
+            let listener = TcpListener::from_std(listener).expect("tokio listener");
+            accept_loop(listener, target, accept_control, cut_rx).await;
+        });
         Proxy {
             addr,
             target,
