@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the servers the tests start: Debian's redis-server and zookeeper
-# (ZooKeeper runs on the machine's Java 17). Idempotent; needs root for apt-get.
+# Installs the servers the tests start (Debian's redis-server and zookeeper;
+# ZooKeeper runs on the machine's Java 17) and the interop peers (redis-py and
+# kazoo from PyPI, Apache Curator from Debian). Idempotent; apt-get needs root.
 set -euo pipefail
 
 missing=()
@@ -10,6 +11,9 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 [ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Interop peer: Apache Curator 5.4, compiled against with javac.
+[ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java libcurator-framework-java)
+command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 
 # Peers for interop tests: redis-py and kazoo.
 for module in redis kazoo; do

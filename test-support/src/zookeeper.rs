@@ -17,6 +17,9 @@ use crate::server::{ask, free_port, loopback, require_binary, require_file, wait
 /// jar's manifest names the rest of its class path.
 const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty's codec and resolver, which the TLS (Netty) connection factory needs
+/// and the server jar's manifest does not name.
+const NETTY_JARS: &str = "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar";
 
 /// The server's tick: session timeouts may be 2 to 300 ticks (0.4 s to 60 s).
 pub const TICK: Duration = Duration::from_millis(200);
@@ -67,6 +70,41 @@ impl ZkCluster {
     /// As [`ZkCluster::standalone`].
     #[must_use]
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, "")
+    }
+
+    /// A standalone server that also serves TLS on the returned port, with
+    /// the server certificate of `ca` (clients need not present one).
+    ///
+    /// # Panics
+    ///
+    /// As [`ZkCluster::standalone`].
+    #[must_use]
+    pub fn standalone_tls(ca: &crate::tls::TestCa) -> (Self, u16) {
+        let keystore = ca.dir().join("server-keystore.pem");
+        let mut pem = std::fs::read(ca.server_key()).expect("server key");
+        pem.extend(std::fs::read(ca.server_cert()).expect("server cert"));
+        std::fs::write(&keystore, pem).expect("write keystore");
+        let port = free_port();
+        let extra = format!(
+            "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+             ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+             ssl.clientAuth=none\nssl.hostnameVerification=false\n",
+            keystore.display(),
+            ca.ca_cert().display(),
+        );
+        (Self::start_with(1, &extra), port)
+    }
+
+    /// Starts `n` nodes with `extra` lines appended to each `zoo.cfg`.
+    ///
+    /// # Panics
+    ///
+    /// As [`ZkCluster::standalone`].
+    #[must_use]
+    pub fn start_with(n: usize, extra: &str) -> Self {
         assert!(n >= 1, "an ensemble has at least one node");
         require_binary("java");
         require_file(Path::new(ZK_JAR), "ZooKeeper's server jar");
@@ -96,7 +134,7 @@ impl ZkCluster {
                      dataDir={data}\nclientPort={client_port}\nclientPortAddress=127.0.0.1\n\
                      maxClientCnxns=0\nminSessionTimeout={min}\nmaxSessionTimeout=60000\n\
                      forceSync=no\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
-                     quorumListenOnAllIPs=false\nstandaloneEnabled=true\n{servers}",
+                     quorumListenOnAllIPs=false\nstandaloneEnabled=true\n{servers}{extra}",
                     tick = TICK.as_millis(),
                     data = dir.join("data").display(),
                     min = 2 * TICK.as_millis(),
@@ -249,7 +287,7 @@ impl Node {
         .arg("-Dzookeeper.admin.enableServer=false")
         .arg("-Djava.net.preferIPv4Stack=true")
         .arg("-cp")
-        .arg(format!("{ZK_JAR}:{SLF4J_SIMPLE_JAR}"))
+        .arg(format!("{ZK_JAR}:{SLF4J_SIMPLE_JAR}:{NETTY_JARS}"))
         .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
         .arg(self.dir.join("zoo.cfg"));
         self.proc = Proc::spawn(cmd, &self.dir.join("zk.log")).expect("spawn java for ZooKeeper");
