@@ -43,7 +43,9 @@ pub trait LeaseBackend: Send + Sync + 'static {
     ///
     /// # Cancellation safety
     ///
-    /// The core runs this in a task of its own, to completion.
+    /// May be dropped at any point; the core then calls it again in a task of
+    /// its own, so a second call must be harmless (it finds the lease gone and
+    /// returns [`Error::NotHeld`]).
     async fn release(&self) -> Result<()>;
 }
 
@@ -393,19 +395,25 @@ impl LockGuard {
     ///
     /// # Cancellation safety
     ///
-    /// The release runs in a task of its own: cancelling this future does not
-    /// stop it, only the report of its result.
+    /// Cancellation safe: if this future is dropped before the release
+    /// finished, the release is finished in the background (as on drop).
     pub async fn release(mut self) -> Result<()> {
         let Some(held) = self.take_held() else {
             return Err(self.not_held());
         };
-        let name = self.name.clone();
         let started = std::time::Instant::now();
-        let task = held
-            .handle
-            .spawn(async move { held.backend.release().await });
-        let result = task.await.unwrap_or(Err(Error::Closed));
-        tracing::debug!(%name, ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
+        // Runs here, without a hop to another task; the guard finishes it in
+        // the background if this future is dropped half-way.
+        let mut unfinished = Unfinished {
+            held: Some(held),
+            name: &self.name,
+        };
+        let result = match &unfinished.held {
+            Some(held) => held.backend.release().await,
+            None => Err(Error::Closed),
+        };
+        unfinished.held = None;
+        tracing::debug!(name = %self.name, ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
         result
     }
 
@@ -423,17 +431,39 @@ impl LockGuard {
     }
 }
 
+impl Held {
+    /// Releases on the runtime captured at acquire time. Runs even if the
+    /// caller's task is gone; if the runtime is shutting down the task is
+    /// dropped and the TTL or session ends the lease.
+    fn release_in_background(self, name: &Name) {
+        let name = name.clone();
+        drop(self.handle.spawn(async move {
+            if let Err(e) = self.backend.release().await {
+                tracing::debug!(%name, error = %e, "distlock background release failed");
+            }
+        }));
+    }
+}
+
+/// A release in progress in `LockGuard::release`; finished in the background
+/// if dropped before it completed.
+struct Unfinished<'a> {
+    held: Option<Held>,
+    name: &'a Name,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            held.release_in_background(self.name);
+        }
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(held) = self.take_held() {
-            let name = self.name.clone();
-            // Runs even if the caller's task is gone; if the runtime is shutting
-            // down the task is dropped and the TTL or session ends the lease.
-            drop(held.handle.spawn(async move {
-                if let Err(e) = held.backend.release().await {
-                    tracing::debug!(%name, error = %e, "distlock release on drop failed");
-                }
-            }));
+            held.release_in_background(&self.name);
         }
     }
 }

@@ -141,7 +141,9 @@ impl Lock for RedisMutex {
             let mut pending = Pending {
                 lease: Some(Arc::clone(&lease)),
             };
-            let attempt = self.attempt(&lease.token).await?;
+            // Boxed: the attempt's state is large, and a waiter should not
+            // carry it while it sleeps between attempts.
+            let attempt = Box::pin(self.attempt(&lease.token)).await?;
             pending.lease = None;
             let remaining = match attempt {
                 Attempt::Acquired(token) => {

@@ -3,7 +3,10 @@
 //!
 //! A single actor task owns the connection and a reference count per channel:
 //! the first waiter on a lock subscribes to its channel, the last one to leave
-//! unsubscribes. When the connection drops, every waiter is woken to re-check
+//! unsubscribes. A release message wakes one waiter of the provider (as
+//! Redisson does), not all of them: the others would only lose the race and
+//! cost a round trip each. A woken waiter that was cancelled passes its
+//! wake-up on to the next. When the connection drops, every waiter is woken to re-check
 //! (a message may have been missed) and the actor reconnects and resubscribes
 //! while anyone waits. The connection is opened at the first wait and then
 //! kept, so waits that come and go cost no reconnects. Waiters never depend on it alone: they also re-check at
@@ -16,12 +19,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 enum Command {
     Subscribe {
         channel: String,
-        reply: oneshot::Sender<watch::Receiver<u64>>,
+        reply: oneshot::Sender<Arc<Notify>>,
     },
     Unsubscribe(String),
 }
@@ -29,7 +32,7 @@ enum Command {
 /// Counters for tests and benches.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    /// Release messages delivered to at least one waiter.
+    /// Release messages received for a channel with waiters: each wakes one.
     pub(crate) messages: AtomicU64,
     /// Pub/sub connections opened.
     pub(crate) connections: AtomicU64,
@@ -45,27 +48,25 @@ pub(crate) struct Subscriber {
 /// A waiter's interest in one channel; unsubscribes when dropped.
 pub(crate) struct Subscription {
     channel: String,
-    rx: Option<watch::Receiver<u64>>,
+    wake: Option<Arc<Notify>>,
     tx: mpsc::UnboundedSender<Command>,
 }
 
 impl Subscription {
-    /// Resolves at the next message on the channel (or reconnect); pends
-    /// forever if the subscriber is gone, leaving waiters to their timers.
+    /// Resolves when this waiter is woken (a release message, or a reconnect
+    /// that may have lost one); pends forever if the subscriber is gone,
+    /// leaving waiters to their timers.
     pub(crate) async fn changed(&mut self) {
-        let alive = match &mut self.rx {
-            Some(rx) => rx.changed().await.is_ok(),
-            None => false,
-        };
-        if !alive {
-            std::future::pending::<()>().await;
+        match &self.wake {
+            Some(wake) => wake.notified().await,
+            None => std::future::pending::<()>().await,
         }
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.rx.is_some() {
+        if self.wake.is_some() {
             let _ = self
                 .tx
                 .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
@@ -92,13 +93,13 @@ impl Subscriber {
             channel: channel.clone(),
             reply,
         });
-        let rx = match sent {
+        let wake = match sent {
             Ok(()) => answer.await.ok(),
             Err(_) => None,
         };
         Subscription {
             channel,
-            rx,
+            wake,
             tx: self.tx.clone(),
         }
     }
@@ -106,7 +107,7 @@ impl Subscriber {
 
 struct Channel {
     refs: usize,
-    wake: watch::Sender<u64>,
+    wake: Arc<Notify>,
 }
 
 struct Actor {
@@ -120,7 +121,7 @@ struct Actor {
 impl Actor {
     fn wake_all(&self) {
         for ch in self.channels.values() {
-            ch.wake.send_modify(|v| *v = v.wrapping_add(1));
+            ch.wake.notify_waiters();
         }
     }
 
@@ -161,16 +162,16 @@ impl Actor {
         self.wake_all();
     }
 
-    async fn subscribe(&mut self, channel: String) -> watch::Receiver<u64> {
+    async fn subscribe(&mut self, channel: String) -> Arc<Notify> {
         let entry = self
             .channels
             .entry(channel.clone())
             .or_insert_with(|| Channel {
                 refs: 0,
-                wake: watch::Sender::new(0),
+                wake: Arc::new(Notify::new()),
             });
         entry.refs += 1;
-        let rx = entry.wake.subscribe();
+        let rx = Arc::clone(&entry.wake);
         if entry.refs > 1 {
             return rx;
         }
@@ -208,7 +209,7 @@ impl Actor {
     fn deliver(&self, msg: &redis::Msg) {
         if let Some(ch) = self.channels.get(msg.get_channel_name()) {
             self.stats.messages.fetch_add(1, Ordering::Relaxed);
-            ch.wake.send_modify(|v| *v = v.wrapping_add(1));
+            ch.wake.notify_one();
         }
     }
 }

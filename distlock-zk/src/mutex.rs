@@ -257,8 +257,17 @@ pub(crate) async fn enter_queue(
                     Err(e) => return Err(map("list", timeout, e)),
                 },
             };
-            let queue = sorted_queue(names, marker);
-            let Some(position) = queue.iter().position(|(_, n)| *n == own_name) else {
+            // Only the predecessor's name outlives this block: a waiter must
+            // not keep the whole listing while it waits (O(n²) memory).
+            let (position, predecessor) = {
+                let queue = sorted_queue(names, marker);
+                let position = queue.iter().position(|(_, n)| *n == own_name);
+                let predecessor = position
+                    .and_then(|p| p.checked_sub(1))
+                    .map(|p| format!("{dir}/{}", queue[p].1));
+                (position, predecessor)
+            };
+            let Some(position) = position else {
                 // Our node is gone (deleted by someone, or its session
                 // ended): queue again.
                 pending.disarm();
@@ -279,7 +288,9 @@ pub(crate) async fn enter_queue(
                 pending.cleanup().await;
                 return Ok(None);
             }
-            let predecessor = format!("{dir}/{}", queue[position - 1].1);
+            let Some(predecessor) = predecessor else {
+                continue;
+            };
             match op(
                 timeout,
                 "watch",
