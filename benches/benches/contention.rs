@@ -33,7 +33,13 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [Kind::Mem, Kind::Redis, Kind::ZkFair, Kind::ZkUnfair, Kind::Rslock];
+    const ALL: [Kind; 5] = [
+        Kind::Mem,
+        Kind::Redis,
+        Kind::ZkFair,
+        Kind::ZkUnfair,
+        Kind::Rslock,
+    ];
 
     fn label(self) -> &'static str {
         match self {
@@ -98,7 +104,10 @@ async fn clients(kind: Kind, s: &Servers) -> Clients {
             for _ in 0..CLIENTS {
                 ps.push(RedisProvider::connect(&s.redis.url()).await.expect("redis"));
             }
-            let all = ps.iter().map(|p| Arc::new(p.clone()) as Arc<dyn Provider>).collect();
+            let all = ps
+                .iter()
+                .map(|p| Arc::new(p.clone()) as Arc<dyn Provider>)
+                .collect();
             Clients::Distlock(all, Stats::Redis(ps))
         }
         Kind::ZkFair | Kind::ZkUnfair => {
@@ -107,7 +116,10 @@ async fn clients(kind: Kind, s: &Servers) -> Clients {
                 let options = ZkOptions::new(s.zk.connect_string());
                 ps.push(ZkProvider::connect_with(options).await.expect("zk"));
             }
-            let all = ps.iter().map(|p| Arc::new(p.clone()) as Arc<dyn Provider>).collect();
+            let all = ps
+                .iter()
+                .map(|p| Arc::new(p.clone()) as Arc<dyn Provider>)
+                .collect();
             Clients::Distlock(all, Stats::Zk(ps))
         }
         Kind::Rslock => Clients::Rslock(
@@ -197,7 +209,8 @@ async fn run(kind: Kind, contenders: usize, secs: Duration, s: &Servers) -> Cell
     let name = unique_name(&format!("contention-{contenders}"));
     let stop = Arc::new(AtomicBool::new(false));
     let handoff = Arc::new(Handoff::default());
-    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..contenders).map(|_| AtomicU64::new(0)).collect());
+    let counts: Arc<Vec<AtomicU64>> =
+        Arc::new((0..contenders).map(|_| AtomicU64::new(0)).collect());
     let wakeups_before = match &clients {
         Clients::Distlock(_, stats) => stats.wakeups(),
         Clients::Rslock(_) => 0,
@@ -205,7 +218,8 @@ async fn run(kind: Kind, contenders: usize, secs: Duration, s: &Servers) -> Cell
     let start = Instant::now();
     let mut tasks = Vec::new();
     for me in 0..contenders {
-        let (stop, handoff, counts) = (Arc::clone(&stop), Arc::clone(&handoff), Arc::clone(&counts));
+        let (stop, handoff, counts) =
+            (Arc::clone(&stop), Arc::clone(&handoff), Arc::clone(&counts));
         match &clients {
             Clients::Distlock(providers, _) => {
                 let lock = lock_of(kind, providers[me % CLIENTS].as_ref(), &name);
@@ -277,7 +291,10 @@ async fn memory_per_1000(kind: Kind, s: &Servers) -> Option<u64> {
         return None;
     };
     let name = unique_name("memory");
-    let holder = lock_of(kind, providers[0].as_ref(), &name).lock().await.expect("lock");
+    let holder = lock_of(kind, providers[0].as_ref(), &name)
+        .lock()
+        .await
+        .expect("lock");
     let lock = lock_of(kind, providers[1].as_ref(), &name);
     let before = rss_bytes();
     let waiters: Vec<_> = (0..1000)
@@ -353,8 +370,9 @@ fn svg(cells: &[Cell]) -> String {
                 .iter()
                 .filter(|c| c.kind == *kind)
                 .filter_map(|c| {
-                    c.percentile(p)
-                        .map(|d| format!("{:.1},{:.1}", xs(c.contenders), ys(d.as_secs_f64() * 1e6)))
+                    c.percentile(p).map(|d| {
+                        format!("{:.1},{:.1}", xs(c.contenders), ys(d.as_secs_f64() * 1e6))
+                    })
                 })
                 .collect();
             if points.len() > 1 {
@@ -441,10 +459,17 @@ fn main() {
             wake
         );
     }
-    let mut memory = String::from("| implementation | resident memory per 1000 waiting contenders |\n|---|---:|\n");
+    let mut memory = String::from(
+        "| implementation | resident memory per 1000 waiting contenders |\n|---|---:|\n",
+    );
     for kind in [Kind::Mem, Kind::Redis, Kind::ZkFair, Kind::ZkUnfair] {
         if let Some(bytes) = rt.block_on(memory_per_1000(kind, &servers)) {
-            let _ = writeln!(memory, "| {} | {:.0} KiB |", kind.label(), bytes as f64 / 1024.0);
+            let _ = writeln!(
+                memory,
+                "| {} | {:.0} KiB |",
+                kind.label(),
+                bytes as f64 / 1024.0
+            );
         }
     }
     println!("{table}\n{memory}");

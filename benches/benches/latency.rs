@@ -41,7 +41,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-const RELEASE_LUA: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const RELEASE_LUA: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 fn floors(c: &mut Criterion) {
     let rt = runtime();
@@ -56,36 +57,42 @@ fn floors(c: &mut Criterion) {
         b.to_async(&rt).iter(|| {
             let mut conn = conn.clone();
             async move {
-                let _: String = redis::cmd("PING").query_async(&mut conn).await.expect("ping");
+                let _: String = redis::cmd("PING")
+                    .query_async(&mut conn)
+                    .await
+                    .expect("ping");
             }
         });
     });
     let release = redis::Script::new(RELEASE_LUA);
-    group.bench_function(BenchmarkId::from_parameter("redis/set_nx_px+evalsha_del"), |b| {
-        b.to_async(&rt).iter(|| {
-            let mut conn = conn.clone();
-            let release = &release;
-            async move {
-                let ok: Option<String> = redis::cmd("SET")
-                    .arg("floor/key")
-                    .arg("token")
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("set");
-                assert!(ok.is_some());
-                let deleted: i64 = release
-                    .key("floor/key")
-                    .arg("token")
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("release");
-                assert_eq!(deleted, 1);
-            }
-        });
-    });
+    group.bench_function(
+        BenchmarkId::from_parameter("redis/set_nx_px+evalsha_del"),
+        |b| {
+            b.to_async(&rt).iter(|| {
+                let mut conn = conn.clone();
+                let release = &release;
+                async move {
+                    let ok: Option<String> = redis::cmd("SET")
+                        .arg("floor/key")
+                        .arg("token")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("set");
+                    assert!(ok.is_some());
+                    let deleted: i64 = release
+                        .key("floor/key")
+                        .arg("token")
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("release");
+                    assert_eq!(deleted, 1);
+                }
+            });
+        },
+    );
     let zk = rt
         .block_on(zookeeper_client::Client::connect(&s.zk.connect_string()))
         .expect("zk connect");
@@ -96,8 +103,13 @@ fn floors(c: &mut Criterion) {
         b.to_async(&rt).iter(|| {
             let (zk, ephemeral) = (&zk, &ephemeral);
             async move {
-                let (_, seq) = zk.create("/floor/n-", &[], ephemeral).await.expect("create");
-                zk.delete(&format!("/floor/n-{seq}"), None).await.expect("delete");
+                let (_, seq) = zk
+                    .create("/floor/n-", &[], ephemeral)
+                    .await
+                    .expect("create");
+                zk.delete(&format!("/floor/n-{seq}"), None)
+                    .await
+                    .expect("delete");
             }
         });
     });
@@ -112,17 +124,25 @@ fn uncontended(c: &mut Criterion) {
         .block_on(RedisProvider::connect(&s.redis.url()))
         .expect("redis");
     let redis_pool = rt
-        .block_on(RedisProvider::connect_with(&s.redis.url(), RedisOptions::new().pool_size(4)))
+        .block_on(RedisProvider::connect_with(
+            &s.redis.url(),
+            RedisOptions::new().pool_size(4),
+        ))
         .expect("redis pool");
     let zk = rt
-        .block_on(ZkProvider::connect_with(ZkOptions::new(s.zk.connect_string())))
+        .block_on(ZkProvider::connect_with(ZkOptions::new(
+            s.zk.connect_string(),
+        )))
         .expect("zk");
     let mut group = c.benchmark_group("uncontended_lock_release");
     group.throughput(Throughput::Elements(1));
     let locks: Vec<(&str, Arc<dyn distlock::Lock>)> = vec![
         ("mem/mutex", mem.mutex("bench/u").expect("name")),
         ("redis/mutex", redis.mutex("bench/u").expect("name")),
-        ("redis/mutex(pool)", redis_pool.mutex("bench/upool").expect("name")),
+        (
+            "redis/mutex(pool)",
+            redis_pool.mutex("bench/upool").expect("name"),
+        ),
         ("zk/fair_mutex", zk.fair_mutex("bench/ufair").expect("name")),
         ("zk/unfair_mutex", zk.mutex("bench/uunfair").expect("name")),
     ];
@@ -154,12 +174,17 @@ fn ids(c: &mut Criterion) {
         .block_on(RedisProvider::connect(&s.redis.url()))
         .expect("redis");
     let zk = rt
-        .block_on(ZkProvider::connect_with(ZkOptions::new(s.zk.connect_string())))
+        .block_on(ZkProvider::connect_with(ZkOptions::new(
+            s.zk.connect_string(),
+        )))
         .expect("zk");
     let mut group = c.benchmark_group("ids");
     group.throughput(Throughput::Elements(1));
     for block in [1u64, 100, 1000] {
-        for (backend, provider) in [("redis", &redis as &dyn Provider), ("zk", &zk as &dyn Provider)] {
+        for (backend, provider) in [
+            ("redis", &redis as &dyn Provider),
+            ("zk", &zk as &dyn Provider),
+        ] {
             let ids = provider
                 .id_generator(&format!("bench/ids-{block}"), block)
                 .expect("ids");

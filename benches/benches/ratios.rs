@@ -15,7 +15,8 @@ use distlock::zk::{ZkOptions, ZkProvider};
 use distlock::Provider;
 use test_support::{RedisServer, ZkCluster};
 
-const RELEASE_LUA: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const RELEASE_LUA: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -53,12 +54,18 @@ fn main() {
 
         // Redis: raw SET NX PX + EVALSHA compare-and-delete vs distlock lock + release.
         let client = redis::Client::open(redis_server.url()).expect("url");
-        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
         let release = redis::Script::new(RELEASE_LUA);
-        let locks = RedisProvider::connect(&redis_server.url()).await.expect("redis");
+        let locks = RedisProvider::connect(&redis_server.url())
+            .await
+            .expect("redis");
         let mutex = locks.mutex("ratio/redis").expect("name");
         let rslock = rslock::LockManager::new(vec![redis_server.url()]);
-        let (mut floor, mut ours, mut peer, mut ping) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut floor, mut ours, mut peer, mut ping) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let c = &mut conn;
             ping.push(
@@ -78,7 +85,12 @@ fn main() {
                         .query_async(c)
                         .await
                         .expect("set");
-                    let _: i64 = release.key("ratio/raw").arg("token").invoke_async(c).await.expect("del");
+                    let _: i64 = release
+                        .key("ratio/raw")
+                        .arg("token")
+                        .invoke_async(c)
+                        .await
+                        .expect("del");
                 })
                 .await,
             );
@@ -91,7 +103,10 @@ fn main() {
             );
             peer.push(
                 time(async {
-                    let l = rslock.lock("ratio/rslock", Duration::from_secs(30)).await.expect("rslock");
+                    let l = rslock
+                        .lock("ratio/rslock", Duration::from_secs(30))
+                        .await
+                        .expect("rslock");
                     rslock.unlock(&l).await;
                 })
                 .await,
@@ -124,9 +139,12 @@ fn main() {
         let zk = zookeeper_client::Client::connect(&zk_server.connect_string())
             .await
             .expect("zk");
-        zk.mkdir("/ratio", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
-            .await
-            .expect("mkdir");
+        zk.mkdir(
+            "/ratio",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .expect("mkdir");
         let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let locks = ZkProvider::connect_with(ZkOptions::new(zk_server.connect_string()))
             .await
@@ -137,8 +155,13 @@ fn main() {
         for _ in 0..rounds / 3 {
             floor.push(
                 time(async {
-                    let (_, seq) = zk.create("/ratio/n-", &[], &ephemeral).await.expect("create");
-                    zk.delete(&format!("/ratio/n-{seq}"), None).await.expect("delete");
+                    let (_, seq) = zk
+                        .create("/ratio/n-", &[], &ephemeral)
+                        .await
+                        .expect("create");
+                    zk.delete(&format!("/ratio/n-{seq}"), None)
+                        .await
+                        .expect("delete");
                 })
                 .await,
             );

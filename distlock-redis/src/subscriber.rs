@@ -46,10 +46,15 @@ pub(crate) struct Subscriber {
 }
 
 /// A waiter's interest in one channel; unsubscribes when dropped.
+///
+/// It exists from the moment the subscribe command is sent, so a waiter
+/// cancelled while waiting for the actor's answer still unsubscribes: every
+/// subscribe command is matched by exactly one unsubscribe.
 pub(crate) struct Subscription {
     channel: String,
     wake: Option<Arc<Notify>>,
     tx: mpsc::UnboundedSender<Command>,
+    sent: bool,
 }
 
 impl Subscription {
@@ -66,7 +71,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.wake.is_some() {
+        if self.sent {
             let _ = self
                 .tx
                 .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
@@ -89,19 +94,17 @@ impl Subscriber {
     /// timers).
     pub(crate) async fn subscribe(&self, channel: String) -> Subscription {
         let (reply, answer) = oneshot::channel();
-        let sent = self.tx.send(Command::Subscribe {
+        let mut subscription = Subscription {
             channel: channel.clone(),
-            reply,
-        });
-        let wake = match sent {
-            Ok(()) => answer.await.ok(),
-            Err(_) => None,
-        };
-        Subscription {
-            channel,
-            wake,
+            wake: None,
             tx: self.tx.clone(),
+            sent: false,
+        };
+        subscription.sent = self.tx.send(Command::Subscribe { channel, reply }).is_ok();
+        if subscription.sent {
+            subscription.wake = answer.await.ok();
         }
+        subscription
     }
 }
 
@@ -241,12 +244,9 @@ async fn run(
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::Subscribe { channel, reply }) => {
-                    let rx = actor.subscribe(channel.clone()).await;
-                    if reply.send(rx).is_err() {
-                        // The waiter was cancelled before the answer: it
-                        // holds no Subscription that would unsubscribe.
-                        actor.unsubscribe(channel).await;
-                    }
+                    let wake = actor.subscribe(channel).await;
+                    // A waiter cancelled meanwhile unsubscribes on its own.
+                    let _ = reply.send(wake);
                 }
                 Some(Command::Unsubscribe(channel)) => actor.unsubscribe(channel).await,
             },
