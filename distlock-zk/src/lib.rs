@@ -93,6 +93,8 @@ pub use zookeeper_client;
 #[cfg(feature = "tls")]
 pub use zookeeper_client::TlsOptions;
 
+#[cfg(feature = "tls")]
+pub use options::install_crypto_provider;
 pub use options::ZkOptions;
 pub use provider::ZkProvider;
 

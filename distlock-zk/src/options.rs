@@ -138,7 +138,8 @@ impl ZkOptions {
         self
     }
 
-    /// TLS options for the connection (feature `tls`).
+    /// TLS options for the connection (feature `tls`). Build them after
+    /// [`install_crypto_provider`], or with your own provider installed.
     #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: crate::TlsOptions) -> Self {
@@ -182,6 +183,20 @@ impl ZkOptions {
         }
         Ok(())
     }
+}
+
+/// Installs ring as rustls's process-wide crypto provider, unless one is
+/// installed already (feature `tls`).
+///
+/// rustls cannot pick a provider by itself when more than one is compiled in,
+/// which happens as soon as features unify across a workspace (zookeeper-client
+/// brings aws-lc-rs, other crates ring); building TLS options then panics
+/// inside rustls. distlock calls this before it connects with TLS; call it
+/// yourself before building [`TlsOptions`](crate::TlsOptions) if you build
+/// them first.
+#[cfg(feature = "tls")]
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 #[cfg(test)]

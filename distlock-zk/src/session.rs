@@ -109,6 +109,7 @@ pub(crate) async fn open(options: &ZkOptions) -> Result<Session> {
     let connecting = async move {
         #[cfg(feature = "tls")]
         if let Some(tls) = &options.tls {
+            crate::options::install_crypto_provider();
             return connector
                 .with_tls(tls.clone())
                 .secure_connect(&options.hosts)

@@ -12,6 +12,7 @@ use test_support::{unique_name, ZkCluster};
 async fn locks_over_tls_with_a_trusted_ca_and_refused_without_it() {
     let ca = TestCa::generate();
     let (_zk, port) = ZkCluster::standalone_tls(&ca);
+    distlock_zk::install_crypto_provider();
     let pem = std::fs::read_to_string(ca.ca_cert()).unwrap();
     let tls = TlsOptions::new().with_pem_ca(&pem).unwrap();
     let hosts = format!("127.0.0.1:{port}");
