@@ -3,7 +3,6 @@
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -204,33 +203,9 @@ async fn bad_candidate_ids_are_typed_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_unique_and_increasing_per_generator() {
-    for block in [1, 100] {
-        let locks = MemProvider::new();
-        let mut tasks = Vec::new();
-        for _ in 0..8 {
-            let ids = locks.id_generator("ids", block).unwrap();
-            tasks.push(tokio::spawn(async move {
-                let mut got = Vec::with_capacity(1000);
-                for _ in 0..1000 {
-                    got.push(ids.next().await.unwrap());
-                }
-                got
-            }));
-        }
-        let mut all = HashSet::new();
-        for t in tasks {
-            let got = t.await.unwrap();
-            assert!(
-                got.windows(2).all(|w| w[0] < w[1]),
-                "block {block}: not increasing"
-            );
-            assert!(got.iter().all(|id| *id >= 1));
-            for id in got {
-                assert!(all.insert(id), "block {block}: id {id} handed out twice");
-            }
-        }
-        assert_eq!(all.len(), 8000);
-    }
+    let table = MemProvider::new();
+    let clients: [Arc<dyn Provider>; 2] = [Arc::new(table.clone()), Arc::new(table)];
+    test_support::conformance::ids_unique_and_increasing(clients).await;
 }
 
 #[test]

@@ -44,6 +44,20 @@ impl fmt::Debug for RedisProvider {
     }
 }
 
+/// Runs a connect within `timeout`, mapping both ways it can fail.
+async fn within<T>(
+    timeout: std::time::Duration,
+    connect: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T> {
+    tokio::time::timeout(timeout, connect)
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: "connect",
+            after: timeout,
+        })?
+        .map_err(|e| map("connect", timeout, e))
+}
+
 fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Client> {
     let invalid = |e: redis::RedisError| Error::InvalidUrl(format!("{e}"));
     #[cfg(feature = "tls")]
@@ -110,16 +124,11 @@ impl RedisProvider {
                     .set_number_of_retries(2)
                     .set_min_delay(std::time::Duration::from_millis(10))
                     .set_max_delay(std::time::Duration::from_millis(500));
-                let manager = tokio::time::timeout(
+                let manager = within(
                     timeout,
                     ConnectionManager::new_with_config(client.clone(), config),
                 )
-                .await
-                .map_err(|_| Error::Timeout {
-                    operation: "connect",
-                    after: timeout,
-                })?
-                .map_err(|e| map("connect", timeout, e))?;
+                .await?;
                 Conn::Single(manager)
             }
             Some(size) => {
@@ -177,13 +186,7 @@ impl RedisProvider {
             .retries(2)
             .build()
             .map_err(|e| Error::InvalidUrl(e.to_string()))?;
-        let conn = tokio::time::timeout(timeout, cluster.get_async_connection())
-            .await
-            .map_err(|_| Error::Timeout {
-                operation: "connect",
-                after: timeout,
-            })?
-            .map_err(|e| map("connect", timeout, e))?;
+        let conn = within(timeout, cluster.get_async_connection()).await?;
         Ok(Self::from_parts(
             Conn::Cluster(conn),
             subscriber_client,

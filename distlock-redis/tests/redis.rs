@@ -5,7 +5,6 @@
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -419,37 +418,11 @@ async fn passwords_and_acl_users_come_from_the_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_unique_across_clients_and_increasing_per_generator() {
     let url = test_support::redis::shared().url();
-    for block in [1, 100] {
-        let name = unique_name("ids");
-        let clients = [
-            Arc::new(connect(&url, RedisOptions::new()).await),
-            Arc::new(connect(&url, RedisOptions::new()).await),
-        ];
-        let mut tasks = Vec::new();
-        for t in 0..8 {
-            let ids = clients[t % 2].id_generator(&name, block).unwrap();
-            tasks.push(tokio::spawn(async move {
-                let mut got = Vec::with_capacity(1000);
-                for _ in 0..1000 {
-                    got.push(ids.next().await.unwrap());
-                }
-                got
-            }));
-        }
-        let mut all = HashSet::new();
-        for t in tasks {
-            let got = t.await.unwrap();
-            assert!(
-                got.windows(2).all(|w| w[0] < w[1]),
-                "block {block}: not increasing"
-            );
-            for id in got {
-                assert!(id >= 1);
-                assert!(all.insert(id), "block {block}: id {id} twice");
-            }
-        }
-        assert_eq!(all.len(), 8000);
-    }
+    let clients: [Arc<dyn Provider>; 2] = [
+        Arc::new(connect(&url, RedisOptions::new()).await),
+        Arc::new(connect(&url, RedisOptions::new()).await),
+    ];
+    test_support::conformance::ids_unique_and_increasing(clients).await;
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{Error, GuardParts, LeaseSignal, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
-use zookeeper_client::{CreateMode, Error as ZkError};
+use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{map, session_ended};
 use crate::lease::{self, ZkLease};
@@ -174,6 +174,22 @@ async fn backoff(deadline: Option<Instant>) -> bool {
     true
 }
 
+/// Waits for a watch to fire; `false` when the deadline came first.
+async fn woken(shared: &Shared, watcher: OneshotWatcher, deadline: Option<Instant>) -> bool {
+    match deadline {
+        Some(d) => {
+            if tokio::time::timeout_at(d, watcher.changed()).await.is_err() {
+                return false;
+            }
+        }
+        None => {
+            watcher.changed().await;
+        }
+    }
+    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
 /// Joins the queue of `marker` nodes in `dir` and waits for the head of it.
 pub(crate) async fn enter_queue(
     shared: &Shared,
@@ -300,18 +316,10 @@ pub(crate) async fn enter_queue(
             {
                 Ok((None, _)) => {}
                 Ok((Some(_), watcher)) => {
-                    let woke = match deadline {
-                        Some(d) => tokio::time::timeout_at(d, watcher.changed()).await.is_ok(),
-                        None => {
-                            watcher.changed().await;
-                            true
-                        }
-                    };
-                    if !woke {
+                    if !woken(shared, watcher, deadline).await {
                         pending.cleanup().await;
                         return Ok(None);
                     }
-                    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) if session_ended(&e) => {
                     pending.disarm();
@@ -372,17 +380,9 @@ pub(crate) async fn take_unfair(shared: &Shared, dir: &str, wait: Wait) -> Resul
                         });
                     }
                     Ok((Some(_), watcher)) => {
-                        let woke = match deadline {
-                            Some(d) => tokio::time::timeout_at(d, watcher.changed()).await.is_ok(),
-                            None => {
-                                watcher.changed().await;
-                                true
-                            }
-                        };
-                        if !woke {
+                        if !woken(shared, watcher, deadline).await {
                             return Ok(None);
                         }
-                        shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) if session_ended(&e) => {}
                     Err(ZkError::ConnectionLoss) if backoff(deadline).await => {}

@@ -4,7 +4,6 @@
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -296,39 +295,14 @@ async fn election_has_exactly_one_leader_as_leaders_are_killed_in_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_unique_and_increasing_per_task() {
     let hosts = hosts();
-    for block in [1, 100] {
-        let name = unique_name("ids");
-        let clients = [
-            Arc::new(provider(&hosts).await),
-            Arc::new(provider(&hosts).await),
-        ];
-        let mut tasks = Vec::new();
-        for t in 0..8 {
-            let ids = clients[t % 2].id_generator(&name, block).unwrap();
-            tasks.push(tokio::spawn(async move {
-                let mut got = Vec::with_capacity(1000);
-                for _ in 0..1000 {
-                    got.push(ids.next().await.unwrap());
-                }
-                got
-            }));
-        }
-        let mut all = HashSet::new();
-        for t in tasks {
-            let got = t.await.unwrap();
-            assert!(
-                got.windows(2).all(|w| w[0] < w[1]),
-                "block {block}: not increasing"
-            );
-            for id in got {
-                assert!(all.insert(id), "block {block}: id {id} twice");
-            }
-        }
-        assert_eq!(all.len(), 8000);
-        // Curator's format: 8 bytes, big-endian.
+    let first = provider(&hosts).await;
+    let clients: [Arc<dyn Provider>; 2] =
+        [Arc::new(first.clone()), Arc::new(provider(&hosts).await)];
+    for (block, name) in test_support::conformance::ids_unique_and_increasing(clients).await {
+        // Curator's format: 8 bytes, big-endian; 8000 ids in whole blocks.
         let (data, _) = raw(&hosts)
             .await
-            .get_data(&clients[0].path(&name).unwrap())
+            .get_data(&first.path(&name).unwrap())
             .await
             .unwrap();
         assert_eq!(data.len(), 8);
