@@ -215,3 +215,13 @@ fn acquiring_outside_a_runtime_is_an_error() {
     let r = futures::executor::block_on(lock.try_lock());
     assert!(matches!(r, Err(Error::NoRuntime)));
 }
+
+#[test]
+fn arbitrary_names_ttls_and_timeouts_give_typed_errors() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _entered = rt.enter();
+    let client: Arc<dyn Provider> = Arc::new(MemProvider::new());
+    // The in-process table has nothing to inspect from outside: a rejected
+    // name never reaches it.
+    test_support::properties::check(rt.handle(), &client, "", |_| false);
+}

@@ -488,3 +488,17 @@ async fn the_watchdog_keeps_the_key_alive_for_three_ttls_and_stops_at_release() 
         "renewed after release"
     );
 }
+
+#[test]
+fn arbitrary_names_ttls_and_timeouts_give_typed_errors_and_store_nothing() {
+    let redis = RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client: Arc<dyn Provider> =
+        Arc::new(rt.block_on(connect(&redis.url(), RedisOptions::new())));
+    let prefix = unique_name("props") + "/";
+    // The server is this test's alone, and handing out primitives does no
+    // I/O: while names are tried, it must stay empty.
+    test_support::properties::check(rt.handle(), &client, &prefix, |_| {
+        redis.cli(&["DBSIZE"]) != "0"
+    });
+}

@@ -529,3 +529,23 @@ async fn distlock_fair_mutex_queues_behind_a_kazoo_lock() {
     assert_eq!(out, "acquired\nreleased");
     g.release().await.unwrap();
 }
+
+#[test]
+fn arbitrary_names_ttls_and_timeouts_give_typed_errors_and_store_nothing() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hosts = hosts();
+    let locks = rt.block_on(provider(&hosts));
+    let operator = rt.block_on(raw(&hosts));
+    let client: Arc<dyn Provider> = Arc::new(locks);
+    let prefix = unique_name("props") + "/";
+    // Handing out primitives does no I/O: while names are tried, nothing
+    // may appear under this test's prefix.
+    let top = format!(
+        "{}/{}",
+        ZkOptions::DEFAULT_BASE,
+        prefix.split('/').next().unwrap()
+    );
+    test_support::properties::check(rt.handle(), &client, &prefix, |_| {
+        matches!(rt.block_on(operator.check_stat(&top)), Ok(Some(_)))
+    });
+}

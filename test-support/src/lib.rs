@@ -11,8 +11,10 @@
 #![allow(clippy::missing_panics_doc)]
 
 pub mod conformance;
+pub mod properties;
 pub mod proxy;
 pub mod redis;
+pub mod safety;
 mod server;
 pub mod tls;
 pub mod zookeeper;

@@ -1,0 +1,50 @@
+//! Safety of the in-process backend: random cancellation of acquisitions,
+//! and a holder stalled past its TTL with its watchdog starved. No lost
+//! update on a fenced resource, ever.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::mem::MemProvider;
+use distlock_core::{LeaseOptions, Provider};
+use test_support::safety::{self, Workload};
+
+const CI: Duration = Duration::from_secs(5);
+
+fn clients() -> Vec<Arc<dyn Provider>> {
+    let table = MemProvider::new();
+    (0..4)
+        .map(|_| Arc::new(table.clone()) as Arc<dyn Provider>)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_cancellation_and_a_starved_watchdog() {
+    let lease = LeaseOptions::new(Duration::from_millis(300)).unwrap();
+    let workload = Workload {
+        cancel_randomly: true,
+        acquire_timeout: Duration::from_millis(20),
+        stall: Some(Duration::from_millis(700)),
+        ..Workload::default()
+    };
+    let report = safety::run(
+        "mem: random cancellation, holder stalled 0.7 s past a 0.3 s TTL",
+        &clients(),
+        2,
+        |p| p.mutex_with("safety", lease).unwrap(),
+        workload,
+        safety::scenario_duration(CI),
+        |until| async move {
+            tokio::time::sleep_until(until.into()).await;
+            0
+        },
+    )
+    .await;
+    safety::publish(&report);
+    assert!(
+        report.stale_rejected >= 1 && report.accepted_writes > 0,
+        "{report:?}"
+    );
+}

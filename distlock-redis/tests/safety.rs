@@ -1,0 +1,208 @@
+//! Safety under faults on real redis-server processes: no lost update on a
+//! fenced resource, ever; overlaps, stale rejections and lost-lease notices
+//! reported. CI-sized by default; `DISTLOCK_SAFETY_SECS=60` for the long run
+//! (see SAFETY.md).
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock_core::{LeaseOptions, Lock, Provider};
+use distlock_redis::{RedisOptions, RedisProvider};
+use test_support::safety::{self, Workload};
+use test_support::{unique_name, Proxy, RedisServer};
+
+const CI: Duration = Duration::from_secs(8);
+
+async fn clients(urls: &[String], options: &RedisOptions) -> Vec<Arc<dyn Provider>> {
+    let mut out = Vec::new();
+    for url in urls {
+        let p = RedisProvider::connect_with(url, options.clone())
+            .await
+            .unwrap();
+        out.push(Arc::new(p) as Arc<dyn Provider>);
+    }
+    out
+}
+
+fn mutex(name: &str, lease: LeaseOptions) -> impl Fn(&dyn Provider) -> Arc<dyn Lock> + '_ {
+    move |p| p.mutex_with(name, lease).unwrap()
+}
+
+fn options() -> RedisOptions {
+    RedisOptions::new()
+        .response_timeout(Duration::from_millis(300))
+        .recheck_interval(Duration::from_millis(100))
+}
+
+/// Runs a blocking server action off the runtime.
+async fn on_server(server: &Arc<Mutex<RedisServer>>, action: fn(&mut RedisServer)) {
+    let server = Arc::clone(server);
+    tokio::task::spawn_blocking(move || action(&mut server.lock().unwrap()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_and_restart_with_persistence() {
+    let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let url = redis.url();
+    let server = Arc::new(Mutex::new(redis));
+    let name = unique_name("safety-kill");
+    let lease = LeaseOptions::new(Duration::from_secs(1)).unwrap();
+    let clients = clients(&vec![url; 4], &options()).await;
+    let report = safety::run(
+        "redis: kill -9 and restart (appendonly)",
+        &clients,
+        2,
+        mutex(&name, lease),
+        Workload {
+            work: Duration::from_millis(150),
+            ..Workload::default()
+        },
+        safety::scenario_duration(CI),
+        |until| async move {
+            let mut faults = 0;
+            while Instant::now() + Duration::from_secs(2) < until {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                on_server(&server, RedisServer::kill).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                on_server(&server, RedisServer::restart).await;
+                faults += 1;
+            }
+            faults
+        },
+    )
+    .await;
+    safety::publish(&report);
+    assert!(
+        report.faults >= 1 && report.accepted_writes > 0,
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_paused_past_the_ttl() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let name = unique_name("safety-pause");
+    let lease = LeaseOptions::new(Duration::from_millis(800)).unwrap();
+    let clients = clients(&vec![url; 4], &options()).await;
+    let report = safety::run(
+        "redis: SIGSTOP past the TTL, SIGCONT",
+        &clients,
+        2,
+        mutex(&name, lease),
+        Workload {
+            work: Duration::from_millis(150),
+            ..Workload::default()
+        },
+        safety::scenario_duration(CI),
+        |until| async move {
+            let mut faults = 0;
+            while Instant::now() + Duration::from_secs(2) < until {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                redis.pause();
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+                redis.resume();
+                faults += 1;
+            }
+            faults
+        },
+    )
+    .await;
+    safety::publish(&report);
+    assert!(
+        report.faults >= 1 && report.accepted_writes > 0,
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cuts_and_delays_through_the_proxy() {
+    let redis = RedisServer::start();
+    let proxies: Vec<Proxy> = (0..4).map(|_| Proxy::start(redis.addr())).collect();
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("redis://{}", p.addr()))
+        .collect();
+    let name = unique_name("safety-cuts");
+    let lease = LeaseOptions::new(Duration::from_millis(800)).unwrap();
+    let clients = clients(&urls, &options()).await;
+    let workload = Workload {
+        cancel_randomly: true,
+        acquire_timeout: Duration::from_millis(400),
+        ..Workload::default()
+    };
+    let report = safety::run(
+        "redis: connection cuts, delays up to 400 ms, random cancellation",
+        &clients,
+        2,
+        mutex(&name, lease),
+        workload,
+        safety::scenario_duration(CI),
+        |until| async move {
+            let mut faults = 0;
+            let mut rng = fastrand_seed(11);
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let proxy = &proxies[usize::try_from(rng() % 4).unwrap()];
+                if rng().is_multiple_of(2) {
+                    proxy.cut();
+                } else {
+                    proxy.set_delay(Duration::from_millis(rng() % 400));
+                }
+                faults += 1;
+            }
+            for p in &proxies {
+                p.set_delay(Duration::ZERO);
+            }
+            faults
+        },
+    )
+    .await;
+    safety::publish(&report);
+    assert!(
+        report.faults >= 1 && report.accepted_writes > 0,
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_stalled_past_its_ttl_with_the_watchdog_starved() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("safety-stall");
+    let lease = LeaseOptions::new(Duration::from_millis(500)).unwrap();
+    let clients = clients(&vec![redis.url(); 2], &options()).await;
+    let workload = Workload {
+        stall: Some(Duration::from_millis(1200)),
+        ..Workload::default()
+    };
+    let report = safety::run(
+        "redis: holder stalled 1.2 s past a 0.5 s TTL, watchdog starved",
+        &clients,
+        2,
+        mutex(&name, lease),
+        workload,
+        safety::scenario_duration(CI),
+        |until| async move {
+            tokio::time::sleep_until(until.into()).await;
+            0
+        },
+    )
+    .await;
+    safety::publish(&report);
+    // The stalled holder's writes are refused by the fence, not lost.
+    assert!(report.stale_rejected >= 1, "{report:?}");
+}
+
+fn fastrand_seed(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
