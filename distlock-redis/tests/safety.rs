@@ -57,15 +57,17 @@ async fn kill_and_restart_with_persistence() {
         &clients,
         2,
         mutex(&name, lease),
+        // Critical sections long enough for faults to land inside them.
         Workload {
-            work: Duration::from_millis(150),
+            work: Duration::from_millis(600),
             ..Workload::default()
         },
         safety::scenario_duration(CI),
         |until| async move {
             let mut faults = 0;
+            let mut rng = fastrand_seed(3);
             while Instant::now() + Duration::from_secs(2) < until {
-                tokio::time::sleep(Duration::from_millis(1500)).await;
+                tokio::time::sleep(Duration::from_millis(500 + rng() % 1500)).await;
                 on_server(&server, RedisServer::kill).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 on_server(&server, RedisServer::restart).await;
@@ -94,15 +96,19 @@ async fn server_paused_past_the_ttl() {
         &clients,
         2,
         mutex(&name, lease),
+        // Longer than the TTL: only the watchdog keeps the lease, so a
+        // pause inside a critical section loses it before the write.
         Workload {
-            work: Duration::from_millis(150),
+            work: Duration::from_millis(1000),
             ..Workload::default()
         },
         safety::scenario_duration(CI),
         |until| async move {
             let mut faults = 0;
+            let mut rng = fastrand_seed(5);
             while Instant::now() + Duration::from_secs(2) < until {
-                tokio::time::sleep(Duration::from_millis(700)).await;
+                // At random points, so pauses land anywhere in a section.
+                tokio::time::sleep(Duration::from_millis(300 + rng() % 1200)).await;
                 redis.pause();
                 tokio::time::sleep(Duration::from_millis(1200)).await;
                 redis.resume();

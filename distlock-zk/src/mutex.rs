@@ -247,6 +247,7 @@ pub(crate) async fn enter_queue(
             }
             Err(e) if session_ended(&e) => {
                 pending.disarm();
+                shared.sessions.ended(&session).await;
                 continue 'session;
             }
             Err(e) => {
@@ -263,6 +264,7 @@ pub(crate) async fn enter_queue(
                     Ok(names) => names,
                     Err(e) if session_ended(&e) => {
                         pending.disarm();
+                        shared.sessions.ended(&session).await;
                         continue 'session;
                     }
                     Err(ZkError::ConnectionLoss) if backoff(deadline).await => continue,
@@ -323,6 +325,7 @@ pub(crate) async fn enter_queue(
                 }
                 Err(e) if session_ended(&e) => {
                     pending.disarm();
+                    shared.sessions.ended(&session).await;
                     continue 'session;
                 }
                 Err(ZkError::ConnectionLoss) if backoff(deadline).await => {}
@@ -384,7 +387,7 @@ pub(crate) async fn take_unfair(shared: &Shared, dir: &str, wait: Wait) -> Resul
                             return Ok(None);
                         }
                     }
-                    Err(e) if session_ended(&e) => {}
+                    Err(e) if session_ended(&e) => shared.sessions.ended(&session).await,
                     Err(ZkError::ConnectionLoss) if backoff(deadline).await => {}
                     Err(ZkError::ConnectionLoss) => return Ok(None),
                     Err(e) => return Err(map("watch", timeout, e)),
@@ -417,7 +420,10 @@ pub(crate) async fn take_unfair(shared: &Shared, dir: &str, wait: Wait) -> Resul
                     return Ok(None);
                 }
             }
-            Err(e) if session_ended(&e) => pending.disarm(),
+            Err(e) if session_ended(&e) => {
+                pending.disarm();
+                shared.sessions.ended(&session).await;
+            }
             Err(e) => {
                 pending.disarm();
                 return Err(map("create", timeout, e));

@@ -44,8 +44,10 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// Expired or closed. Reads the client's own state too: the state task
+    /// may not have published a change yet.
     pub(crate) fn is_dead(&self) -> bool {
-        self.status.borrow().is_dead()
+        self.status.borrow().is_dead() || Status::from_state(self.client.state()).is_dead()
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -80,6 +82,19 @@ impl Sessions {
             .as_ref()
             .filter(|s| !s.is_dead())
             .cloned()
+    }
+
+    /// Drops `dead` as the current session (an operation found it ended), so
+    /// the next [`Sessions::get`] opens a new one; then pauses briefly, so a
+    /// caller that retries at once cannot spin.
+    pub(crate) async fn ended(&self, dead: &Arc<Session>) {
+        {
+            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+                *current = None;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
     /// The live session, opening a new one if the last expired or closed.
