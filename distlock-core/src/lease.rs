@@ -148,6 +148,20 @@ fn check_ttl(ttl: Duration) -> Result<Duration> {
     Ok(Duration::from_millis(millis))
 }
 
+/// Checks a backend setting (timeout, interval): 1 ms to 1 hour.
+///
+/// # Errors
+///
+/// [`Error::InvalidOptions`] naming `what` when `d` is outside that range.
+pub fn check_setting(what: &str, d: Duration) -> Result<()> {
+    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+        return Err(Error::InvalidOptions(format!(
+            "{what} {d:?} must be between 1 ms and an hour"
+        )));
+    }
+    Ok(())
+}
+
 /// A safety margin for clock drift between client and server: the client
 /// treats a lease as gone `ttl / 100 + 2 ms` before the server would expire it
 /// (the Redlock paper's drift factor).

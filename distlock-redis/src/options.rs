@@ -149,11 +149,7 @@ impl RedisOptions {
             ("connect timeout", self.connect_timeout),
             ("recheck interval", self.recheck_interval),
         ] {
-            if d.is_zero() || d > Duration::from_secs(3600) {
-                return Err(Error::InvalidOptions(format!(
-                    "{what} {d:?} must be above zero and at most an hour"
-                )));
-            }
+            distlock_core::lease::check_setting(what, d)?;
         }
         if self.pool_size == Some(0) {
             return Err(Error::InvalidOptions("pool size must be at least 1".into()));

@@ -170,11 +170,7 @@ impl ZkOptions {
             ("connect timeout", self.connect_timeout),
             ("operation timeout", self.operation_timeout),
         ] {
-            if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
-                return Err(Error::InvalidOptions(format!(
-                    "{what} {d:?} must be between 1 ms and an hour"
-                )));
-            }
+            distlock_core::lease::check_setting(what, d)?;
         }
         if self.digest.as_deref().is_some_and(|d| !d.contains(':')) {
             return Err(Error::InvalidOptions(
