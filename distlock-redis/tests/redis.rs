@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{Error, LeaseOptions, LostReason, Provider};
 use distlock_redis::{RedisOptions, RedisProvider};
+use test_support::conformance::eventually_locks;
 use test_support::{free_port, unique_name, RedisServer};
 
 const SLACK: Duration = Duration::from_secs(3);
@@ -220,20 +221,8 @@ async fn a_paused_server_gives_timeouts_not_hangs() {
     assert!(e.is_retryable(), "{e:?}");
     assert!(took < Duration::from_millis(300) + SLACK, "{took:?}");
     // The cancelled attempt's cleanup and the next attempt both go through.
-    let deadline = Instant::now() + SLACK * 2;
-    loop {
-        match lock.try_lock().await {
-            Ok(Some(g)) => {
-                g.release().await.unwrap();
-                break;
-            }
-            other => assert!(
-                Instant::now() < deadline,
-                "not back after resume: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let g = eventually_locks(lock.as_ref(), SLACK * 2, "the resumed server").await;
+    g.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,20 +243,8 @@ async fn server_killed_mid_lease_fires_lost_and_the_provider_recovers() {
     assert!(late.is_err(), "release against a dead server: {late:?}");
     redis.restart();
     // The same provider, not rebuilt, acquires again once the server is back.
-    let deadline = Instant::now() + SLACK * 3;
-    loop {
-        match lock.try_lock().await {
-            Ok(Some(g)) => {
-                g.release().await.unwrap();
-                break;
-            }
-            other => assert!(
-                Instant::now() < deadline,
-                "provider did not recover: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let g = eventually_locks(lock.as_ref(), SLACK * 3, "the provider").await;
+    g.release().await.unwrap();
 }
 
 async fn tokens_across_restart(mut redis: RedisServer) -> (u64, u64) {

@@ -12,6 +12,7 @@ use distlock_core::{Error, LeaseStatus, LostReason, Provider};
 use distlock_zk::zookeeper_client::{self, Acls, CreateMode};
 use distlock_zk::{ZkOptions, ZkProvider};
 use futures::StreamExt;
+use test_support::conformance::eventually_locks;
 use test_support::{free_port, unique_name, Proxy, ZkCluster};
 
 const SLACK: Duration = Duration::from_secs(5);
@@ -173,17 +174,7 @@ async fn session_expiry_fires_lost_lets_others_in_and_the_provider_reconnects() 
     assert!(guard.release().await.unwrap_err().is_not_held());
     taken.release().await.unwrap();
     // The same provider opens a new session and locks again.
-    let deadline = Instant::now() + SLACK * 2;
-    let again = loop {
-        match lock.try_lock().await {
-            Ok(Some(g)) => break g,
-            other => assert!(
-                Instant::now() < deadline,
-                "provider did not recover: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let again = eventually_locks(lock.as_ref(), SLACK * 2, "the provider").await;
     assert_ne!(victim.session_id().await.unwrap(), first_session);
     again.release().await.unwrap();
 }

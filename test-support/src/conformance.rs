@@ -59,6 +59,30 @@ async fn free_within<F: Fixture>(fx: &F, client: &dyn Provider, name: &str, limi
     guard.release().await.expect("release");
 }
 
+/// Retries `try_lock` until it succeeds, for a backend coming back from a
+/// fault; errors and `None` are retried until `within` has passed.
+///
+/// # Panics
+///
+/// When the lock was not taken in time, naming `what` recovered.
+pub async fn eventually_locks(
+    lock: &dyn Lock,
+    within: Duration,
+    what: &str,
+) -> distlock_core::LockGuard {
+    let deadline = Instant::now() + within;
+    loop {
+        match lock.try_lock().await {
+            Ok(Some(guard)) => return guard,
+            other => assert!(
+                Instant::now() < deadline,
+                "{what} did not recover: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Tasks spread over several clients each do a non-atomic read-modify-write
 /// under the lock; no update is lost and no two holders overlap.
 pub async fn mutual_exclusion<F: Fixture>(fx: &F) {
