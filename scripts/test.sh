@@ -16,7 +16,8 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-echo "== cargo doc"
+echo "== cargo doc (default features and all features)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 
 echo "== cargo test"

@@ -95,7 +95,7 @@ async fn clients(kind: Kind, s: &Servers) -> Clients {
         Kind::Mem => {
             let table = MemProvider::new();
             let all = (0..CLIENTS)
-                .map(|_| Arc::new(table.clone()) as Arc<dyn Provider>)
+                .map(|_| Arc::new(table.new_client()) as Arc<dyn Provider>)
                 .collect();
             Clients::Distlock(all, Stats::None)
         }

@@ -97,10 +97,11 @@ pub enum Error {
         source: BoxError,
     },
 
-    /// An id generator has run out of 64-bit ids.
-    #[error("id space of {name:?} is exhausted")]
+    /// A 64-bit counter has run out: an id generator's ids, or a lock's
+    /// fencing tokens. Nothing was acquired or handed out.
+    #[error("64-bit counter {name:?} is exhausted")]
     Exhausted {
-        /// The id generator's name.
+        /// The id generator's name, or the fencing counter's key.
         name: String,
     },
 

@@ -8,46 +8,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
+use crate::backend::{
+    Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle,
+    SignalState,
+};
 use crate::error::{Error, Result};
-use crate::lease::LeaseOptions;
+use crate::lease::{LeaseOptions, Renewal};
 use crate::name::Name;
-use crate::watchdog::Keeper;
-
-/// What a backend does for one held lease: renew it and release it.
-///
-/// Backends implement this once per lease they hand out; the core
-/// [`LockGuard`] and its watchdog drive it.
-#[async_trait]
-pub trait LeaseBackend: Send + Sync + 'static {
-    /// Sets the lease's remaining time to `ttl`, if the caller still owns it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] when the lease has another owner or none; any other
-    /// error when the server could not be asked (the lease may still be held).
-    ///
-    /// # Cancellation safety
-    ///
-    /// May be dropped at any point: the renewal then happened or not.
-    async fn renew(&self, ttl: Duration) -> Result<()>;
-
-    /// Releases the lease if the caller still owns it; never touches a lease
-    /// owned by someone else.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] when the lease has another owner or none; any other
-    /// error when the server could not be asked.
-    ///
-    /// # Cancellation safety
-    ///
-    /// May be dropped at any point; the core then calls it again in a task of
-    /// its own, so a second call must be harmless (it finds the lease gone and
-    /// returns [`Error::NotHeld`]).
-    async fn release(&self) -> Result<()>;
-}
+use crate::watchdog::Watchdog;
 
 /// Why a lease was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +32,8 @@ pub enum LostReason {
     SessionClosed,
     /// The lease's node or key was deleted by someone else.
     Deleted,
+    /// The provider that acquired the lease was closed.
+    ProviderClosed,
 }
 
 impl fmt::Display for LostReason {
@@ -73,6 +44,7 @@ impl fmt::Display for LostReason {
             LostReason::SessionExpired => "session expired",
             LostReason::SessionClosed => "session closed",
             LostReason::Deleted => "lease was deleted",
+            LostReason::ProviderClosed => "provider was closed",
         })
     }
 }
@@ -101,136 +73,71 @@ impl LeaseStatus {
     }
 }
 
-/// The shared status cell of one lease: the guard reads it, the watchdog and
-/// the backend (session watcher, node watcher) write it.
-#[derive(Clone, Debug)]
-pub struct LeaseSignal {
-    tx: Arc<watch::Sender<LeaseStatus>>,
-}
-
-impl Default for LeaseSignal {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl LeaseSignal {
-    /// A new signal in the [`LeaseStatus::Held`] state.
-    #[must_use]
-    pub fn new() -> Self {
-        LeaseSignal {
-            tx: Arc::new(watch::Sender::new(LeaseStatus::Held)),
-        }
-    }
-
-    /// The current status.
-    #[must_use]
-    pub fn status(&self) -> LeaseStatus {
-        *self.tx.borrow()
-    }
-
-    /// Marks the lease lost, unless it already ended. Returns whether this
-    /// call made the change.
-    pub fn lose(&self, reason: LostReason) -> bool {
-        let changed = self.transition(|s| s.is_active().then_some(LeaseStatus::Lost(reason)));
-        if changed {
-            tracing::warn!(%reason, "distlock lease lost");
-        }
-        changed
-    }
-
-    /// Marks an active lease suspended (`true`) or held again (`false`).
-    pub fn suspend(&self, suspended: bool) {
-        self.transition(|s| match (s, suspended) {
-            (LeaseStatus::Held, true) => Some(LeaseStatus::Suspended),
-            (LeaseStatus::Suspended, false) => Some(LeaseStatus::Held),
-            _ => None,
-        });
-    }
-
-    /// Resolves once the lease is lost or released.
-    pub async fn ended(&self) {
-        let mut rx = self.tx.subscribe();
-        // The sender lives as long as `self`, so `wait_for` cannot fail here.
-        let _ = rx.wait_for(|s| !s.is_active()).await;
-    }
-
-    fn mark_released(&self) {
-        self.transition(|s| s.is_active().then_some(LeaseStatus::Released));
-    }
-
-    fn subscribe(&self) -> watch::Receiver<LeaseStatus> {
-        self.tx.subscribe()
-    }
-
-    fn transition(&self, f: impl FnOnce(LeaseStatus) -> Option<LeaseStatus>) -> bool {
-        self.tx.send_if_modified(|s| match f(*s) {
-            Some(next) => {
-                *s = next;
-                true
-            }
-            None => false,
-        })
-    }
-}
-
 /// An owned view of a guard's lease status, for tasks that outlive a borrow of
-/// the guard.
+/// the guard. Like the guard, it compares the clock with the lease's deadline
+/// itself.
 #[derive(Clone, Debug)]
 pub struct LeaseWatch {
-    rx: watch::Receiver<LeaseStatus>,
+    signal: LeaseSignal,
+    rx: watch::Receiver<SignalState>,
 }
 
 impl LeaseWatch {
     /// The current status.
     #[must_use]
     pub fn status(&self) -> LeaseStatus {
-        *self.rx.borrow()
+        self.signal.status()
     }
 
-    /// Resolves with the reason when the lease is lost, or with `None` when it
-    /// was released normally (or its guard is gone).
+    /// Resolves with the reason when the lease is lost (at its deadline at
+    /// the latest), or with `None` when it was released normally.
     ///
     /// # Cancellation safety
     ///
     /// Cancellation safe.
     pub async fn lost(&mut self) -> Option<LostReason> {
-        let status = self.rx.wait_for(|s| !s.is_active()).await.ok().map(|s| *s);
-        match status {
-            Some(LeaseStatus::Lost(reason)) => Some(reason),
+        while self.signal.next_change(&mut self.rx).await {}
+        match self.signal.status() {
+            LeaseStatus::Lost(reason) => Some(reason),
             _ => None,
         }
     }
 
-    /// Resolves at the next status change; `false` once no change can come.
+    /// Resolves at the next status change (a deadline passing counts);
+    /// `false` once no change can come.
     ///
     /// # Cancellation safety
     ///
     /// Cancellation safe.
     pub async fn changed(&mut self) -> bool {
-        self.rx.changed().await.is_ok()
+        self.signal.next_change(&mut self.rx).await
     }
 }
 
-/// What a backend hands the core to build a [`LockGuard`].
-#[derive(Debug)]
-pub struct GuardParts {
-    /// The lock's name.
-    pub name: Name,
-    /// The fencing token of this acquisition.
-    pub fencing_token: u64,
-    /// The lease's status cell; the backend may keep a clone to report loss.
-    pub signal: LeaseSignal,
-    /// The lease options for TTL-based backends, `None` for session-based ones.
-    pub lease: Option<LeaseOptions>,
-    /// When the acquire request was sent: the TTL counts from here.
-    pub acquired_at: Instant,
+/// What the guard holds while its lease is active.
+struct Held {
+    release: CleanupGuard,
+    watchdog: Watchdog,
+    lifecycle: Arc<Lifecycle>,
+    registration: u64,
 }
 
-struct Held {
-    backend: Arc<dyn LeaseBackend>,
-    keeper: Option<Keeper>,
-    handle: Handle,
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.watchdog.stop();
+        self.lifecycle.unregister(self.registration);
+        // `release` drops after this: armed, it releases in the background.
+    }
+}
+
+/// The cleanup of a held lease: its release.
+struct Release(Arc<dyn LeaseBackend>);
+
+#[async_trait]
+impl Cleanup for Release {
+    async fn clean_up(&self) -> Result<()> {
+        self.0.release().await
+    }
 }
 
 /// Proof of holding a lease on a named lock.
@@ -244,42 +151,69 @@ struct Held {
 pub struct LockGuard {
     name: Name,
     token: u64,
-    ttl: Option<Duration>,
+    terms: LeaseTerms,
     signal: LeaseSignal,
     held: Option<Held>,
 }
 
 impl LockGuard {
-    /// Builds a guard for a lease that `backend` just acquired, and starts its
-    /// watchdog and expiry clock for TTL-based leases.
+    /// Builds a guard for a lease that `backend` just acquired, and starts
+    /// its watchdog: TTL leases are renewed as their options say, session
+    /// leases are checked every `timeout / 4`.
     ///
     /// # Errors
     ///
-    /// [`Error::NoRuntime`] outside a Tokio runtime.
+    /// [`Error::NoRuntime`] outside a Tokio runtime; [`Error::Closed`] when
+    /// the provider was closed meanwhile (the lease is then released in the
+    /// background).
     pub fn new(parts: GuardParts, backend: Arc<dyn LeaseBackend>) -> Result<Self> {
         let handle = Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let keeper = parts.lease.map(|lease| {
-            Keeper::spawn(
-                &handle,
-                parts.name.clone(),
-                parts.signal.clone(),
-                Arc::clone(&backend),
-                lease,
-                parts.acquired_at,
-            )
-        });
+        let (ttl, interval) = match parts.terms {
+            LeaseTerms::Ttl(lease) => (
+                lease.ttl(),
+                match lease.renewal() {
+                    Renewal::Watchdog { interval } => Some(interval),
+                    Renewal::Manual => None,
+                },
+            ),
+            LeaseTerms::Session { timeout } => {
+                (timeout, Some((timeout / 4).max(Duration::from_millis(1))))
+            }
+        };
+        let watchdog = Watchdog::spawn(
+            &handle,
+            parts.name.clone(),
+            parts.signal.clone(),
+            Arc::clone(&backend),
+            ttl,
+            interval,
+            parts.acquired_at,
+        );
+        let registration = parts
+            .lifecycle
+            .register(parts.signal.clone(), Arc::clone(&backend));
+        let release = CleanupGuard::arm_on(handle, "release", Arc::new(Release(backend)));
         tracing::debug!(name = %parts.name, token = parts.fencing_token, "distlock lease acquired");
-        Ok(LockGuard {
+        let closed = parts.lifecycle.is_closed();
+        let guard = LockGuard {
             name: parts.name,
             token: parts.fencing_token,
-            ttl: parts.lease.map(|l| l.ttl()),
+            terms: parts.terms,
             signal: parts.signal,
             held: Some(Held {
-                backend,
-                keeper,
-                handle,
+                release,
+                watchdog,
+                lifecycle: parts.lifecycle,
+                registration,
             }),
-        })
+        };
+        if closed {
+            // `close()` ran between the acquisition and now: give it back.
+            guard.signal.lose(LostReason::ProviderClosed);
+            drop(guard);
+            return Err(Error::Closed);
+        }
+        Ok(guard)
     }
 
     /// The lock's name.
@@ -299,27 +233,32 @@ impl LockGuard {
     /// The lease TTL, or `None` for a session-based lease.
     #[must_use]
     pub fn ttl(&self) -> Option<Duration> {
-        self.ttl
+        match self.terms {
+            LeaseTerms::Ttl(lease) => Some(lease.ttl()),
+            LeaseTerms::Session { .. } => None,
+        }
     }
 
     /// Whether the lease is (as far as the library knows) still held. Turns
-    /// false the moment [`LockGuard::lost`] fires. A suspended lease counts as
-    /// held; see [`LockGuard::status`].
+    /// false the moment [`LockGuard::lost`] fires, and by itself once the
+    /// lease's local deadline has passed, whether or not any task of the
+    /// runtime could run meanwhile. A suspended lease counts as held; see
+    /// [`LockGuard::status`].
     #[must_use]
     pub fn is_held(&self) -> bool {
         self.signal.status().is_active()
     }
 
-    /// The lease's current status.
+    /// The lease's current status (checked against the lease's deadline).
     #[must_use]
     pub fn status(&self) -> LeaseStatus {
         self.signal.status()
     }
 
     /// Resolves when the lease is lost: renewal failed or found another
-    /// owner, the TTL passed without renewal, the session ended, or the lease
-    /// was deleted. It never resolves while the lease is held, so `select!`
-    /// your work against it.
+    /// owner, the deadline passed without renewal, the session ended, the
+    /// lease was deleted, or the provider was closed. It never resolves while
+    /// the lease is held, so `select!` your work against it.
     ///
     /// # Cancellation safety
     ///
@@ -340,47 +279,42 @@ impl LockGuard {
     #[must_use]
     pub fn watch(&self) -> LeaseWatch {
         LeaseWatch {
+            signal: self.signal.clone(),
             rx: self.signal.subscribe(),
         }
     }
 
-    /// Sets the lease's remaining time to `ttl` (manual renewal). With a
-    /// watchdog the next renewal sets it back to the configured TTL.
-    /// Session-based leases need no extension; this only checks they are held.
+    /// Sets the lease's remaining time to `ttl`. Renewals are serialised:
+    /// with a watchdog, the next renewal is rescheduled to come before the
+    /// new deadline (a shorter extension cannot outlive the watchdog's
+    /// schedule), and the watchdog's own renewals then set the configured TTL
+    /// again.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] for a TTL out of range; [`Error::NotHeld`]
-    /// when the lease is no longer held (and `lost()` fires); a connection
-    /// error when the server could not be asked (the lease may still run out).
+    /// [`Error::InvalidOptions`] for a TTL out of range, or for a session
+    /// lease (ZooKeeper: the session is the lease, it cannot be extended);
+    /// [`Error::NotHeld`] when the lease is no longer held (and `lost()`
+    /// fires); a connection error when the server could not be asked (the
+    /// lease may still run out).
     ///
     /// # Cancellation safety
     ///
     /// If cancelled, the extension may or may not have reached the server;
-    /// the guard then keeps its previous local deadline, which is never later
-    /// than the server's.
+    /// the guard's local deadline then becomes the earlier of the old one and
+    /// the one this extension would have given, so it is never later than the
+    /// server's.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let lease = LeaseOptions::manual(ttl)?;
+        if let LeaseTerms::Session { .. } = self.terms {
+            return Err(Error::InvalidOptions(
+                "a session lease cannot be extended: it lasts as long as its session".into(),
+            ));
+        }
         let held = self.held.as_ref().ok_or_else(|| self.not_held())?;
-        if !self.signal.status().is_active() {
-            return Err(self.not_held());
-        }
-        let Some(keeper) = &held.keeper else {
-            return Ok(());
-        };
-        let started = Instant::now();
-        match held.backend.renew(lease.ttl()).await {
-            Ok(()) => {
-                keeper.set_deadline(started, lease.ttl());
-                tracing::debug!(name = %self.name, ttl_ms = lease.ttl_millis(), "distlock lease extended");
-                Ok(())
-            }
-            Err(e) if e.is_not_held() => {
-                self.signal.lose(LostReason::Taken);
-                Err(e)
-            }
-            Err(e) => Err(e),
-        }
+        held.watchdog.renewer().renew(lease.ttl()).await?;
+        tracing::debug!(name = %self.name, ttl_ms = lease.ttl_millis(), "distlock lease extended");
+        Ok(())
     }
 
     /// Releases the lease and stops its watchdog. `lost()` does not fire for
@@ -391,37 +325,32 @@ impl LockGuard {
     /// [`Error::NotHeld`] when the lease had already expired or been taken:
     /// nothing was deleted, the new holder keeps its lock. A connection error
     /// when the server could not be reached (the TTL or session then ends the
-    /// lease).
+    /// lease). [`Error::Closed`] when the provider was closed (which released
+    /// the lease already).
     ///
     /// # Cancellation safety
     ///
     /// Cancellation safe: if this future is dropped before the release
     /// finished, the release is finished in the background (as on drop).
     pub async fn release(mut self) -> Result<()> {
-        let Some(held) = self.take_held() else {
+        let Some(mut held) = self.take_held() else {
             return Err(self.not_held());
         };
+        if held.lifecycle.is_closed() {
+            held.release.disarm();
+            return Err(Error::Closed);
+        }
         let started = std::time::Instant::now();
-        // Runs here, without a hop to another task; the guard finishes it in
-        // the background if this future is dropped half-way.
-        let mut unfinished = Unfinished {
-            held: Some(held),
-            name: &self.name,
-        };
-        let result = match &unfinished.held {
-            Some(held) => held.backend.release().await,
-            None => Err(Error::Closed),
-        };
-        unfinished.held = None;
+        // Runs here, without a hop to another task; the cleanup guard
+        // finishes it in the background if this future is dropped half-way.
+        let result = held.release.run_now().await;
         tracing::debug!(name = %self.name, ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
         result
     }
 
     fn take_held(&mut self) -> Option<Held> {
         let held = self.held.take()?;
-        if let Some(keeper) = &held.keeper {
-            keeper.stop();
-        }
+        held.watchdog.stop();
         self.signal.mark_released();
         Some(held)
     }
@@ -431,40 +360,10 @@ impl LockGuard {
     }
 }
 
-impl Held {
-    /// Releases on the runtime captured at acquire time. Runs even if the
-    /// caller's task is gone; if the runtime is shutting down the task is
-    /// dropped and the TTL or session ends the lease.
-    fn release_in_background(self, name: &Name) {
-        let name = name.clone();
-        drop(self.handle.spawn(async move {
-            if let Err(e) = self.backend.release().await {
-                tracing::debug!(%name, error = %e, "distlock background release failed");
-            }
-        }));
-    }
-}
-
-/// A release in progress in `LockGuard::release`; finished in the background
-/// if dropped before it completed.
-struct Unfinished<'a> {
-    held: Option<Held>,
-    name: &'a Name,
-}
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            held.release_in_background(self.name);
-        }
-    }
-}
-
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Some(held) = self.take_held() {
-            held.release_in_background(&self.name);
-        }
+        // Dropping `Held` releases in the background on the captured runtime.
+        drop(self.take_held());
     }
 }
 

@@ -22,7 +22,8 @@ pub enum Renewal {
 /// Lease TTL and renewal mode of a lock or leadership.
 ///
 /// Session-based backends (ZooKeeper) tie a lease to the client session
-/// instead, and ignore both fields.
+/// instead: they accept only their provider's default options and refuse any
+/// other with [`Error::InvalidOptions`], never ignoring them silently.
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,8 +47,11 @@ pub struct LeaseOptions {
 impl LeaseOptions {
     /// The default TTL: 30 s, as Redisson's lock watchdog.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-    /// The shortest TTL accepted: 1 ms (servers count leases in milliseconds).
-    pub const MIN_TTL: Duration = Duration::from_millis(1);
+    /// The shortest TTL accepted: 10 ms. Servers count leases in
+    /// milliseconds, the holder gives up `TTL/100 + 2 ms` early (the drift
+    /// margin), and a watchdog must get at least two renewals into what is
+    /// left; below 10 ms no renewal can be in time.
+    pub const MIN_TTL: Duration = Duration::from_millis(10);
     /// The longest TTL accepted: 30 days.
     pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -84,14 +88,19 @@ impl LeaseOptions {
 
     /// The same TTL, renewed by a watchdog every `interval`.
     ///
+    /// The interval may be at most half of what the holder can count on,
+    /// `(TTL − drift) / 2` (see [`clock_drift`]), so that a renewal that fails
+    /// once is retried before the lease runs out.
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] when `interval` is zero or not shorter than
-    /// the TTL.
+    /// [`Error::InvalidOptions`] when `interval` is zero or above
+    /// `(TTL − drift) / 2`.
     pub fn with_watchdog_interval(self, interval: Duration) -> Result<Self> {
-        if interval.is_zero() || interval >= self.ttl {
+        let longest = max_interval(self.ttl);
+        if interval.is_zero() || interval > longest {
             return Err(Error::InvalidOptions(format!(
-                "watchdog interval {interval:?} must be above zero and below the TTL {:?}",
+                "watchdog interval {interval:?} must be above zero and at most (TTL - drift) / 2 = {longest:?} for the TTL {:?}",
                 self.ttl
             )));
         }
@@ -133,7 +142,20 @@ impl Default for LeaseOptions {
 }
 
 fn default_interval(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_micros(300))
+    (ttl / 3).min(max_interval(ttl))
+}
+
+/// The longest watchdog interval that leaves room for one retry:
+/// `(TTL − drift) / 2`.
+pub(crate) fn max_interval(ttl: Duration) -> Duration {
+    ttl.saturating_sub(clock_drift(ttl)) / 2
+}
+
+/// What the holder can count on after a renewal for `ttl` sent at `sent`:
+/// the server's expiry less the drift margin.
+pub(crate) fn local_deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+    let valid = ttl.saturating_sub(clock_drift(ttl));
+    sent.checked_add(valid).unwrap_or(sent)
 }
 
 fn check_ttl(ttl: Duration) -> Result<Duration> {
@@ -179,6 +201,7 @@ mod tests {
         for bad in [
             Duration::ZERO,
             Duration::from_micros(999),
+            Duration::from_millis(2),
             Duration::MAX,
             LeaseOptions::MAX_TTL + Duration::from_millis(1),
         ] {
@@ -207,6 +230,32 @@ mod tests {
         assert!(o.with_watchdog_interval(Duration::ZERO).is_err());
         assert!(o.with_watchdog_interval(Duration::from_secs(3)).is_err());
         assert!(o.with_watchdog_interval(Duration::from_millis(500)).is_ok());
+        // (3000 - 32) / 2 = 1484 ms is the longest interval that can work.
+        assert!(o
+            .with_watchdog_interval(Duration::from_millis(1484))
+            .is_ok());
+        assert!(matches!(
+            o.with_watchdog_interval(Duration::from_millis(2990)),
+            Err(Error::InvalidOptions(_))
+        ));
+        assert!(o
+            .with_watchdog_interval(Duration::from_millis(1485))
+            .is_err());
+    }
+
+    #[test]
+    fn ttls_at_or_below_the_drift_are_refused() {
+        // 2 ms is all drift: such a lease would be born lost.
+        for ms in [1, 2, 3, 9] {
+            let ttl = Duration::from_millis(ms);
+            assert!(LeaseOptions::new(ttl).is_err(), "{ms} ms");
+            assert!(LeaseOptions::manual(ttl).is_err(), "{ms} ms");
+        }
+        let shortest = LeaseOptions::new(LeaseOptions::MIN_TTL).unwrap();
+        let Renewal::Watchdog { interval } = shortest.renewal() else {
+            panic!("watchdog expected");
+        };
+        assert!(interval > Duration::ZERO && interval <= max_interval(LeaseOptions::MIN_TTL));
     }
 
     #[test]

@@ -33,6 +33,10 @@
 //! * Every acquire future can be dropped at any await point without leaving
 //!   anything held.
 //! * Locks are not reentrant.
+//! * [`Provider::close`] releases what a provider holds and closes its
+//!   connections or session; later calls get [`Error::Closed`].
+//!
+//! Backends implement the traits of [`backend`]; users never need it.
 //!
 //! # Supported Rust versions
 //!
@@ -40,6 +44,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backend;
 pub mod election;
 pub mod error;
 pub mod guard;
@@ -53,10 +58,8 @@ mod watchdog;
 
 pub use election::{Election, LeaderInfo, LeaderStream, Leadership};
 pub use error::{BoxError, Error, Result};
-pub use guard::{
-    GuardParts, LeaseBackend, LeaseSignal, LeaseStatus, LeaseWatch, LockGuard, LostReason,
-};
-pub use ids::{BlockIds, IdGenerator, IdSource};
+pub use guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
+pub use ids::IdGenerator;
 pub use lease::{LeaseOptions, Renewal};
 pub use lock::{Lock, Wait};
 pub use name::Name;

@@ -3,6 +3,8 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use async_trait::async_trait;
+
 use crate::election::Election;
 use crate::error::Result;
 use crate::ids::IdGenerator;
@@ -12,8 +14,14 @@ use crate::lock::Lock;
 /// A connected backend that hands out named primitives.
 ///
 /// Names are validated by [`Name`](crate::Name)'s rule; handing out a
-/// primitive does no I/O. Session-based backends (ZooKeeper) ignore the lease
-/// options' TTL and renewal: the session is the lease.
+/// primitive does no I/O. Session-based backends (ZooKeeper) accept only
+/// their default lease options (the session is the lease) and refuse others
+/// with [`Error::InvalidOptions`](crate::Error::InvalidOptions).
+///
+/// Dropping the last handle of a provider (the provider, its clones, the
+/// primitives and guards it handed out) closes its connections or session in
+/// the background; [`Provider::close`] does it now and reports.
+#[async_trait]
 pub trait Provider: Send + Sync + Debug {
     /// The backend's short name: `"mem"`, `"redis"`, `"zookeeper"`.
     fn backend(&self) -> &'static str;
@@ -51,6 +59,25 @@ pub trait Provider: Send + Sync + Debug {
     /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for a block
     /// size of 0.
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>>;
+
+    /// Closes the provider: new operations and waiting acquisitions fail
+    /// with [`Error::Closed`](crate::Error::Closed), `lost()` fires for every
+    /// lease it still holds (reason
+    /// [`LostReason::ProviderClosed`](crate::LostReason::ProviderClosed)),
+    /// each is released, and the connections or session are closed.
+    /// Closing twice is harmless.
+    ///
+    /// # Errors
+    ///
+    /// The first error met while releasing or closing; the provider is
+    /// closed whatever happens (leases not released end with their TTL or
+    /// session).
+    ///
+    /// # Cancellation safety
+    ///
+    /// If cancelled, the provider is closed and its leases reported lost;
+    /// the releases not yet done are left to the TTL or session.
+    async fn close(&self) -> Result<()>;
 
     /// An unfair mutex with the default lease.
     ///

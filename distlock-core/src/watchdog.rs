@@ -1,12 +1,22 @@
-//! The watchdog and expiry clock of a TTL-based lease, written once for every
-//! backend.
+//! The watchdog of a lease, written once for every backend.
 //!
-//! One task per guard. It fires `lost()` when the local deadline passes
-//! (acquire time + TTL − drift, moved on by every successful renewal) and, in
-//! watchdog mode, renews the lease every interval. A renewal that finds
-//! another owner fires `lost()` at once; one that fails for a transport reason
-//! marks the lease suspended and is retried until the deadline, when `lost()`
-//! fires. The task stops the moment the guard is released or dropped.
+//! One task per guard. Every renewal of the lease, the watchdog's own and
+//! `extend()`'s, goes through one [`Renewer`], which serialises them and
+//! keeps the lease's local deadline honest:
+//!
+//! * a confirmed renewal for `ttl` sent at `t` sets the deadline to
+//!   `t + ttl − drift` and schedules the next renewal no later than half of
+//!   that, so a shorter `extend()` in watchdog mode reschedules the watchdog;
+//! * a renewal of unknown outcome (failed, timed out, cancelled) may have
+//!   shortened the lease on the server, so it can only move the deadline
+//!   earlier (`min(deadline, t + ttl − drift)`), never later;
+//! * a renewal that finds another owner fires `lost()` at once; one that
+//!   fails for a transport reason marks the lease suspended and is retried
+//!   until the deadline, when `lost()` fires.
+//!
+//! The deadline itself lives in the lease's [`LeaseSignal`], which the guard
+//! reads without this task: a starved task cannot make a lapsed lease look
+//! held. The task stops the moment the guard is released or dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,97 +26,160 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::guard::{LeaseBackend, LeaseSignal, LostReason};
-use crate::lease::{clock_drift, LeaseOptions, Renewal};
+use crate::backend::{LeaseBackend, LeaseSignal};
+use crate::error::{Error, Result};
+use crate::guard::LostReason;
+use crate::lease::{local_deadline, max_interval};
 use crate::name::Name;
 
-/// The guard's handle on its lease task.
-pub(crate) struct Keeper {
-    deadline: Arc<watch::Sender<Instant>>,
-    task: AbortHandle,
+/// Runs every renewal of one lease, one at a time.
+pub(crate) struct Renewer {
+    name: Name,
+    signal: LeaseSignal,
+    backend: Arc<dyn LeaseBackend>,
+    /// The watchdog's TTL and interval; `None` in manual mode.
+    watchdog: Option<(Duration, Duration)>,
+    turn: tokio::sync::Mutex<()>,
+    next_renewal: watch::Sender<Option<Instant>>,
 }
 
-impl Keeper {
+/// Caps the deadline unless the renewal's outcome became known.
+struct UnknownOutcome<'a> {
+    signal: &'a LeaseSignal,
+    bound: Option<Instant>,
+}
+
+impl Drop for UnknownOutcome<'_> {
+    fn drop(&mut self) {
+        if let Some(bound) = self.bound {
+            self.signal.cap_deadline(bound);
+        }
+    }
+}
+
+impl Renewer {
+    /// Renews the lease for `ttl`, after any renewal in flight.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the lease has ended (and `lost()` fires if a
+    /// renewal found another owner); the backend's errors otherwise.
+    ///
+    /// # Cancellation safety
+    ///
+    /// If cancelled, the renewal may or may not have reached the server; the
+    /// local deadline is then moved to the earlier of its old value and what
+    /// this renewal would have given, so it is never later than the server's.
+    pub(crate) async fn renew(&self, ttl: Duration) -> Result<()> {
+        let _turn = self.turn.lock().await;
+        if !self.signal.status().is_active() {
+            return Err(Error::not_held(self.name.as_str()));
+        }
+        let sent = Instant::now();
+        let mut outcome = UnknownOutcome {
+            signal: &self.signal,
+            bound: Some(local_deadline(sent, ttl)),
+        };
+        let result = self.backend.renew(ttl).await;
+        match &result {
+            Ok(()) => {
+                outcome.bound = None;
+                self.signal.set_deadline(Some(local_deadline(sent, ttl)));
+                self.signal.suspend(false);
+                if let Some((_, interval)) = self.watchdog {
+                    let next = interval.min(max_interval(ttl));
+                    self.next_renewal.send_replace(sent.checked_add(next));
+                }
+                tracing::trace!(name = %self.name, ttl_ms = ttl.as_millis(), "distlock lease renewed");
+            }
+            Err(e) if e.is_not_held() => {
+                outcome.bound = None;
+                self.signal.lose(LostReason::Taken);
+            }
+            Err(_) => {}
+        }
+        result
+    }
+}
+
+/// The guard's handle on its lease's watchdog task.
+pub(crate) struct Watchdog {
+    renewer: Arc<Renewer>,
+    /// No task in manual mode: the deadline in the signal ends the lease.
+    task: Option<AbortHandle>,
+}
+
+impl Watchdog {
+    /// Starts the task for a lease acquired at `acquired_at` for `ttl`.
+    /// `interval`: renew every `interval` (watchdog mode), or never
+    /// (`None`, manual mode: the deadline alone ends the lease).
     pub(crate) fn spawn(
         handle: &Handle,
         name: Name,
         signal: LeaseSignal,
         backend: Arc<dyn LeaseBackend>,
-        lease: LeaseOptions,
+        ttl: Duration,
+        interval: Option<Duration>,
         acquired_at: Instant,
-    ) -> Keeper {
-        let deadline = Arc::new(watch::Sender::new(local_deadline(acquired_at, lease.ttl())));
-        let task = handle
-            .spawn(keep(
-                name,
-                signal,
-                backend,
-                lease,
-                acquired_at,
-                Arc::clone(&deadline),
-            ))
-            .abort_handle();
-        Keeper { deadline, task }
+    ) -> Watchdog {
+        signal.set_deadline(Some(local_deadline(acquired_at, ttl)));
+        let first = interval.and_then(|i| acquired_at.checked_add(i));
+        let renewer = Arc::new(Renewer {
+            name,
+            signal,
+            backend,
+            watchdog: interval.map(|i| (ttl, i)),
+            turn: tokio::sync::Mutex::new(()),
+            next_renewal: watch::Sender::new(first),
+        });
+        let task = interval.map(|_| handle.spawn(run(Arc::clone(&renewer))).abort_handle());
+        Watchdog { renewer, task }
     }
 
-    /// Records a successful renewal sent at `started` for `ttl`.
-    pub(crate) fn set_deadline(&self, started: Instant, ttl: Duration) {
-        self.deadline.send_replace(local_deadline(started, ttl));
+    pub(crate) fn renewer(&self) -> &Renewer {
+        &self.renewer
     }
 
     pub(crate) fn stop(&self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
-impl Drop for Keeper {
+impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }
 
-/// When the holder must consider a lease gone: the server's expiry as seen
-/// from the client, less a drift margin.
-fn local_deadline(started: Instant, ttl: Duration) -> Instant {
-    let valid = ttl.saturating_sub(clock_drift(ttl));
-    started.checked_add(valid).unwrap_or(started)
-}
-
-async fn keep(
-    name: Name,
-    signal: LeaseSignal,
-    backend: Arc<dyn LeaseBackend>,
-    lease: LeaseOptions,
-    acquired_at: Instant,
-    deadline_tx: Arc<watch::Sender<Instant>>,
-) {
-    let mut deadline_rx = deadline_tx.subscribe();
-    let interval = match lease.renewal() {
-        Renewal::Watchdog { interval } => Some(interval),
-        Renewal::Manual => None,
+async fn run(renewer: Arc<Renewer>) {
+    let signal = renewer.signal.clone();
+    let mut status = signal.subscribe();
+    let mut schedule = renewer.next_renewal.subscribe();
+    let Some((ttl, interval)) = renewer.watchdog else {
+        return;
     };
     // After a failed renewal, retry sooner than a full interval.
-    let retry = interval.map(|i| (i / 4).max(Duration::from_millis(1)));
-    let mut next_renew = interval.and_then(|i| acquired_at.checked_add(i));
+    let retry = (interval / 4).max(Duration::from_millis(1));
     loop {
-        let deadline = *deadline_rx.borrow_and_update();
-        let renew_at = next_renew.unwrap_or(deadline);
+        let next = *schedule.borrow_and_update();
         tokio::select! {
             biased;
-            () = signal.ended() => return,
-            changed = deadline_rx.changed() => {
+            active = signal.next_change(&mut status) => {
+                if !active {
+                    return;
+                }
+            }
+            changed = schedule.changed() => {
                 if changed.is_err() {
                     return;
                 }
             }
-            () = sleep_until(deadline) => {
-                signal.lose(LostReason::Expired);
-                return;
-            }
-            () = sleep_until(renew_at), if next_renew.is_some() => {
-                let started = Instant::now();
+            () = sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+                let deadline = signal.deadline().unwrap_or_else(|| Instant::now() + ttl);
                 let outcome = tokio::select! {
-                    r = backend.renew(lease.ttl()) => Some(r),
+                    r = renewer.renew(ttl) => Some(r),
                     () = sleep_until(deadline) => None,
                 };
                 match outcome {
@@ -114,29 +187,18 @@ async fn keep(
                         signal.lose(LostReason::Expired);
                         return;
                     }
-                    Some(Ok(())) => {
-                        next_renew = interval.and_then(|i| started.checked_add(i));
-                        tracing::trace!(%name, "distlock lease renewed");
-                        signal.suspend(false);
-                        // Published through the channel `extend` uses too, so
-                        // the two cannot disagree.
-                        deadline_tx.send_replace(local_deadline(started, lease.ttl()));
-                    }
-                    Some(Err(e)) if e.is_not_held() => {
-                        signal.lose(LostReason::Taken);
-                        return;
-                    }
+                    Some(Ok(())) => {}
+                    Some(Err(e)) if e.is_not_held() => return,
                     Some(Err(e)) => {
-                        tracing::warn!(%name, error = %e, "distlock lease renewal failed; retrying");
+                        tracing::warn!(name = %renewer.name, error = %e, "distlock lease renewal failed; retrying");
                         signal.suspend(true);
-                        next_renew = retry.and_then(|r| Instant::now().checked_add(r));
+                        renewer.next_renewal.send_replace(Instant::now().checked_add(retry));
                     }
                 }
             }
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -144,8 +206,9 @@ mod tests {
 
     use async_trait::async_trait;
 
+    use crate::backend::{GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle};
     use crate::error::{Error, Result};
-    use crate::guard::{GuardParts, LeaseBackend, LeaseSignal, LeaseStatus, LockGuard, LostReason};
+    use crate::guard::{LeaseStatus, LockGuard, LostReason};
     use crate::lease::LeaseOptions;
     use crate::name::Name;
 
@@ -200,8 +263,9 @@ mod tests {
             name: Name::new("x").unwrap(),
             fencing_token: 7,
             signal: LeaseSignal::new(),
-            lease: Some(lease),
+            terms: LeaseTerms::Ttl(lease),
             acquired_at: Instant::now(),
+            lifecycle: Lifecycle::new(),
         };
         LockGuard::new(parts, Arc::clone(backend) as Arc<dyn LeaseBackend>).unwrap()
     }
@@ -316,6 +380,186 @@ mod tests {
         panic!("dropped guard never released");
     }
 
+    /// A backend that models the server's expiry: each renewal lands after
+    /// `delay` and sets the expiry to landing time + TTL; with `lose_reply`
+    /// the renewal lands but its reply never comes.
+    struct Modelled {
+        expiry: Mutex<Instant>,
+        delay: Duration,
+        lose_reply: std::sync::atomic::AtomicBool,
+    }
+
+    impl Modelled {
+        fn new(ttl: Duration, delay: Duration) -> Arc<Self> {
+            Arc::new(Modelled {
+                expiry: Mutex::new(Instant::now() + ttl),
+                delay,
+                lose_reply: std::sync::atomic::AtomicBool::new(false),
+            })
+        }
+
+        fn expiry(&self) -> Instant {
+            *self.expiry.lock().unwrap()
+        }
+    }
+
+    #[async_trait]
+    impl LeaseBackend for Modelled {
+        async fn renew(&self, ttl: Duration) -> Result<()> {
+            tokio::time::sleep(self.delay).await;
+            *self.expiry.lock().unwrap() = Instant::now() + ttl;
+            if self.lose_reply.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+
+        async fn release(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn modelled_guard(backend: &Arc<Modelled>, lease: LeaseOptions) -> (LockGuard, LeaseSignal) {
+        let signal = LeaseSignal::new();
+        let parts = GuardParts {
+            name: Name::new("x").unwrap(),
+            fencing_token: 1,
+            signal: signal.clone(),
+            terms: LeaseTerms::Ttl(lease),
+            acquired_at: Instant::now(),
+            lifecycle: Lifecycle::new(),
+        };
+        let guard = LockGuard::new(parts, Arc::clone(backend) as Arc<dyn LeaseBackend>).unwrap();
+        (guard, signal)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_extend_under_a_watchdog_reschedules_it() {
+        let backend = Modelled::new(Duration::from_secs(30), Duration::from_millis(1));
+        let (g, signal) = modelled_guard(&backend, ttl(30_000));
+        g.extend(Duration::from_secs(2)).await.unwrap();
+        // The old schedule would renew at 10 s: the lease would be gone at 2 s.
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(g.is_held(), "lease lost after a shorter extend");
+            assert!(
+                Instant::now() < backend.expiry(),
+                "server expired the lease"
+            );
+            assert!(signal.deadline().unwrap() <= backend.expiry());
+        }
+        g.release().await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_extends_and_renewals_never_outrun_the_server() {
+        let backend = Modelled::new(Duration::from_millis(3000), Duration::from_millis(7));
+        let (g, signal) = modelled_guard(&backend, ttl(3000));
+        let g = Arc::new(g);
+        let mut rng = fastrand_seed();
+        for _ in 0..200 {
+            let extend_to = Duration::from_millis(500 + rng() % 5000);
+            let g2 = Arc::clone(&g);
+            let extension = tokio::spawn(async move { g2.extend(extend_to).await });
+            tokio::time::sleep(Duration::from_millis(rng() % 400)).await;
+            let deadline = signal.deadline().unwrap();
+            assert!(
+                deadline <= backend.expiry(),
+                "local deadline past the server's expiry"
+            );
+            assert!(g.is_held());
+            extension.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_extend_can_only_shorten_the_local_deadline() {
+        let lease = LeaseOptions::manual(Duration::from_secs(30)).unwrap();
+        let backend = Modelled::new(Duration::from_secs(30), Duration::from_millis(5));
+        let (g, signal) = modelled_guard(&backend, lease);
+        backend.lose_reply.store(true, Ordering::SeqCst);
+        let cut =
+            tokio::time::timeout(Duration::from_millis(50), g.extend(Duration::from_secs(1))).await;
+        assert!(cut.is_err());
+        // The extension landed: the server now expires the lease in ~1 s.
+        assert!(signal.deadline().unwrap() <= backend.expiry());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!g.is_held(), "held past the server's expiry");
+    }
+
+    #[test]
+    fn a_starved_runtime_cannot_make_a_lapsed_lease_look_held() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let backend = Scripted::new(&[]);
+            let g = guard(&backend, ttl(300));
+            let lost = g.lost();
+            // Blocks the only thread: the watchdog cannot run.
+            std::thread::sleep(Duration::from_millis(700));
+            assert!(!g.is_held(), "is_held() trusted a starved watchdog");
+            assert_eq!(g.status(), LeaseStatus::Lost(LostReason::Expired));
+            assert_eq!(lost.await, LostReason::Expired);
+        });
+    }
+
+    #[tokio::test]
+    async fn session_leases_cannot_be_extended_and_have_no_ttl() {
+        let backend = Scripted::new(&[]);
+        let parts = GuardParts {
+            name: Name::new("x").unwrap(),
+            fencing_token: 1,
+            signal: LeaseSignal::new(),
+            terms: LeaseTerms::Session {
+                timeout: Duration::from_secs(6),
+            },
+            acquired_at: Instant::now(),
+            lifecycle: Lifecycle::new(),
+        };
+        let g = LockGuard::new(parts, Arc::clone(&backend) as Arc<dyn LeaseBackend>).unwrap();
+        assert_eq!(g.ttl(), None);
+        assert!(matches!(
+            g.extend(Duration::from_secs(1)).await,
+            Err(Error::InvalidOptions(_))
+        ));
+        g.release().await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closing_the_provider_fires_lost_then_releases() {
+        let backend = Scripted::new(&[]);
+        let lifecycle = Lifecycle::new();
+        let parts = GuardParts {
+            name: Name::new("x").unwrap(),
+            fencing_token: 1,
+            signal: LeaseSignal::new(),
+            terms: LeaseTerms::Ttl(ttl(3000)),
+            acquired_at: Instant::now(),
+            lifecycle: Arc::clone(&lifecycle),
+        };
+        let g = LockGuard::new(parts, Arc::clone(&backend) as Arc<dyn LeaseBackend>).unwrap();
+        assert_eq!(lifecycle.held_count(), 1);
+        lifecycle.close().await.unwrap();
+        assert_eq!(g.lost().await, LostReason::ProviderClosed);
+        assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
+        assert!(matches!(g.release().await, Err(Error::Closed)));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(backend.releases.load(Ordering::SeqCst), 1, "released twice");
+        assert_eq!(lifecycle.held_count(), 0);
+    }
+
+    fn fastrand_seed() -> impl FnMut() -> u64 {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     #[test]
     fn guard_outside_a_runtime_is_an_error_not_a_panic() {
         let backend = Scripted::new(&[]);
@@ -323,8 +567,9 @@ mod tests {
             name: Name::new("x").unwrap(),
             fencing_token: 1,
             signal: LeaseSignal::new(),
-            lease: None,
+            terms: LeaseTerms::Ttl(LeaseOptions::default()),
             acquired_at: Instant::now(),
+            lifecycle: Lifecycle::new(),
         };
         let r = LockGuard::new(parts, backend as Arc<dyn LeaseBackend>);
         assert!(matches!(r, Err(Error::NoRuntime)));

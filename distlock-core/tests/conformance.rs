@@ -26,7 +26,7 @@ impl Mem {
 
 impl Fixture for Mem {
     fn client(&self) -> BoxFuture<'_, Arc<dyn Provider>> {
-        let client: Arc<dyn Provider> = Arc::new(self.table.clone());
+        let client: Arc<dyn Provider> = Arc::new(self.table.new_client());
         Box::pin(async move { client })
     }
 

@@ -204,7 +204,7 @@ async fn bad_candidate_ids_are_typed_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_unique_and_increasing_per_generator() {
     let table = MemProvider::new();
-    let clients: [Arc<dyn Provider>; 2] = [Arc::new(table.clone()), Arc::new(table)];
+    let clients: [Arc<dyn Provider>; 2] = [Arc::new(table.new_client()), Arc::new(table)];
     test_support::conformance::ids_unique_and_increasing(clients).await;
 }
 

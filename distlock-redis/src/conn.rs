@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use distlock_core::Result;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, FromRedisValue, ScriptInvocation};
 
 use crate::error::{map, map_pool};
@@ -32,7 +32,34 @@ impl fmt::Debug for Conn {
     }
 }
 
+/// One connection held for a sequence of commands that must reach the
+/// server in order (an acquire attempt and the cleanup that may undo it):
+/// commands sent on one multiplexed connection are written to one socket in
+/// the order they were sent. With a pool, two checkouts could be two
+/// sockets, and a cleanup could overtake the attempt it undoes.
+#[derive(Clone)]
+pub(crate) enum Pinned {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
 impl Conn {
+    /// A connection for commands that must stay in order; for a pool, one
+    /// checkout whose multiplexed connection is kept.
+    pub(crate) async fn pin(&self, timeout: Duration) -> Result<Pinned> {
+        Ok(match self {
+            Conn::Single(c) => Pinned::Manager(c.clone()),
+            Conn::Pool(p) => {
+                let c = p.get().await.map_err(|e| map_pool(timeout, e))?;
+                Pinned::Multiplexed((*c).clone())
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => Pinned::Cluster(c.clone()),
+        })
+    }
+
     /// Runs a script (EVALSHA, loading it on NOSCRIPT).
     pub(crate) async fn script<T: FromRedisValue>(
         &self,
@@ -67,5 +94,31 @@ impl Conn {
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         })
+    }
+
+    /// Closes what can be closed now (a pool refuses new checkouts); the
+    /// multiplexed connections close when their last clone is dropped.
+    pub(crate) fn close(&self) {
+        if let Conn::Pool(p) = self {
+            p.close();
+        }
+    }
+}
+
+impl Pinned {
+    /// Runs a script on this connection.
+    pub(crate) async fn script<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let result = match self {
+            Pinned::Manager(c) => invocation.invoke_async(&mut c.clone()).await,
+            Pinned::Multiplexed(c) => invocation.invoke_async(&mut c.clone()).await,
+            #[cfg(feature = "cluster")]
+            Pinned::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        };
+        result.map_err(|e| map(operation, timeout, e))
     }
 }

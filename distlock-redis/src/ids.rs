@@ -1,19 +1,19 @@
 //! The Redis id counter: `INCRBY` on `{prefix + name}:ids`.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use distlock_core::{Error, IdSource, Name, Result};
+use distlock_core::backend::IdSource;
+use distlock_core::{Error, Name, Result};
 
-use crate::conn::Conn;
 use crate::error::map;
+use crate::provider::Shared;
 
 /// The counter behind a Redis id generator.
 pub(crate) struct RedisIds {
-    pub(crate) conn: Conn,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) name: Name,
     pub(crate) key: String,
-    pub(crate) timeout: Duration,
 }
 
 #[async_trait]
@@ -24,9 +24,11 @@ impl IdSource for RedisIds {
         };
         // Redis counters are signed 64-bit: ids end at i64::MAX.
         let n = i64::try_from(n).map_err(|_| exhausted())?;
+        let timeout = self.shared.options.response_timeout;
         let reply: redis::RedisResult<i64> = self
-            .conn
-            .query(self.timeout, redis::cmd("INCRBY").arg(&self.key).arg(n))
+            .shared
+            .conn()?
+            .query(timeout, redis::cmd("INCRBY").arg(&self.key).arg(n))
             .await?;
         match reply {
             Ok(last) => u64::try_from(last).map_err(|_| Error::Conflict {
@@ -42,7 +44,7 @@ impl IdSource for RedisIds {
                 what: format!("redis key {:?}", self.key),
                 expected: "id counter (an integer)",
             }),
-            Err(e) => Err(map("incrby", self.timeout, e)),
+            Err(e) => Err(map("incrby", timeout, e)),
         }
     }
 }

@@ -69,7 +69,7 @@
 //!
 //! # Feature flags
 //!
-//! * `cluster` — [`RedisProvider::connect_cluster`] for Redis Cluster.
+//! * `cluster` — `RedisProvider::connect_cluster` for Redis Cluster.
 //! * `tls` — `rediss://` URLs, through rustls with the webpki roots.
 //!
 //! # Supported Rust versions

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    Error, GuardParts, LeaseBackend, LeaseOptions, LeaseSignal, Lock, LockGuard, Name, Result, Wait,
+use distlock_core::backend::{
+    Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
 };
+use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
+use crate::conn::Pinned;
 use crate::provider::Shared;
 use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
 
@@ -65,33 +67,53 @@ fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// Releases a lock that may have been set for `token` when an acquisition is
-/// cancelled or fails mid-flight, unless disarmed.
-struct Pending {
-    lease: Option<Arc<RedisLease>>,
+/// Undoes an acquire attempt whose outcome is unknown (cancelled, timed out,
+/// failed mid-flight): compare-and-delete on the connection the attempt used,
+/// so it reaches the server after the attempt did and cannot let a late
+/// `SET` land afterwards with nobody to release it. Retried until the lease
+/// the attempt asked for would have expired by itself; once the attempt's
+/// connection is known dead (nothing more can land from it), another
+/// connection is as good.
+struct UndoAttempt {
+    lease: Arc<RedisLease>,
+    conn: Pinned,
+    /// When the attempt was sent plus its TTL: after this the key is gone
+    /// anyway.
+    expires: Instant,
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move {
-                    // Compare-and-delete: a no-op unless our SET landed.
-                    let _ = lease.release().await;
-                });
+#[async_trait]
+impl Cleanup for UndoAttempt {
+    async fn clean_up(&self) -> Result<()> {
+        let mut pause = Duration::from_millis(20);
+        let mut pinned = true;
+        loop {
+            let undone = if pinned {
+                self.lease.release_on(&self.conn).await
+            } else {
+                self.lease.release().await
+            };
+            match undone {
+                Ok(()) | Err(Error::NotHeld { .. }) => return Ok(()),
+                Err(e) if e.is_retryable() && Instant::now() + pause < self.expires => {
+                    if matches!(e, Error::Connection { .. }) {
+                        pinned = false;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
             }
         }
     }
 }
 
 impl RedisMutex {
-    async fn attempt(&self, token: &str) -> Result<Attempt> {
-        let shared = &self.shared;
-        let (status, value): (i64, i64) = shared
-            .conn
+    async fn attempt(&self, conn: &Pinned, token: &str) -> Result<Attempt> {
+        let (status, value): (i64, i64) = conn
             .script(
                 "acquire",
-                shared.options.response_timeout,
+                self.shared.options.response_timeout,
                 ACQUIRE
                     .key(&self.keys.lock)
                     .key(&self.keys.fence)
@@ -107,6 +129,9 @@ impl RedisMutex {
                 u64::try_from(value).ok().map(Duration::from_millis),
             )),
             -1 => Err(self.conflict(&self.keys.lock, "lock (a string key)")),
+            -3 => Err(Error::Exhausted {
+                name: self.keys.fence.clone(),
+            }),
             _ => Err(self.conflict(&self.keys.fence, "fencing counter")),
         }
     }
@@ -127,9 +152,11 @@ impl Lock for RedisMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let shared = &self.shared;
+        shared.lifecycle.check_open()?;
         let deadline = wait.deadline();
         let lease = Arc::new(RedisLease {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::clone(shared),
             keys: Arc::clone(&self.keys),
             token: new_token(),
             name: self.name.clone(),
@@ -138,15 +165,20 @@ impl Lock for RedisMutex {
         let mut subscription = None;
         loop {
             let started = Instant::now();
-            let mut pending = Pending {
-                lease: Some(Arc::clone(&lease)),
-            };
+            let conn = shared.conn()?.pin(shared.options.response_timeout).await?;
+            let mut undo = CleanupGuard::arm(
+                "undo acquire",
+                Arc::new(UndoAttempt {
+                    lease: Arc::clone(&lease),
+                    conn: conn.clone(),
+                    expires: started + self.lease.ttl(),
+                }),
+            )?;
             // Boxed: the attempt's state is large, and a waiter should not
             // carry it while it sleeps between attempts.
-            let attempt = Box::pin(self.attempt(&lease.token)).await?;
-            pending.lease = None;
-            let remaining = match attempt {
-                Attempt::Acquired(token) => {
+            let remaining = match Box::pin(self.attempt(&conn, &lease.token)).await {
+                Ok(Attempt::Acquired(token)) => {
+                    undo.disarm();
                     tracing::debug!(
                         name = %self.name,
                         token,
@@ -157,17 +189,24 @@ impl Lock for RedisMutex {
                         name: self.name.clone(),
                         fencing_token: token,
                         signal: LeaseSignal::new(),
-                        lease: Some(self.lease),
+                        terms: LeaseTerms::Ttl(self.lease),
                         acquired_at: started,
+                        lifecycle: Arc::clone(&shared.lifecycle),
                     };
-                    let guard = LockGuard::new(parts, Arc::clone(&lease) as Arc<dyn LeaseBackend>);
-                    if guard.is_err() {
-                        // Cannot happen (the runtime was checked); never leak.
-                        drop(Pending { lease: Some(lease) });
-                    }
-                    return guard.map(Some);
+                    // On error (closed meanwhile) the guard released itself.
+                    return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
                 }
-                Attempt::Held(remaining) => remaining,
+                Ok(Attempt::Held(remaining)) => {
+                    undo.disarm();
+                    remaining
+                }
+                // The script changes nothing when it refuses.
+                Err(e) if !e.is_retryable() => {
+                    undo.disarm();
+                    return Err(e);
+                }
+                // Unknown outcome: `undo` deletes the key if our SET landed.
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -176,15 +215,10 @@ impl Lock for RedisMutex {
             if subscription.is_none() {
                 // Subscribe, then try again at once: a release between the
                 // attempt and the subscription is not missed.
-                subscription = Some(
-                    self.shared
-                        .subscriber
-                        .subscribe(self.keys.channel.clone())
-                        .await,
-                );
+                subscription = Some(shared.subscriber.subscribe(self.keys.channel.clone()).await);
                 continue;
             }
-            let mut wake = now + self.shared.options.recheck_interval;
+            let mut wake = now + shared.options.recheck_interval;
             if let Some(left) = remaining {
                 wake = wake.min(now + left + Duration::from_millis(1));
             }
@@ -195,6 +229,7 @@ impl Lock for RedisMutex {
                 tokio::select! {
                     () = sub.changed() => {}
                     () = sleep_until(wake) => {}
+                    () = shared.lifecycle.closed() => return Err(Error::Closed),
                 }
             }
         }
@@ -209,44 +244,64 @@ pub(crate) struct RedisLease {
     name: Name,
 }
 
-#[async_trait]
-impl LeaseBackend for RedisLease {
-    async fn renew(&self, ttl: Duration) -> Result<()> {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let extended: i64 = self
-            .shared
-            .conn
-            .script(
-                "extend",
-                self.shared.options.response_timeout,
-                EXTEND.key(&self.keys.lock).arg(&self.token).arg(ms),
-            )
-            .await?;
-        if extended == 1 {
+impl RedisLease {
+    fn release_script(&self) -> redis::ScriptInvocation<'static> {
+        let mut invocation = RELEASE.prepare_invoke();
+        invocation
+            .key(&self.keys.lock)
+            .arg(&self.token)
+            .arg(&self.keys.channel);
+        invocation
+    }
+
+    fn owned(&self, reply: i64) -> Result<()> {
+        if reply == 1 {
             Ok(())
         } else {
             Err(Error::not_held(self.name.as_str()))
         }
     }
 
-    async fn release(&self) -> Result<()> {
-        let released: i64 = self
-            .shared
-            .conn
+    /// Releases on a given connection (the undo of an attempt).
+    async fn release_on(&self, conn: &Pinned) -> Result<()> {
+        let released = conn
             .script(
                 "release",
                 self.shared.options.response_timeout,
-                RELEASE
-                    .key(&self.keys.lock)
-                    .arg(&self.token)
-                    .arg(&self.keys.channel),
+                &self.release_script(),
             )
             .await?;
-        if released == 1 {
-            Ok(())
-        } else {
-            Err(Error::not_held(self.name.as_str()))
-        }
+        self.owned(released)
+    }
+}
+
+#[async_trait]
+impl LeaseBackend for RedisLease {
+    async fn renew(&self, ttl: Duration) -> Result<()> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let extended: i64 = self
+            .shared
+            .conn()?
+            .script(
+                "extend",
+                self.shared.options.response_timeout,
+                EXTEND.key(&self.keys.lock).arg(&self.token).arg(ms),
+            )
+            .await?;
+        self.owned(extended)
+    }
+
+    async fn release(&self) -> Result<()> {
+        let released = self
+            .shared
+            .conn()?
+            .script(
+                "release",
+                self.shared.options.response_timeout,
+                &self.release_script(),
+            )
+            .await?;
+        self.owned(released)
     }
 }
 

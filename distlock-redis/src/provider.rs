@@ -3,11 +3,11 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use distlock_core::{
-    BlockIds, Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, Result,
-};
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, BlockIds, Lifecycle};
+use distlock_core::{Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::conn::Conn;
@@ -20,9 +20,26 @@ use crate::subscriber::Subscriber;
 /// What every primitive of one provider shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) conn: Conn,
+    /// `None` once closed.
+    conn: RwLock<Option<Conn>>,
     pub(crate) subscriber: Subscriber,
     pub(crate) options: RedisOptions,
+    pub(crate) lifecycle: Arc<Lifecycle>,
+}
+
+impl Shared {
+    /// The command connection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] once the provider is closed.
+    pub(crate) fn conn(&self) -> Result<Conn> {
+        self.conn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::Closed)
+    }
 }
 
 /// A connected Redis backend.
@@ -45,16 +62,12 @@ impl fmt::Debug for RedisProvider {
 }
 
 /// Runs a connect within `timeout`, mapping both ways it can fail.
-async fn within<T>(
+async fn connect_within<T>(
     timeout: std::time::Duration,
     connect: impl std::future::Future<Output = redis::RedisResult<T>>,
 ) -> Result<T> {
-    tokio::time::timeout(timeout, connect)
-        .await
-        .map_err(|_| Error::Timeout {
-            operation: "connect",
-            after: timeout,
-        })?
+    with_timeout("connect", timeout, connect)
+        .await?
         .map_err(|e| map("connect", timeout, e))
 }
 
@@ -124,7 +137,7 @@ impl RedisProvider {
                     .set_number_of_retries(2)
                     .set_min_delay(std::time::Duration::from_millis(10))
                     .set_max_delay(std::time::Duration::from_millis(500));
-                let manager = within(
+                let manager = connect_within(
                     timeout,
                     ConnectionManager::new_with_config(client.clone(), config),
                 )
@@ -186,7 +199,7 @@ impl RedisProvider {
             .retries(2)
             .build()
             .map_err(|e| Error::InvalidUrl(e.to_string()))?;
-        let conn = within(timeout, cluster.get_async_connection()).await?;
+        let conn = connect_within(timeout, cluster.get_async_connection()).await?;
         Ok(Self::from_parts(
             Conn::Cluster(conn),
             subscriber_client,
@@ -201,9 +214,10 @@ impl RedisProvider {
         );
         RedisProvider {
             shared: Arc::new(Shared {
-                conn,
+                conn: RwLock::new(Some(conn)),
                 subscriber,
                 options,
+                lifecycle: Lifecycle::new(),
             }),
         }
     }
@@ -245,9 +259,27 @@ impl RedisProvider {
     }
 }
 
+#[async_trait]
 impl Provider for RedisProvider {
     fn backend(&self) -> &'static str {
         "redis"
+    }
+
+    async fn close(&self) -> Result<()> {
+        // Waiters wake and leave, held leases are reported lost and released
+        // while the connection is still there; then it goes.
+        let released = self.shared.lifecycle.close().await;
+        self.shared.subscriber.shut_down();
+        let conn = self
+            .shared
+            .conn
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(conn) = conn {
+            conn.close();
+        }
+        released
     }
 
     fn default_lease(&self) -> LeaseOptions {
@@ -255,6 +287,7 @@ impl Provider for RedisProvider {
     }
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        self.shared.lifecycle.check_open()?;
         let name = Name::new(name)?;
         Ok(Arc::new(RedisMutex {
             shared: Arc::clone(&self.shared),
@@ -281,12 +314,12 @@ impl Provider for RedisProvider {
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
+        self.shared.lifecycle.check_open()?;
         let name = Name::new(name)?;
         let source = RedisIds {
-            conn: self.shared.conn.clone(),
+            shared: Arc::clone(&self.shared),
             key: format!("{{{}{name}}}:ids", self.shared.options.prefix),
             name: name.clone(),
-            timeout: self.shared.options.response_timeout,
         };
         Ok(Arc::new(BlockIds::new(name, source, block_size)?))
     }

@@ -27,6 +27,8 @@ enum Command {
         reply: oneshot::Sender<Arc<Notify>>,
     },
     Unsubscribe(String),
+    /// The provider was closed: drop the connection and end.
+    ShutDown,
 }
 
 /// Counters for tests and benches.
@@ -87,6 +89,13 @@ impl Subscriber {
         let stats = Arc::new(Stats::default());
         tokio::spawn(run(client, timeout, rx, Arc::clone(&stats)));
         Subscriber { tx, stats }
+    }
+
+    /// Ends the actor and its connection (the provider was closed); later
+    /// subscriptions pend, leaving waiters to their timers and the closed
+    /// signal.
+    pub(crate) fn shut_down(&self) {
+        let _ = self.tx.send(Command::ShutDown);
     }
 
     /// Registers interest in `channel`; returns once the server confirmed the
@@ -242,7 +251,7 @@ async fn run(
         let reconnect = actor.conn.is_none() && !actor.channels.is_empty();
         tokio::select! {
             command = commands.recv() => match command {
-                None => return,
+                None | Some(Command::ShutDown) => return,
                 Some(Command::Subscribe { channel, reply }) => {
                     let wake = actor.subscribe(channel).await;
                     // A waiter cancelled meanwhile unsubscribes on its own.

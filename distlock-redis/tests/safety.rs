@@ -199,8 +199,13 @@ async fn holder_stalled_past_its_ttl_with_the_watchdog_starved() {
     )
     .await;
     safety::publish(&report);
-    // The stalled holder's writes are refused by the fence, not lost.
-    assert!(report.stale_rejected >= 1, "{report:?}");
+    // The stalled holder either sees its lease gone when it checks (the
+    // guard compares the clock with its deadline itself) or has its write
+    // refused by the fence: never a lost update.
+    assert!(
+        report.lost_noticed + report.stale_rejected >= 1,
+        "{report:?}"
+    );
 }
 
 fn fastrand_seed(seed: u64) -> impl FnMut() -> u64 {

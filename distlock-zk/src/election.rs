@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::election::validate_candidate;
+use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::map;
-use crate::mutex::{enter_queue, guard};
-use crate::node::{op, sorted_queue};
+use crate::lease::guard;
 use crate::provider::Shared;
+use crate::queue::{enter_queue, sorted_queue};
 
 /// A ZooKeeper election.
 pub(crate) struct ZkElection {
@@ -45,11 +45,11 @@ async fn current(
         let session = shared.sessions.get().await?;
         let client = &session.client;
         let (children, watcher) = if watch {
-            match op(timeout, "watch", client.get_and_watch_children(dir)).await? {
+            match with_timeout("watch", timeout, client.get_and_watch_children(dir)).await? {
                 Ok((children, _, watcher)) => (children, Some(watcher)),
                 Err(ZkError::NoNode) => {
                     // No election yet: wait for the directory to appear.
-                    match op(timeout, "watch", client.check_and_watch_stat(dir)).await? {
+                    match with_timeout("watch", timeout, client.check_and_watch_stat(dir)).await? {
                         Ok((None, watcher)) => return Ok((None, Some(watcher))),
                         Ok((Some(_), _)) => continue,
                         Err(e) => return Err(map("watch", timeout, e)),
@@ -58,16 +58,20 @@ async fn current(
                 Err(e) => return Err(map("watch", timeout, e)),
             }
         } else {
-            match op(timeout, "list", client.list_children(dir)).await? {
+            match with_timeout("list", timeout, client.list_children(dir)).await? {
                 Ok(children) => (children, None),
                 Err(ZkError::NoNode) => return Ok((None, None)),
                 Err(e) => return Err(map("list", timeout, e)),
             }
         };
-        let Some((_, head)) = sorted_queue(children, "latch").into_iter().next() else {
+        let queue = sorted_queue(children, "latch").map_err(|_| Error::Conflict {
+            what: format!("zookeeper node {dir:?}"),
+            expected: "election directory whose sequence counter has not passed 2^31",
+        })?;
+        let Some((_, head)) = queue.into_iter().next() else {
             return Ok((None, watcher));
         };
-        match op(timeout, "get", client.get_data(&format!("{dir}/{head}"))).await? {
+        match with_timeout("get", timeout, client.get_data(&format!("{dir}/{head}"))).await? {
             Ok((data, stat)) => {
                 let info = LeaderInfo {
                     id: String::from_utf8_lossy(&data).into_owned(),
@@ -91,7 +95,7 @@ impl Election for ZkElection {
     async fn campaign(&self, candidate: &str) -> Result<Leadership> {
         validate_candidate(candidate)?;
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let won = enter_queue(
+        let acquired = enter_queue(
             &self.shared,
             &self.dir,
             "latch",
@@ -103,12 +107,13 @@ impl Election for ZkElection {
         // The node we lead with is ours by construction: created in this
         // session (or found by prefix with this session as its owner).
         Ok(Leadership::new(
-            guard(&self.shared, &self.name, won, true)?,
+            guard(&self.shared, &self.name, acquired, true)?,
             candidate,
         ))
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        self.shared.lifecycle.check_open()?;
         Ok(current(&self.shared, &self.dir, false).await?.0)
     }
 

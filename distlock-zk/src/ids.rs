@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{Error, IdSource, Name, Result};
+use distlock_core::backend::{with_timeout, IdSource};
+use distlock_core::{Error, Name, Result};
 use zookeeper_client::{CreateMode, Error as ZkError};
 
 use crate::error::map;
-use crate::node::{acls, make_parents, op, CONTAINER_OWNER};
+use crate::node::{acls, make_parents, CONTAINER_OWNER};
 use crate::provider::Shared;
 
 /// The counter of one id generator.
@@ -37,7 +38,7 @@ impl IdSource for ZkIds {
         loop {
             let session = self.shared.sessions.get().await?;
             let client = &session.client;
-            match op(timeout, "get", client.get_data(&self.node)).await? {
+            match with_timeout("get", timeout, client.get_data(&self.node)).await? {
                 Ok((data, stat)) => {
                     if stat.ephemeral_owner != 0 {
                         return Err(self.conflict(if stat.ephemeral_owner == CONTAINER_OWNER {
@@ -56,7 +57,7 @@ impl IdSource for ZkIds {
                     })?;
                     let write =
                         client.set_data(&self.node, &next.to_be_bytes(), Some(stat.version));
-                    match op(timeout, "set", write).await? {
+                    match with_timeout("set", timeout, write).await? {
                         Ok(_) => return Ok(next),
                         Err(ZkError::BadVersion) => {
                             // Someone else took this block: back off a little
@@ -73,7 +74,9 @@ impl IdSource for ZkIds {
                 Err(ZkError::NoNode) => {
                     let create = CreateMode::Persistent.with_acls(acls(self.shared.authenticated));
                     let zero = 0u64.to_be_bytes();
-                    match op(timeout, "create", client.create(&self.node, &zero, &create)).await? {
+                    match with_timeout("create", timeout, client.create(&self.node, &zero, &create))
+                        .await?
+                    {
                         Ok(_) | Err(ZkError::NodeExists) => {}
                         Err(ZkError::NoNode) => {
                             make_parents(&session, &self.node, self.shared.authenticated, timeout)

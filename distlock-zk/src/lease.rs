@@ -1,28 +1,38 @@
 //! A held ZooKeeper lease: our ephemeral node in our session. Released by
-//! deleting the node; lost when the session expires or closes, or the node
-//! is deleted; suspended while the session is disconnected.
+//! deleting the node; lost when the session expires or closes, when the node
+//! is deleted, or when the server has not been heard for the session timeout
+//! (less the drift margin): the core watchdog checks the node every
+//! timeout / 4, and each confirmed check moves the deadline on. Suspended
+//! while the session is disconnected.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{Error, LeaseBackend, LeaseSignal, LostReason, Name, Result};
+use distlock_core::backend::{with_timeout, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms};
+use distlock_core::{Error, LockGuard, LostReason, Name, Result};
+use tokio::sync::watch;
 use zookeeper_client::EventType;
 
 use crate::error::{map, session_ended};
-use crate::node::{delete_retrying, op};
+use crate::node::{delete_retrying, token};
+use crate::provider::Shared;
+use crate::queue::Acquired;
 use crate::session::{Session, Status};
 
 /// One held lease.
 pub(crate) struct ZkLease {
-    pub(crate) session: Arc<Session>,
-    pub(crate) name: Name,
-    pub(crate) node: String,
-    pub(crate) czxid: i64,
+    /// Keeps the provider (and so its session) alive while the guard lives.
+    shared: Arc<Shared>,
+    /// Not owned: closing the provider closes the session even while a
+    /// guard is still around.
+    session: Weak<Session>,
+    name: Name,
+    node: String,
+    czxid: i64,
     /// The node's path is ours alone (a queue node): delete it without
     /// looking first. A shared path (the unfair lock) is checked first.
-    pub(crate) unique: bool,
-    pub(crate) timeout: Duration,
+    unique: bool,
 }
 
 impl ZkLease {
@@ -30,51 +40,60 @@ impl ZkLease {
         Error::not_held(self.name.as_str())
     }
 
+    fn session(&self) -> Result<Arc<Session>> {
+        // Gone: the provider was closed or the session ended (and its
+        // ephemeral node with it).
+        self.session.upgrade().ok_or_else(|| self.not_held())
+    }
+
     /// Whether the node is still the one we created, in our session; with
     /// its version.
-    async fn ours(&self) -> Result<Option<i32>> {
-        match op(
-            self.timeout,
+    async fn ours(&self, session: &Session) -> Result<Option<i32>> {
+        let timeout = self.shared.timeout;
+        match with_timeout(
             "check lease",
-            self.session.client.check_stat(&self.node),
+            timeout,
+            session.client.check_stat(&self.node),
         )
         .await?
         {
-            Ok(Some(stat))
-                if stat.czxid == self.czxid && stat.ephemeral_owner == self.session.id =>
-            {
+            Ok(Some(stat)) if stat.czxid == self.czxid && stat.ephemeral_owner == session.id => {
                 Ok(Some(stat.version))
             }
             Ok(_) => Ok(None),
             Err(e) if session_ended(&e) => Ok(None),
-            Err(e) => Err(map("check lease", self.timeout, e)),
+            Err(e) => Err(map("check lease", timeout, e)),
         }
     }
 }
 
 #[async_trait]
 impl LeaseBackend for ZkLease {
-    async fn renew(&self, _ttl: Duration) -> Result<()> {
-        // A session lease needs no renewal; report whether it is still ours.
-        match self.ours().await? {
+    async fn renew(&self, _session_timeout: Duration) -> Result<()> {
+        // A session lease is not renewed, it is confirmed: the answer proves
+        // the server heard the session after this request was sent.
+        let session = self.session()?;
+        match self.ours(&session).await? {
             Some(_) => Ok(()),
             None => Err(self.not_held()),
         }
     }
 
     async fn release(&self) -> Result<()> {
+        let session = self.session()?;
+        let timeout = self.shared.timeout;
         let version = if self.unique {
             None
         } else {
-            Some(self.ours().await?.ok_or_else(|| self.not_held())?)
+            Some(self.ours(&session).await?.ok_or_else(|| self.not_held())?)
         };
-        match delete_retrying(&self.session, &self.node, version, self.timeout).await {
+        match delete_retrying(&session, &self.node, version, timeout).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.not_held()),
             Err(e) => {
                 // Keep trying in the background while the session may live:
                 // a node left behind would hold the lock until it ends.
-                let (session, node) = (Arc::clone(&self.session), self.node.clone());
+                let node = self.node.clone();
                 let budget = session.timeout() * 2;
                 tokio::spawn(
                     async move { delete_retrying(&session, &node, version, budget).await },
@@ -85,11 +104,55 @@ impl LeaseBackend for ZkLease {
     }
 }
 
+/// Turns an acquired node into a guard and starts watching it.
+pub(crate) fn guard(
+    shared: &Arc<Shared>,
+    name: &Name,
+    acquired: Acquired,
+    unique: bool,
+) -> Result<LockGuard> {
+    let signal = LeaseSignal::new();
+    let fencing_token = token(acquired.czxid);
+    let backend = Arc::new(ZkLease {
+        shared: Arc::clone(shared),
+        session: Arc::downgrade(&acquired.session),
+        name: name.clone(),
+        node: acquired.node.clone(),
+        czxid: acquired.czxid,
+        unique,
+    });
+    let parts = GuardParts {
+        name: name.clone(),
+        // A negative czxid cannot happen; if it ever did, the guard is
+        // built with token 0 and released at once below.
+        fencing_token: *fencing_token.as_ref().unwrap_or(&0),
+        signal: signal.clone(),
+        terms: LeaseTerms::Session {
+            timeout: acquired.session.timeout(),
+        },
+        acquired_at: acquired.heard_at,
+        lifecycle: Arc::clone(&shared.lifecycle),
+    };
+    let guard = LockGuard::new(parts, backend)?;
+    fencing_token?;
+    watch(
+        Arc::downgrade(&acquired.session),
+        acquired.session.status.clone(),
+        acquired.node,
+        signal,
+    );
+    Ok(guard)
+}
+
 /// Watches the session and the node for as long as the lease is active.
-pub(crate) fn watch(session: Arc<Session>, node: String, signal: LeaseSignal) {
+fn watch(
+    session: Weak<Session>,
+    mut status: watch::Receiver<Status>,
+    node: String,
+    signal: LeaseSignal,
+) {
     tokio::spawn(async move {
-        let mut status = session.status.clone();
-        let deleted = node_deleted(&session, &node);
+        let deleted = node_deleted(session, &node);
         tokio::pin!(deleted);
         loop {
             let current = *status.borrow_and_update();
@@ -110,8 +173,14 @@ pub(crate) fn watch(session: Arc<Session>, node: String, signal: LeaseSignal) {
                 changed = status.changed() => {
                     if changed.is_err() && !status.borrow().is_dead() {
                         // The session's state task is gone without a final
-                        // state: only the node watch is left.
-                        std::future::pending::<()>().await;
+                        // state: the deadline and the node watch are left.
+                        tokio::select! {
+                            () = signal.ended() => return,
+                            () = &mut deleted => {
+                                signal.lose(LostReason::Deleted);
+                                return;
+                            }
+                        }
                     }
                 }
                 () = &mut deleted => {
@@ -125,9 +194,14 @@ pub(crate) fn watch(session: Arc<Session>, node: String, signal: LeaseSignal) {
 
 /// Resolves when `node` is deleted; pends while it exists or cannot be
 /// asked (session events are the state watch's business).
-async fn node_deleted(session: &Session, node: &str) {
+async fn node_deleted(session: Weak<Session>, node: &str) {
     loop {
-        match session.client.check_and_watch_stat(node).await {
+        let asked = match session.upgrade() {
+            // Held only for the request: the watch outlives no session.
+            Some(live) => live.client.check_and_watch_stat(node).await,
+            None => return std::future::pending().await,
+        };
+        match asked {
             Ok((None, _)) => return,
             Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
                 EventType::NodeDeleted => return,

@@ -66,7 +66,7 @@
 //! With digest credentials (`zk://user:password@…`) every node is created
 //! with the creator-only ACL, so no other identity can delete a holder's
 //! node; without, nodes are open to everyone, as Curator's default. TLS is
-//! behind the `tls` feature ([`ZkOptions::tls`]).
+//! behind the `tls` feature (`ZkOptions::tls`).
 //!
 //! # Feature flags
 //!
@@ -78,13 +78,15 @@
 
 mod election;
 mod error;
+mod fair_mutex;
 mod ids;
 mod lease;
-mod mutex;
 mod node;
 mod options;
 mod provider;
+mod queue;
 mod session;
+mod unfair_mutex;
 
 use std::sync::Arc;
 

@@ -5,14 +5,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{BlockIds, Election, IdGenerator, LeaseOptions, Lock, Name, Provider, Result};
+use async_trait::async_trait;
+use distlock_core::backend::{BlockIds, Lifecycle};
+use distlock_core::{Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, Result};
 
 use crate::election::ZkElection;
+use crate::fair_mutex::FairMutex;
 use crate::ids::ZkIds;
-use crate::mutex::ZkMutex;
 use crate::node::dir;
 use crate::options::ZkOptions;
 use crate::session::{self, Sessions};
+use crate::unfair_mutex::UnfairMutex;
 
 /// Counters for tests and benches.
 #[derive(Debug, Default)]
@@ -27,6 +30,7 @@ pub(crate) struct Shared {
     pub(crate) authenticated: bool,
     pub(crate) timeout: Duration,
     pub(crate) stats: Stats,
+    pub(crate) lifecycle: Arc<Lifecycle>,
 }
 
 /// A connected ZooKeeper backend.
@@ -85,6 +89,7 @@ impl ZkProvider {
                 timeout: options.operation_timeout,
                 sessions: Sessions::new(options, first),
                 stats: Stats::default(),
+                lifecycle: Lifecycle::new(),
             }),
         })
     }
@@ -131,44 +136,59 @@ impl ZkProvider {
         self.shared.stats.watch_events.load(Ordering::Relaxed)
     }
 
-    fn named(&self, name: &str) -> Result<(Name, String)> {
+    /// A primitive's name and directory, after the checks every primitive
+    /// makes: the provider is open and the lease options are the session's.
+    fn named(&self, name: &str, lease: Option<LeaseOptions>) -> Result<(Name, String)> {
+        self.shared.lifecycle.check_open()?;
+        if lease.is_some_and(|l| l != self.default_lease()) {
+            return Err(Error::InvalidOptions(
+                "ZooKeeper leases are the session: lease options cannot be set per primitive \
+                 (set the session timeout of the provider instead)"
+                    .into(),
+            ));
+        }
         let name = Name::new(name)?;
         let dir = dir(&self.shared.sessions.options().root, &name);
         Ok((name, dir))
     }
 }
 
+#[async_trait]
 impl Provider for ZkProvider {
     fn backend(&self) -> &'static str {
         "zookeeper"
+    }
+
+    async fn close(&self) -> Result<()> {
+        let released = self.shared.lifecycle.close().await;
+        self.shared.sessions.close(self.shared.timeout).await;
+        released
     }
 
     fn default_lease(&self) -> LeaseOptions {
         LeaseOptions::default()
     }
 
-    fn mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        let (name, dir) = self.named(name)?;
-        Ok(Arc::new(ZkMutex {
+    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        let (name, dir) = self.named(name, Some(lease))?;
+        Ok(Arc::new(UnfairMutex {
             shared: Arc::clone(&self.shared),
             name,
             dir,
-            fair: false,
         }))
     }
 
-    fn fair_mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        let (name, dir) = self.named(name)?;
-        Ok(Arc::new(ZkMutex {
+    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        let (name, dir) = self.named(name, Some(lease))?;
+        Ok(Arc::new(FairMutex {
             shared: Arc::clone(&self.shared),
             name,
             dir,
-            fair: true,
         }))
     }
 
-    fn election_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Election>> {
-        let (name, dir) = self.named(name)?;
+    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        let (name, dir) = self.named(name, Some(lease))?;
         Ok(Arc::new(ZkElection {
             shared: Arc::clone(&self.shared),
             name,
@@ -177,7 +197,7 @@ impl Provider for ZkProvider {
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
-        let (name, node) = self.named(name)?;
+        let (name, node) = self.named(name, None)?;
         let source = ZkIds {
             shared: Arc::clone(&self.shared),
             name: name.clone(),

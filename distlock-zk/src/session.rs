@@ -60,6 +60,7 @@ pub(crate) struct Sessions {
     options: ZkOptions,
     current: RwLock<Option<Arc<Session>>>,
     connecting: tokio::sync::Mutex<()>,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Sessions {
@@ -68,7 +69,26 @@ impl Sessions {
             options,
             current: RwLock::new(Some(Arc::new(first))),
             connecting: tokio::sync::Mutex::new(()),
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// No new session from now on; lets go of the current one, which
+    /// zookeeper-client closes (a `closeSession` request) once its last
+    /// user lets go too. Waits up to `wait` for that.
+    pub(crate) async fn close(&self, wait: Duration) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let current = self
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(session) = current else {
+            return;
+        };
+        let mut status = session.status.clone();
+        drop(session);
+        let _ = tokio::time::timeout(wait, status.wait_for(|s| s.is_dead())).await;
     }
 
     pub(crate) fn options(&self) -> &ZkOptions {
@@ -98,11 +118,21 @@ impl Sessions {
     }
 
     /// The live session, opening a new one if the last expired or closed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] once the provider is closed; connection errors.
     pub(crate) async fn get(&self) -> Result<Arc<Session>> {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
         if let Some(s) = self.live() {
             return Ok(s);
         }
         let _one_at_a_time = self.connecting.lock().await;
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
         if let Some(s) = self.live() {
             return Ok(s);
         }

@@ -3,12 +3,12 @@
 //! # Feature flags
 //!
 //! * `redis` — the Redis backend (`redis://`, `rediss://`), re-exported as
-//!   [`redis`] when on.
+//!   `distlock::redis` when on.
 //! * `redis-cluster` — Redis Cluster (`redis+cluster://`), implies `redis`.
 //! * `redis-tls` — `rediss://` URLs, implies `redis`.
 //! * `zookeeper-tls` — TLS for ZooKeeper, implies `zookeeper`.
 //! * `zookeeper` — the ZooKeeper backend (`zk://`), re-exported as
-//!   [`zk`] when on.
+//!   `distlock::zk` when on.
 //!
 //! The in-process backend (`mem://`) is always there.
 //!
@@ -18,7 +18,13 @@
 
 use std::sync::Arc;
 
-pub use distlock_core::*;
+// An explicit list: what users call. What backends implement
+// (`distlock_core::backend`) is not re-exported.
+pub use distlock_core::{
+    election, error, guard, ids, lease, lock, mem, name, provider, BoxError, Election, Error,
+    IdGenerator, LeaderInfo, LeaderStream, Leadership, LeaseOptions, LeaseStatus, LeaseWatch, Lock,
+    LockGuard, LostReason, Name, Provider, Renewal, Result, Wait,
+};
 
 /// The Redis backend crate.
 #[cfg(feature = "redis")]

@@ -368,6 +368,72 @@ pub async fn cancellation_leaves_nothing<F: Fixture>(fx: &F) {
     free_within(fx, c[2].as_ref(), &name, SLACK).await;
 }
 
+/// `close()` fires `lost()` of what the provider holds (before anybody else
+/// can get in), releases it, ends its waiting acquisitions with `Closed`,
+/// and refuses later calls; closing twice is harmless.
+pub async fn close_releases_and_refuses<F: Fixture>(fx: &F) {
+    let name = unique_name("close");
+    let c = clients(fx, 2).await;
+    let closing = &c[0];
+    let lock = fx
+        .lock(closing.as_ref(), &name, long_lease())
+        .expect("lock");
+    let guard = lock.lock().await.expect("lock");
+    let other_name = unique_name("close-wait");
+    let other = fx
+        .lock(c[1].as_ref(), &other_name, long_lease())
+        .expect("lock");
+    let held_elsewhere = other.lock().await.expect("lock");
+    let waiting = fx
+        .lock(closing.as_ref(), &other_name, long_lease())
+        .expect("lock");
+    let waiter = tokio::spawn(async move { waiting.lock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lost = guard.lost();
+    let closed_at = Instant::now();
+    tokio::time::timeout(SLACK, closing.close())
+        .await
+        .expect("close() hung")
+        .expect("close");
+    let reason = tokio::time::timeout(SLACK, lost)
+        .await
+        .expect("lost() did not fire at close");
+    assert_eq!(reason, LostReason::ProviderClosed);
+    let waited = tokio::time::timeout(SLACK, waiter)
+        .await
+        .expect("a waiting acquisition outlived close()")
+        .expect("task");
+    assert!(
+        matches!(waited, Err(Error::Closed)),
+        "waiter after close: {waited:?}"
+    );
+    // Released, not left to the lease: the other client gets in at once.
+    let next = fx.lock(c[1].as_ref(), &name, long_lease()).expect("lock");
+    let g = next
+        .lock_timeout(SLACK)
+        .await
+        .expect("lock")
+        .expect("close() did not release the lock");
+    assert!(closed_at.elapsed() < SLACK * 2);
+    assert!(g.fencing_token() > guard.fencing_token());
+    assert!(matches!(guard.release().await, Err(Error::Closed)));
+    for r in [
+        closing.mutex(&name).map(|_| ()),
+        closing.fair_mutex(&name).map(|_| ()),
+        closing.election(&name).map(|_| ()),
+        closing.id_generator(&name, 1).map(|_| ()),
+    ] {
+        assert!(
+            matches!(r, Err(Error::Closed | Error::Unsupported { .. })),
+            "after close: {r:?}"
+        );
+    }
+    assert!(matches!(lock.try_lock().await, Err(Error::Closed)));
+    closing.close().await.expect("second close");
+    g.release().await.expect("release");
+    held_elsewhere.release().await.expect("release");
+}
+
 /// Invalid names give typed errors, never a panic; TTLs are checked.
 pub async fn bad_input<F: Fixture>(fx: &F) {
     let client = fx.client().await;
@@ -451,13 +517,15 @@ macro_rules! conformance_suite {
     (session $fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
-            fencing_monotonic, drop_releases, cancellation_leaves_nothing, bad_input);
+            fencing_monotonic, drop_releases, cancellation_leaves_nothing,
+            close_releases_and_refuses, bad_input);
     };
     ($fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
             fencing_monotonic, lease_expiry, watchdog_keeps_lease, manual_extend,
-            drop_releases, cancellation_leaves_nothing, bad_input);
+            drop_releases, cancellation_leaves_nothing, close_releases_and_refuses,
+            bad_input);
     };
     (@tests $fixture:expr; $($check:ident),+) => {
         $(

@@ -2,10 +2,12 @@
 //! lost signal and watchdog, and no server.
 //!
 //! It behaves as the networked backends do, so it serves as the embedded
-//! default for examples and for users' own unit tests. Providers made from
-//! the same store (clones, or [`MemProvider::shared`] with the same name)
-//! are separate "clients" of one lock table; a fresh [`MemProvider::new`] is
-//! a table of its own.
+//! default for examples and for users' own unit tests. Providers of the same
+//! table ([`MemProvider::new_client`], or [`MemProvider::shared`] with the
+//! same name) are separate "clients" of one lock table, each with its own
+//! [`Provider::close`]; clones of one provider are the same client, as
+//! clones of a networked provider share its connection. A fresh
+//! [`MemProvider::new`] is a table of its own.
 //!
 //! ```
 //! use distlock_core::{mem::MemProvider, Provider};
@@ -31,10 +33,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 
-use crate::election::{validate_candidate, Election, LeaderInfo, LeaderStream, Leadership};
+use crate::backend::{validate_candidate, BlockIds, IdSource, Lifecycle};
+use crate::election::{Election, LeaderInfo, LeaderStream, Leadership};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::ids::{BlockIds, IdGenerator, IdSource};
+use crate::ids::IdGenerator;
 use crate::lease::LeaseOptions;
 use crate::lock::{Lock, Wait};
 use crate::name::Name;
@@ -42,10 +45,14 @@ use crate::provider::Provider;
 use store::{Kind, SlotKey, Store};
 
 /// A provider of in-process primitives.
+///
+/// Each [`MemProvider::new`] or [`MemProvider::shared`] call is one client:
+/// its clones share its held leases and [`Provider::close`].
 #[derive(Clone)]
 pub struct MemProvider {
     store: Arc<Store>,
     lease: LeaseOptions,
+    lifecycle: Arc<Lifecycle>,
 }
 
 impl MemProvider {
@@ -55,6 +62,7 @@ impl MemProvider {
         MemProvider {
             store: Arc::new(Store::default()),
             lease: LeaseOptions::default(),
+            lifecycle: Lifecycle::new(),
         }
     }
 
@@ -72,6 +80,18 @@ impl MemProvider {
         MemProvider {
             store: Arc::clone(store),
             lease: LeaseOptions::default(),
+            lifecycle: Lifecycle::new(),
+        }
+    }
+
+    /// Another client of the same table: it contends with this one, and
+    /// closing either leaves the other open.
+    #[must_use]
+    pub fn new_client(&self) -> Self {
+        MemProvider {
+            store: Arc::clone(&self.store),
+            lease: self.lease,
+            lifecycle: Lifecycle::new(),
         }
     }
 
@@ -103,9 +123,14 @@ impl fmt::Debug for MemProvider {
     }
 }
 
+#[async_trait]
 impl Provider for MemProvider {
     fn backend(&self) -> &'static str {
         "mem"
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.lifecycle.close().await
     }
 
     fn default_lease(&self) -> LeaseOptions {
@@ -113,8 +138,10 @@ impl Provider for MemProvider {
     }
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        self.lifecycle.check_open()?;
         Ok(Arc::new(MemMutex {
             store: Arc::clone(&self.store),
+            lifecycle: Arc::clone(&self.lifecycle),
             key: Self::key(Kind::Mutex, name)?,
             fair: false,
             lease,
@@ -122,8 +149,10 @@ impl Provider for MemProvider {
     }
 
     fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        self.lifecycle.check_open()?;
         Ok(Arc::new(MemMutex {
             store: Arc::clone(&self.store),
+            lifecycle: Arc::clone(&self.lifecycle),
             key: Self::key(Kind::FairMutex, name)?,
             fair: true,
             lease,
@@ -131,16 +160,20 @@ impl Provider for MemProvider {
     }
 
     fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        self.lifecycle.check_open()?;
         Ok(Arc::new(MemElection {
             store: Arc::clone(&self.store),
+            lifecycle: Arc::clone(&self.lifecycle),
             key: Self::key(Kind::Election, name)?,
             lease,
         }))
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
+        self.lifecycle.check_open()?;
         let name = Name::new(name)?;
         let source = MemIds {
+            lifecycle: Arc::clone(&self.lifecycle),
             store: Arc::clone(&self.store),
             name: name.clone(),
         };
@@ -151,6 +184,7 @@ impl Provider for MemProvider {
 /// An in-process mutex, fair or unfair.
 struct MemMutex {
     store: Arc<Store>,
+    lifecycle: Arc<Lifecycle>,
     key: SlotKey,
     fair: bool,
     lease: LeaseOptions,
@@ -173,7 +207,14 @@ impl Lock for MemMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         self.store
-            .acquire(&self.key, self.fair, wait, self.lease, None)
+            .acquire(
+                &self.lifecycle,
+                &self.key,
+                self.fair,
+                wait,
+                self.lease,
+                None,
+            )
             .await
     }
 }
@@ -181,6 +222,7 @@ impl Lock for MemMutex {
 /// An in-process election: a fair lease whose holder is the leader.
 struct MemElection {
     store: Arc<Store>,
+    lifecycle: Arc<Lifecycle>,
     key: SlotKey,
     lease: LeaseOptions,
 }
@@ -204,6 +246,7 @@ impl Election for MemElection {
         let guard = self
             .store
             .acquire(
+                &self.lifecycle,
                 &self.key,
                 true,
                 Wait::Forever,
@@ -216,6 +259,7 @@ impl Election for MemElection {
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        self.lifecycle.check_open()?;
         Ok(self.store.leader(&self.key))
     }
 
@@ -244,6 +288,7 @@ impl Election for MemElection {
 
 /// The in-process id counter.
 struct MemIds {
+    lifecycle: Arc<Lifecycle>,
     store: Arc<Store>,
     name: Name,
 }
@@ -251,6 +296,7 @@ struct MemIds {
 #[async_trait]
 impl IdSource for MemIds {
     async fn reserve(&self, n: u64) -> Result<u64> {
+        self.lifecycle.check_open()?;
         self.store.reserve(&self.name, n)
     }
 }

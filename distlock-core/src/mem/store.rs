@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
+use crate::backend::{GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle};
 use crate::election::LeaderInfo;
 use crate::error::{Error, Result};
-use crate::guard::{GuardParts, LeaseBackend, LeaseSignal, LockGuard};
+use crate::guard::LockGuard;
 use crate::lease::LeaseOptions;
 use crate::lock::Wait;
 use crate::name::Name;
@@ -131,8 +132,10 @@ impl Drop for QueuePlace<'_> {
 
 impl Store {
     /// Acquires `key` for `lease`, FIFO when `fair`, waiting as `wait` says.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         self: &Arc<Self>,
+        lifecycle: &Arc<Lifecycle>,
         key: &SlotKey,
         fair: bool,
         wait: Wait,
@@ -140,6 +143,7 @@ impl Store {
         mut data: Option<Arc<str>>,
     ) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        lifecycle.check_open()?;
         let owner = self.owners.fetch_add(1, Ordering::Relaxed);
         let deadline = wait.deadline();
         let mut place = QueuePlace {
@@ -178,7 +182,9 @@ impl Store {
                     });
                     slot.bump();
                     drop(slots);
-                    return self.guard(key, owner, token, lease, now).map(Some);
+                    return self
+                        .guard(lifecycle, key, owner, token, lease, now)
+                        .map(Some);
                 }
                 if wait == Wait::No {
                     return Ok(None);
@@ -195,6 +201,7 @@ impl Store {
             tokio::select! {
                 _ = changes.changed() => {}
                 () = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
+                () = lifecycle.closed() => return Err(Error::Closed),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 tracing::debug!(name = %key.name, "distlock wait timed out");
@@ -205,6 +212,7 @@ impl Store {
 
     fn guard(
         self: &Arc<Self>,
+        lifecycle: &Arc<Lifecycle>,
         key: &SlotKey,
         owner: u64,
         token: u64,
@@ -220,8 +228,9 @@ impl Store {
             name: key.name.clone(),
             fencing_token: token,
             signal: LeaseSignal::new(),
-            lease: Some(lease),
+            terms: LeaseTerms::Ttl(lease),
             acquired_at,
+            lifecycle: Arc::clone(lifecycle),
         };
         LockGuard::new(parts, backend)
     }

@@ -1,17 +1,32 @@
--- Acquire a distlock mutex: SET NX PX and, on success, INCR the fencing counter.
+-- Acquire a distlock mutex: SET NX PX and, on success, the next fencing token.
 -- KEYS[1] lock key (prefix + name), KEYS[2] fencing counter ({lock key}:fence)
 -- ARGV[1] owner token, ARGV[2] TTL in milliseconds
 -- Returns {1, fencing token} when acquired,
 --         {0, remaining PTTL of the holder} when held by someone else,
 --         {-1, 0} when the lock key holds a value that is not a string,
---         {-2, 0} when the fencing counter is not an integer below 2^63 - 1.
+--         {-2, 0} when the fencing counter is not an integer,
+--         {-3, 0} when the fencing counter is at 2^63 - 1 (exhausted).
+-- The token is INCR of the counter, raised to the server's TIME in
+-- microseconds when the counter is below it (and stored): tokens keep
+-- increasing when the counter is lost (restart without persistence,
+-- eviction, failover to a replica that missed the last INCR), as long as the
+-- server's clock does not step back.
 -- Nothing is left changed unless the lock is acquired (scripts run atomically,
 -- so undoing the SET is invisible to everyone else).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'table' then
     redis.call('DEL', KEYS[1])
+    if string.find(token['err'] or '', 'overflow', 1, true) then
+      return {-3, 0}
+    end
     return {-2, 0}
+  end
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if token < floor then
+    redis.call('SET', KEYS[2], string.format('%.0f', floor))
+    token = floor
   end
   return {1, token}
 end

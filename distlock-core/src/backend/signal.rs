@@ -1,0 +1,195 @@
+//! The status cell of one lease, with the local deadline it carries: the
+//! guard, its watchdog and the backend's watchers all read and write it.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+use crate::guard::{LeaseStatus, LostReason};
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct State {
+    status: LeaseStatus,
+    /// When the holder must treat the lease as gone unless it is renewed:
+    /// the server's earliest possible expiry less the drift margin.
+    deadline: Option<Instant>,
+}
+
+/// The shared status cell of one lease.
+///
+/// Reading it is honest on its own: [`LeaseSignal::status`] compares the
+/// clock with the lease's deadline itself, so a starved runtime (a watchdog
+/// that cannot run) cannot make a lapsed lease look held. A lease ends once:
+/// lost or released, never held again.
+#[derive(Clone, Debug)]
+pub struct LeaseSignal {
+    tx: Arc<watch::Sender<State>>,
+}
+
+impl Default for LeaseSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LeaseSignal {
+    /// A new signal in the [`LeaseStatus::Held`] state, with no deadline.
+    #[must_use]
+    pub fn new() -> Self {
+        LeaseSignal {
+            tx: Arc::new(watch::Sender::new(State {
+                status: LeaseStatus::Held,
+                deadline: None,
+            })),
+        }
+    }
+
+    /// The current status; a lease whose deadline has passed is marked
+    /// [`LostReason::Expired`] by this call.
+    #[must_use]
+    pub fn status(&self) -> LeaseStatus {
+        let state = *self.tx.borrow();
+        if state.status.is_active() && state.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.lose(LostReason::Expired);
+            return self.tx.borrow().status;
+        }
+        state.status
+    }
+
+    /// The local deadline, if the lease has one.
+    #[must_use]
+    pub fn deadline(&self) -> Option<Instant> {
+        self.tx.borrow().deadline
+    }
+
+    /// Sets the local deadline (after a confirmed renewal, or a new bound
+    /// from the backend). An ended lease is left as it is.
+    pub fn set_deadline(&self, deadline: Option<Instant>) {
+        self.tx.send_if_modified(|s| {
+            if !s.status.is_active() || s.deadline == deadline {
+                return false;
+            }
+            s.deadline = deadline;
+            true
+        });
+    }
+
+    /// Moves the deadline earlier to `bound`, never later (a renewal of
+    /// unknown outcome may have shortened the lease on the server).
+    pub fn cap_deadline(&self, bound: Instant) {
+        self.tx.send_if_modified(|s| {
+            if !s.status.is_active() || s.deadline.is_some_and(|d| d <= bound) {
+                return false;
+            }
+            s.deadline = Some(bound);
+            true
+        });
+    }
+
+    /// Marks the lease lost, unless it already ended. Returns whether this
+    /// call made the change.
+    pub fn lose(&self, reason: LostReason) -> bool {
+        let changed = self.transition(|s| s.is_active().then_some(LeaseStatus::Lost(reason)));
+        if changed {
+            tracing::warn!(%reason, "distlock lease lost");
+        }
+        changed
+    }
+
+    /// Marks an active lease suspended (`true`) or held again (`false`).
+    pub fn suspend(&self, suspended: bool) {
+        self.transition(|s| match (s, suspended) {
+            (LeaseStatus::Held, true) => Some(LeaseStatus::Suspended),
+            (LeaseStatus::Suspended, false) => Some(LeaseStatus::Held),
+            _ => None,
+        });
+    }
+
+    /// Resolves once the lease is lost (its deadline passing included) or
+    /// released.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only observes.
+    pub async fn ended(&self) {
+        let mut rx = self.tx.subscribe();
+        while self.next_change(&mut rx).await {}
+    }
+
+    /// Waits for the next change of status (a deadline passing counts);
+    /// `false` once the lease has ended.
+    pub(crate) async fn next_change(&self, rx: &mut watch::Receiver<State>) -> bool {
+        let deadline = {
+            let state = rx.borrow_and_update();
+            if !state.status.is_active() {
+                return false;
+            }
+            state.deadline
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            self.lose(LostReason::Expired);
+            rx.mark_unchanged();
+            return true;
+        }
+        tokio::select! {
+            // The sender lives in `self`: `changed` cannot fail.
+            _ = rx.changed() => {}
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                self.lose(LostReason::Expired);
+                rx.mark_unchanged();
+            }
+        }
+        true
+    }
+
+    pub(crate) fn mark_released(&self) {
+        self.transition(|s| s.is_active().then_some(LeaseStatus::Released));
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<State> {
+        self.tx.subscribe()
+    }
+
+    fn transition(&self, f: impl FnOnce(LeaseStatus) -> Option<LeaseStatus>) -> bool {
+        self.tx.send_if_modified(|s| match f(s.status) {
+            Some(next) => {
+                s.status = next;
+                true
+            }
+            None => false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_reads_as_lost_without_any_task() {
+        let s = LeaseSignal::new();
+        s.set_deadline(Some(Instant::now() + Duration::from_millis(300)));
+        assert_eq!(s.status(), LeaseStatus::Held);
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert_eq!(s.status(), LeaseStatus::Lost(LostReason::Expired));
+        // Ended for good: a late renewal cannot bring it back.
+        s.set_deadline(Some(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(s.status(), LeaseStatus::Lost(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ended_wakes_at_the_deadline_and_cap_only_shortens() {
+        let s = LeaseSignal::new();
+        let start = Instant::now();
+        s.set_deadline(Some(start + Duration::from_secs(5)));
+        s.cap_deadline(start + Duration::from_secs(9));
+        assert_eq!(s.deadline(), Some(start + Duration::from_secs(5)));
+        s.cap_deadline(start + Duration::from_secs(2));
+        s.ended().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        assert_eq!(s.status(), LeaseStatus::Lost(LostReason::Expired));
+    }
+}

@@ -1,0 +1,42 @@
+//! The fair mutex: a queue of ephemeral sequential nodes (Curator's
+//! `InterProcessMutex` names), each waiter watching only its predecessor.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
+
+use crate::lease::guard;
+use crate::provider::Shared;
+use crate::queue::enter_queue;
+
+/// A ZooKeeper fair mutex.
+pub(crate) struct FairMutex {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Name,
+    pub(crate) dir: String,
+}
+
+impl fmt::Debug for FairMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FairMutex")
+            .field("path", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Lock for FairMutex {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let acquired = enter_queue(&self.shared, &self.dir, "lock", &[], wait).await?;
+        acquired
+            .map(|a| guard(&self.shared, &self.name, a, true))
+            .transpose()
+    }
+}

@@ -1,0 +1,515 @@
+//! The queue of ephemeral sequential nodes behind the fair mutex and the
+//! election: joining it, finding our own node, parsing sequences, and
+//! withdrawing.
+//!
+//! The rule for a create whose outcome is unknown (the connection dropped or
+//! the reply did not come in time): never create again in that session until
+//! a lookup has answered definitively. The lookup `sync`s the directory first
+//! (a server we reconnected to may not have seen our create yet) and lists
+//! it; every child with our `_c_<uuid>-` prefix and our session as owner is
+//! ours: the lowest is kept, the rest are deleted.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
+use distlock_core::{Error, Result, Wait};
+use tokio::time::Instant;
+use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
+
+use crate::error::{triage, triage_timed, Triage};
+use crate::node::{acls, delete_retrying, make_parents};
+use crate::provider::Shared;
+use crate::session::Session;
+
+/// A lease just acquired: our node in our session.
+pub(crate) struct Acquired {
+    pub(crate) session: Arc<Session>,
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+    /// When the request whose answer showed us the holder was sent: the
+    /// server heard the session at or after this instant.
+    pub(crate) heard_at: Instant,
+}
+
+/// A queue's sequence counter went past `i32::MAX`: the server prints it
+/// negative, and the queue order is lost.
+#[derive(Debug)]
+pub(crate) struct Wrapped;
+
+/// The sequence number of a queue child of `marker` (`lock`, `latch`):
+/// Curator's `…-lock-0000000042` and, for locks, kazoo's
+/// `…__lock__0000000042`. `Ok(None)` for a child that is not a queue node;
+/// `Err(Wrapped)` for a sequence the server printed negative.
+pub(crate) fn sequence(child: &str, marker: &str) -> std::result::Result<Option<u64>, Wrapped> {
+    let curator = format!("-{marker}-");
+    let kazoo = format!("__{marker}__");
+    let Some(digits) = child
+        .rsplit_once(curator.as_str())
+        .or_else(|| {
+            (marker == "lock")
+                .then(|| child.rsplit_once(kazoo.as_str()))
+                .flatten()
+        })
+        .map(|(_, d)| d)
+    else {
+        return Ok(None);
+    };
+    if let Some(negative) = digits.strip_prefix('-') {
+        if !negative.is_empty() && negative.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Wrapped);
+        }
+    }
+    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(None);
+    }
+    Ok(digits.parse().ok())
+}
+
+/// Queue children of `marker`, in queue order.
+pub(crate) fn sorted_queue(
+    children: Vec<String>,
+    marker: &str,
+) -> std::result::Result<Vec<(u64, String)>, Wrapped> {
+    let mut queue = Vec::with_capacity(children.len());
+    for child in children {
+        if let Some(seq) = sequence(&child, marker)? {
+            queue.push((seq, child));
+        }
+    }
+    queue.sort();
+    Ok(queue)
+}
+
+fn wrapped(dir: &str) -> Error {
+    Error::Conflict {
+        what: format!("zookeeper node {dir:?}"),
+        expected: "lock directory whose sequence counter has not passed 2^31 (delete the directory to reset it)",
+    }
+}
+
+pub(crate) fn conflict(dir: &str) -> Error {
+    Error::Conflict {
+        what: format!("zookeeper node {dir:?}"),
+        expected: "lock directory (it is ephemeral, so it cannot hold lock nodes)",
+    }
+}
+
+pub(crate) fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Waits a moment before a retry; `false` when that would pass the deadline.
+pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
+    let until = Instant::now() + Duration::from_millis(50);
+    if deadline.is_some_and(|d| d <= until) {
+        return false;
+    }
+    tokio::time::sleep_until(until).await;
+    true
+}
+
+/// Waits for a watch to fire; `false` when the deadline came first.
+///
+/// # Errors
+///
+/// [`Error::Closed`] when the provider is closed meanwhile.
+pub(crate) async fn watch_fired(
+    shared: &Shared,
+    watcher: OneshotWatcher,
+    deadline: Option<Instant>,
+) -> Result<bool> {
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    tokio::select! {
+        _ = watcher.changed() => {}
+        () = tokio::time::sleep_until(deadline.unwrap_or(far)) => return Ok(false),
+        () = shared.lifecycle.closed() => return Err(Error::Closed),
+    }
+    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// Runs an armed cleanup now, for at most the operation timeout; if it does
+/// not finish, the guard's drop finishes it in the background.
+pub(crate) async fn clean_up_now(mut undo: CleanupGuard, timeout: Duration) {
+    let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+}
+
+/// Our queue nodes in `dir` (prefix and session), lowest first, after a
+/// `sync` so that a create of ours that reached the leader is seen.
+async fn find_ours(
+    session: &Session,
+    dir: &str,
+    prefix: &str,
+    timeout: Duration,
+) -> std::result::Result<Vec<(String, i64)>, Triage> {
+    triage_timed(
+        "sync",
+        timeout,
+        with_timeout("sync", timeout, session.client.sync(dir)).await,
+    )
+    .or_else(|t| match t {
+        // No directory: nothing of ours in it.
+        Triage::Fail(_) => Ok(()),
+        other => Err(other),
+    })?;
+    let listed = with_timeout("list", timeout, session.client.list_children(dir)).await;
+    let children = match listed {
+        Ok(Err(ZkError::NoNode)) => return Ok(Vec::new()),
+        other => triage_timed("list", timeout, other)?,
+    };
+    let mut ours = Vec::new();
+    for child in children.into_iter().filter(|c| c.starts_with(prefix)) {
+        let node = format!("{dir}/{child}");
+        let stat = with_timeout("stat", timeout, session.client.check_stat(&node)).await;
+        if let Some(stat) = triage_timed("stat", timeout, stat)? {
+            if stat.ephemeral_owner == session.id {
+                let seq = sequence(&child, "lock")
+                    .ok()
+                    .flatten()
+                    .or_else(|| sequence(&child, "latch").ok().flatten())
+                    .unwrap_or(u64::MAX);
+                ours.push((seq, node, stat.czxid));
+            }
+        }
+    }
+    ours.sort();
+    Ok(ours.into_iter().map(|(_, n, c)| (n, c)).collect())
+}
+
+/// Deletes every queue node of one acquisition: the known one, or all
+/// children with its prefix in its session.
+pub(crate) struct Withdraw {
+    session: Arc<Session>,
+    dir: String,
+    prefix: String,
+    known: Mutex<Option<String>>,
+    timeout: Duration,
+}
+
+impl Withdraw {
+    fn know(&self, node: &str) {
+        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Some(node.to_owned());
+    }
+}
+
+#[async_trait]
+impl Cleanup for Withdraw {
+    async fn clean_up(&self) -> Result<()> {
+        // Retry for as long as the session may live: a node left behind
+        // would stay (and block the queue) until the session ends.
+        let budget = self.session.timeout() * 2;
+        let deadline = Instant::now() + budget;
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(node) = known {
+            delete_retrying(&self.session, &node, None, budget).await?;
+            return Ok(());
+        }
+        loop {
+            if self.session.is_dead() {
+                return Ok(());
+            }
+            match find_ours(&self.session, &self.dir, &self.prefix, self.timeout).await {
+                Ok(nodes) => {
+                    for (node, _) in nodes {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        delete_retrying(&self.session, &node, None, left).await?;
+                    }
+                    return Ok(());
+                }
+                Err(Triage::SessionEnded) => return Ok(()),
+                Err(Triage::Fail(e)) => return Err(e),
+                Err(Triage::Retry) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(Triage::Retry) => {
+                    return Err(Error::Timeout {
+                        operation: "withdraw from queue",
+                        after: budget,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// What a lookup after a create of unknown outcome found.
+enum Lookup {
+    /// Our node (the lowest of ours; any others are being deleted).
+    Found(String, i64, Instant),
+    /// The create did not happen: creating again is safe.
+    Absent,
+    SessionEnded,
+    DeadlinePassed,
+    Failed(Error),
+}
+
+async fn look_for_ours(
+    session: &Arc<Session>,
+    withdraw: &Withdraw,
+    deadline: Option<Instant>,
+) -> Lookup {
+    loop {
+        let sent = Instant::now();
+        match find_ours(session, &withdraw.dir, &withdraw.prefix, withdraw.timeout).await {
+            Ok(nodes) => {
+                let mut nodes = nodes.into_iter();
+                let Some((node, czxid)) = nodes.next() else {
+                    return Lookup::Absent;
+                };
+                for (extra, _) in nodes {
+                    // A second node of ours would queue behind us and block
+                    // the queue after our release: delete it for sure.
+                    let extra = Withdraw {
+                        session: Arc::clone(session),
+                        dir: withdraw.dir.clone(),
+                        prefix: withdraw.prefix.clone(),
+                        known: Mutex::new(Some(extra)),
+                        timeout: withdraw.timeout,
+                    };
+                    if let Ok(mut undo) = CleanupGuard::arm("extra queue node", Arc::new(extra)) {
+                        undo.run_in_background();
+                    }
+                }
+                return Lookup::Found(node, czxid, sent);
+            }
+            Err(Triage::SessionEnded) => return Lookup::SessionEnded,
+            Err(Triage::Fail(e)) => return Lookup::Failed(e),
+            Err(Triage::Retry) => {
+                if !pause_before_retry(deadline).await {
+                    return Lookup::DeadlinePassed;
+                }
+            }
+        }
+    }
+}
+
+/// Joins the queue of `marker` nodes in `dir` and waits for the head of it.
+///
+/// Cancellation safe: a withdraw guard is armed before the create is sent
+/// and disarmed only once the node is ours to keep, or known not to exist.
+pub(crate) async fn enter_queue(
+    shared: &Shared,
+    dir: &str,
+    marker: &str,
+    data: &[u8],
+    wait: Wait,
+) -> Result<Option<Acquired>> {
+    let deadline = wait.deadline();
+    let timeout = shared.timeout;
+    let prefix = format!("_c_{}-{marker}-", uuid::Uuid::new_v4());
+    let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
+    let path_prefix = format!("{dir}/{prefix}");
+    'session: loop {
+        shared.lifecycle.check_open()?;
+        let session = shared.sessions.get().await?;
+        let withdraw = Arc::new(Withdraw {
+            session: Arc::clone(&session),
+            dir: dir.to_owned(),
+            prefix: prefix.clone(),
+            known: Mutex::new(None),
+            timeout,
+        });
+        let mut undo = CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
+        // Pipelined: both requests leave now, and ZooKeeper answers a
+        // session's requests in order, so the listing includes our node.
+        let sent = Instant::now();
+        let created = session.client.create(&path_prefix, data, &create);
+        let listed = session.client.list_children(dir);
+        let outcome =
+            with_timeout("create", timeout, async { futures::join!(created, listed) }).await;
+        let (created, listed) = match outcome {
+            Ok((created, listed)) => (created.map_err(|e| (e, true)), listed.ok()),
+            Err(_) => (Err((ZkError::Timeout, false)), None),
+        };
+        let (node, czxid, mut children, mut heard_at) = match created {
+            Ok((stat, seq)) => (format!("{path_prefix}{seq}"), stat.czxid, listed, sent),
+            Err((ZkError::NoNode, _)) => {
+                undo.disarm();
+                make_parents(&session, &path_prefix, shared.authenticated, timeout).await?;
+                continue 'session;
+            }
+            Err((ZkError::NoChildrenForEphemerals, _)) => {
+                undo.disarm();
+                return Err(conflict(dir));
+            }
+            Err((e, _)) => match triage("create", timeout, e) {
+                Triage::SessionEnded => {
+                    undo.disarm();
+                    shared.sessions.ended(&session).await;
+                    continue 'session;
+                }
+                Triage::Fail(e) => {
+                    undo.disarm();
+                    return Err(e);
+                }
+                // The create may have happened: look, never create twice.
+                Triage::Retry => match look_for_ours(&session, &withdraw, deadline).await {
+                    Lookup::Found(node, czxid, heard_at) => (node, czxid, None, heard_at),
+                    Lookup::Absent => {
+                        undo.disarm();
+                        continue 'session;
+                    }
+                    Lookup::SessionEnded => {
+                        undo.disarm();
+                        shared.sessions.ended(&session).await;
+                        continue 'session;
+                    }
+                    Lookup::DeadlinePassed => {
+                        clean_up_now(undo, timeout).await;
+                        return Ok(None);
+                    }
+                    Lookup::Failed(e) => return Err(e),
+                },
+            },
+        };
+        withdraw.know(&node);
+        let own_name = node.rsplit('/').next().unwrap_or_default().to_owned();
+        loop {
+            let names = match children.take() {
+                Some(names) => names,
+                None => {
+                    let list_sent = Instant::now();
+                    let listed = with_timeout("list", timeout, session.client.list_children(dir));
+                    match triage_timed("list", timeout, listed.await) {
+                        Ok(names) => {
+                            heard_at = list_sent;
+                            names
+                        }
+                        Err(Triage::SessionEnded) => {
+                            undo.disarm();
+                            shared.sessions.ended(&session).await;
+                            continue 'session;
+                        }
+                        Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                        Err(Triage::Retry) => {
+                            clean_up_now(undo, timeout).await;
+                            return Ok(None);
+                        }
+                        Err(Triage::Fail(e)) => return Err(e),
+                    }
+                }
+            };
+            // Only the predecessor's name outlives this block: a waiter must
+            // not keep the whole listing while it waits (O(n²) memory).
+            let (position, predecessor) = {
+                let Ok(queue) = sorted_queue(names, marker) else {
+                    clean_up_now(undo, timeout).await;
+                    return Err(wrapped(dir));
+                };
+                let position = queue.iter().position(|(_, n)| *n == own_name);
+                let predecessor = position
+                    .and_then(|p| p.checked_sub(1))
+                    .map(|p| format!("{dir}/{}", queue[p].1));
+                (position, predecessor)
+            };
+            let Some(position) = position else {
+                // Our node is gone (deleted by someone): queue again.
+                undo.disarm();
+                if passed(deadline) {
+                    return Ok(None);
+                }
+                continue 'session;
+            };
+            if position == 0 {
+                undo.disarm();
+                return Ok(Some(Acquired {
+                    session,
+                    node,
+                    czxid,
+                    heard_at,
+                }));
+            }
+            if wait == Wait::No || passed(deadline) {
+                clean_up_now(undo, timeout).await;
+                return Ok(None);
+            }
+            let Some(predecessor) = predecessor else {
+                continue;
+            };
+            let watched = with_timeout(
+                "watch",
+                timeout,
+                session.client.check_and_watch_stat(&predecessor),
+            )
+            .await;
+            match triage_timed("watch", timeout, watched) {
+                Ok((None, _)) => {}
+                Ok((Some(_), watcher)) => {
+                    if !watch_fired(shared, watcher, deadline).await? {
+                        clean_up_now(undo, timeout).await;
+                        return Ok(None);
+                    }
+                }
+                Err(Triage::SessionEnded) => {
+                    undo.disarm();
+                    shared.sessions.ended(&session).await;
+                    continue 'session;
+                }
+                Err(Triage::Retry) if pause_before_retry(deadline).await => {}
+                Err(Triage::Retry) => {
+                    clean_up_now(undo, timeout).await;
+                    return Ok(None);
+                }
+                Err(Triage::Fail(e)) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_of_curator_kazoo_and_others() {
+        let seq = |c: &str, m: &str| sequence(c, m).unwrap();
+        assert_eq!(seq("_c_1f-lock-0000000042", "lock"), Some(42));
+        assert_eq!(seq("abc__lock__0000000007", "lock"), Some(7));
+        assert_eq!(seq("_c_1f-latch-0000000003", "latch"), Some(3));
+        assert_eq!(seq("abc__lock__0000000007", "latch"), None);
+        assert_eq!(seq("_unfair_lock", "lock"), None);
+        assert_eq!(seq("_c_x-lock-12", "lock"), None);
+        assert_eq!(seq("_c_x-lock-000000000a", "lock"), None);
+        assert_eq!(seq("_c_x-lock-2147483647", "lock"), Some(2_147_483_647));
+        let q = sorted_queue(
+            vec![
+                "b-lock-0000000010".into(),
+                "a__lock__0000000002".into(),
+                "junk".into(),
+                "c-lock-0000000005".into(),
+            ],
+            "lock",
+        )
+        .unwrap();
+        let names: Vec<&str> = q.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "a__lock__0000000002",
+                "c-lock-0000000005",
+                "b-lock-0000000010"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sequence_past_i32_max_is_an_error_not_a_skipped_child() {
+        // ZooKeeper prints the wrapped counter with "%010d".
+        for child in [
+            "_c_1f-lock--2147483648",
+            "_c_1f-lock--000000001",
+            "x__lock__-2147483647",
+        ] {
+            assert!(sequence(child, "lock").is_err(), "{child}");
+        }
+        assert!(sorted_queue(vec!["_c_1f-lock--2147483648".into()], "lock").is_err());
+        assert_eq!(sequence("_c_1f-lock--", "lock").unwrap(), None);
+    }
+}

@@ -1,0 +1,282 @@
+//! The unfair mutex: one ephemeral node holding the owner's id; losers watch
+//! it and race again when it goes (every waiter wakes: the herd effect the
+//! benches measure).
+//!
+//! After a create of unknown outcome, only the lookup is retried (after a
+//! `sync`) until it answers: the node with our owner id in our session is
+//! ours; another's means we wait; none means we may create again.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
+use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
+use tokio::time::Instant;
+use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
+
+use crate::error::{triage, triage_timed, Triage};
+use crate::lease::guard;
+use crate::node::{acls, delete_retrying, make_parents};
+use crate::provider::Shared;
+use crate::queue::{clean_up_now, conflict, passed, pause_before_retry, watch_fired, Acquired};
+use crate::session::Session;
+
+/// The unfair lock's node under the lock's directory.
+pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
+
+/// A ZooKeeper unfair mutex.
+pub(crate) struct UnfairMutex {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Name,
+    pub(crate) dir: String,
+}
+
+impl fmt::Debug for UnfairMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnfairMutex")
+            .field("path", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Deletes the lock node if it holds our owner id in our session.
+struct DeleteIfOurs {
+    session: Arc<Session>,
+    node: String,
+    owner: Vec<u8>,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl Cleanup for DeleteIfOurs {
+    async fn clean_up(&self) -> Result<()> {
+        // Retry for as long as the session may live: a node left behind
+        // would hold the lock until the session ends.
+        let budget = self.session.timeout() * 2;
+        let deadline = Instant::now() + budget;
+        loop {
+            if self.session.is_dead() {
+                return Ok(());
+            }
+            let read = with_timeout(
+                "get",
+                self.timeout,
+                self.session.client.get_data(&self.node),
+            )
+            .await;
+            match read {
+                Ok(Ok((data, stat))) => {
+                    if data == self.owner && stat.ephemeral_owner == self.session.id {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        delete_retrying(&self.session, &self.node, Some(stat.version), left)
+                            .await?;
+                    }
+                    return Ok(());
+                }
+                Ok(Err(ZkError::NoNode)) => return Ok(()),
+                other => match triage_timed("get", self.timeout, other) {
+                    Ok(_) | Err(Triage::SessionEnded) => return Ok(()),
+                    Err(Triage::Fail(e)) => return Err(e),
+                    Err(Triage::Retry) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(Triage::Retry) => {
+                        return Err(Error::Timeout {
+                            operation: "delete unfair lock node",
+                            after: budget,
+                        })
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// What the lock node is, as far as one read could tell.
+enum Found {
+    Ours(i64, Instant),
+    Theirs(OneshotWatcher),
+    Absent,
+}
+
+/// Reads the node with a watch; ours if it holds our owner id in our
+/// session.
+async fn inspect(
+    session: &Session,
+    node: &str,
+    owner: &[u8],
+    timeout: Duration,
+) -> std::result::Result<Found, Triage> {
+    let sent = Instant::now();
+    let read = with_timeout("watch", timeout, session.client.get_and_watch_data(node)).await;
+    match read {
+        Ok(Err(ZkError::NoNode)) => Ok(Found::Absent),
+        other => {
+            let (data, stat, watcher) = triage_timed("watch", timeout, other)?;
+            if stat.ephemeral_owner == 0 {
+                return Err(Triage::Fail(Error::Conflict {
+                    what: format!("zookeeper node {node:?}"),
+                    expected: "lock node (it is persistent, so it would never be released)",
+                }));
+            }
+            if data == owner && stat.ephemeral_owner == session.id {
+                Ok(Found::Ours(stat.czxid, sent))
+            } else {
+                Ok(Found::Theirs(watcher))
+            }
+        }
+    }
+}
+
+/// Races for the one ephemeral node of an unfair lock.
+async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>> {
+    let deadline = wait.deadline();
+    let timeout = shared.timeout;
+    let node = format!("{dir}/{UNFAIR_NODE}");
+    let owner = uuid::Uuid::new_v4().simple().to_string().into_bytes();
+    let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
+    'session: loop {
+        shared.lifecycle.check_open()?;
+        let session = shared.sessions.get().await?;
+        let cleanup = Arc::new(DeleteIfOurs {
+            session: Arc::clone(&session),
+            node: node.clone(),
+            owner: owner.clone(),
+            timeout,
+        });
+        let mut undo = CleanupGuard::arm("undo unfair create", cleanup)?;
+        // `true` while the last create's outcome is unknown: only the
+        // lookup may be retried, never the create.
+        let mut unknown = false;
+        loop {
+            if !unknown {
+                let sent = Instant::now();
+                let created = with_timeout(
+                    "create",
+                    timeout,
+                    session.client.create(&node, &owner, &create),
+                )
+                .await;
+                match created {
+                    Ok(Ok((stat, _))) => {
+                        undo.disarm();
+                        return Ok(Some(Acquired {
+                            session,
+                            node,
+                            czxid: stat.czxid,
+                            heard_at: sent,
+                        }));
+                    }
+                    Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
+                        // Someone else's: ours is only created after a
+                        // lookup found none.
+                        undo.disarm();
+                        return Ok(None);
+                    }
+                    Ok(Err(ZkError::NodeExists)) => {}
+                    Ok(Err(ZkError::NoNode)) => {
+                        undo.disarm();
+                        make_parents(&session, &node, shared.authenticated, timeout).await?;
+                        continue 'session;
+                    }
+                    Ok(Err(ZkError::NoChildrenForEphemerals)) => {
+                        undo.disarm();
+                        return Err(conflict(dir));
+                    }
+                    Ok(Err(e)) => match triage("create", timeout, e) {
+                        Triage::SessionEnded => {
+                            undo.disarm();
+                            shared.sessions.ended(&session).await;
+                            continue 'session;
+                        }
+                        Triage::Fail(e) => {
+                            undo.disarm();
+                            return Err(e);
+                        }
+                        Triage::Retry => unknown = true,
+                    },
+                    Err(_) => unknown = true,
+                }
+            }
+            if unknown {
+                // Make sure the server we ask has seen our create, if it
+                // reached the leader at all.
+                let synced = with_timeout("sync", timeout, session.client.sync(dir)).await;
+                if let Err(t) = triage_timed("sync", timeout, synced) {
+                    match t {
+                        Triage::SessionEnded => {
+                            undo.disarm();
+                            shared.sessions.ended(&session).await;
+                            continue 'session;
+                        }
+                        Triage::Retry if pause_before_retry(deadline).await => continue,
+                        Triage::Retry => {
+                            clean_up_now(undo, timeout).await;
+                            return Ok(None);
+                        }
+                        // No directory: the create cannot have happened.
+                        Triage::Fail(_) => {}
+                    }
+                }
+            }
+            match inspect(&session, &node, &owner, timeout).await {
+                Ok(Found::Ours(czxid, heard_at)) => {
+                    undo.disarm();
+                    return Ok(Some(Acquired {
+                        session,
+                        node,
+                        czxid,
+                        heard_at,
+                    }));
+                }
+                Ok(Found::Absent) => {
+                    // Definitive: ours never landed (or it went); create.
+                    unknown = false;
+                }
+                Ok(Found::Theirs(watcher)) => {
+                    undo.disarm();
+                    if wait == Wait::No || passed(deadline) {
+                        return Ok(None);
+                    }
+                    if !watch_fired(shared, watcher, deadline).await? {
+                        return Ok(None);
+                    }
+                    continue 'session;
+                }
+                Err(Triage::SessionEnded) => {
+                    undo.disarm();
+                    shared.sessions.ended(&session).await;
+                    continue 'session;
+                }
+                Err(Triage::Retry) if pause_before_retry(deadline).await => {}
+                Err(Triage::Retry) => {
+                    clean_up_now(undo, timeout).await;
+                    return Ok(None);
+                }
+                Err(Triage::Fail(e)) => {
+                    if unknown {
+                        clean_up_now(undo, timeout).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Lock for UnfairMutex {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let acquired = take(&self.shared, &self.dir, wait).await?;
+        acquired
+            .map(|a| guard(&self.shared, &self.name, a, false))
+            .transpose()
+    }
+}
