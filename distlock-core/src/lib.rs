@@ -40,6 +40,8 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[doc(hidden)]
+pub mod backend_url;
 pub mod election;
 pub mod error;
 pub mod guard;
