@@ -120,18 +120,36 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
 
 #[cfg(feature = "cluster")]
 async fn connect_cluster_url(rest: &str) -> Result<Arc<dyn Provider>> {
+    use distlock_core::backend_url::invalid_url;
+
+    // The whole URL, for error messages (redacted there).
+    let url = format!("redis+cluster://{rest}");
     let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (auth, hosts) = match hosts.rsplit_once('@') {
         Some((auth, hosts)) => (format!("{auth}@"), hosts),
         None => (String::new(), hosts),
     };
     let hosts = hosts.trim_end_matches('/');
-    let (_, options) = RedisOptions::new().from_url(&format!("redis://x?{query}"))?;
+    // The seed nodes are `redis://` URLs: the keys the client reads from
+    // those go to every node, so all agree (redis-rs requires it).
+    let (options, client) =
+        RedisOptions::new().apply_query(&url, query, options::CLIENT_KEYS_TCP)?;
+    let client_query = if client.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", client.join("&"))
+    };
     let nodes: Vec<String> = hosts
         .split(',')
         .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{auth}{h}"))
+        .map(|h| format!("redis://{auth}{h}{client_query}"))
         .collect();
+    if nodes.is_empty() {
+        return Err(invalid_url(
+            &url,
+            "names no seed node (host:port[,host:port…])",
+        ));
+    }
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     Ok(Arc::new(
         RedisProvider::connect_cluster(&nodes, options).await?,
