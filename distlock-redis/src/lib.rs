@@ -18,9 +18,11 @@
 //! # The recipe
 //!
 //! * **Acquire**: one Lua script runs `SET key token NX PX ttl` and, on
-//!   success, `INCR` of the lock's fencing counter, returning the fencing
-//!   token; otherwise it returns the holder's remaining `PTTL`. The token is
-//!   128 random bits, unique per acquisition, never logged.
+//!   success, takes the fencing token: `INCR` of the lock's fencing counter,
+//!   raised to the server's `TIME` in microseconds when below it (see
+//!   [Fencing tokens](#fencing-tokens)); otherwise it returns the holder's
+//!   remaining `PTTL`. The owner token (the lock key's value) is 128 random
+//!   bits, unique per acquisition, never logged.
 //! * **Release**: compare-and-delete (only our token), then `PUBLISH` on the
 //!   lock's channel. **Extend**: compare-and-`PEXPIRE`. Both have redis-py's
 //!   `Lock` semantics. Scripts run by `EVALSHA`, loaded on `NOSCRIPT`.
@@ -38,7 +40,7 @@
 //! | key | what |
 //! |---|---|
 //! | `PREFIX NAME` | the lock: value = owner token, TTL = lease |
-//! | `{PREFIX NAME}:fence` | fencing counter (`INCR`) |
+//! | `{PREFIX NAME}:fence` | fencing counter (`INCR`, floored at the server's `TIME` in µs) |
 //! | `{PREFIX NAME}:released` | pub/sub channel of release messages |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
 //!
@@ -55,17 +57,37 @@
 //! its next re-check, within one re-check interval. redis-py's lock carries
 //! no fencing token.
 //!
-//! # Fencing tokens and persistence
+//! # Fencing tokens
 //!
-//! Fencing tokens come from the `{…}:fence` counter. A Redis without
-//! persistence loses the counter when it restarts, and tokens start again at
-//! 1: a resource that remembers a higher token then rejects every new holder
-//! until the counter passes it. Keep the counter with `appendonly yes`
-//! (`appendfsync everysec` can still lose the last second; `always` cannot).
-//! The same holds for failover to a replica that had not received the last
-//! `INCR`. Without persistence, the lock itself is also lost on restart (any
-//! client can then take it while the old holder still works; its `lost()`
-//! fires at its next renewal).
+//! A fencing token is `max(INCR {…}:fence, server TIME in microseconds)`,
+//! taken inside the acquire script, which stores it back in the counter when
+//! the clock wins. **Tokens never go below the Redis server's `TIME` in
+//! microseconds**, so they keep increasing even when the counter is lost (a
+//! restart without persistence, an eviction, a failover to a replica that
+//! had not received the last `INCR`), as long as the server's clock does not
+//! step back (after a failover: the new master's clock is not behind the
+//! moment the last token was handed out). Tokens are therefore large numbers
+//! (microseconds since 1970, about 1.8 × 10¹⁵ at the time of writing), not
+//! 1, 2, 3: compare them as `u64`, never assume they are dense.
+//!
+//! # Running Redis for distlock
+//!
+//! * **`maxmemory-policy noeviction`.** An `allkeys-*` policy can evict the
+//!   fence counter (without the clock floor above, tokens would then go
+//!   backwards; with it, they fall back to the clock), the id counters (ids
+//!   then repeat) and the lock key itself. A `volatile-*` policy can evict
+//!   the lock key, which has a TTL: a second client then takes the lock
+//!   while the first still works (its `lost()` fires at its next renewal).
+//!   Under `noeviction` a full server refuses the write and the acquisition
+//!   fails with an error instead.
+//! * **`appendonly yes`**, with `appendfsync always` for no loss;
+//!   `appendfsync everysec` can lose the last second of writes on a crash.
+//!   Without persistence, a restart loses every lock (any client can take
+//!   one while its old holder still works; the holder's `lost()` fires at
+//!   its next renewal) and every counter.
+//! * **Id generators have no clock floor**: their `{…}:ids` counters start
+//!   again after a restart without persistence (or an eviction, or a
+//!   failover that lost the last `INCRBY`), and ids repeat.
 //!
 //! # Feature flags
 //!
@@ -120,18 +142,36 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
 
 #[cfg(feature = "cluster")]
 async fn connect_cluster_url(rest: &str) -> Result<Arc<dyn Provider>> {
+    use distlock_core::backend::url::invalid_url;
+
+    // The whole URL, for error messages (redacted there).
+    let url = format!("redis+cluster://{rest}");
     let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (auth, hosts) = match hosts.rsplit_once('@') {
         Some((auth, hosts)) => (format!("{auth}@"), hosts),
         None => (String::new(), hosts),
     };
     let hosts = hosts.trim_end_matches('/');
-    let (_, options) = RedisOptions::new().from_url(&format!("redis://x?{query}"))?;
+    // The seed nodes are `redis://` URLs: the keys the client reads from
+    // those go to every node, so all agree (redis-rs requires it).
+    let (options, client) =
+        RedisOptions::new().apply_query(&url, query, options::CLIENT_KEYS_TCP)?;
+    let client_query = if client.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", client.join("&"))
+    };
     let nodes: Vec<String> = hosts
         .split(',')
         .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{auth}{h}"))
+        .map(|h| format!("redis://{auth}{h}{client_query}"))
         .collect();
+    if nodes.is_empty() {
+        return Err(invalid_url(
+            &url,
+            "names no seed node (host:port[,host:port…])",
+        ));
+    }
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     Ok(Arc::new(
         RedisProvider::connect_cluster(&nodes, options).await?,

@@ -2,7 +2,26 @@
 
 use std::time::Duration;
 
+use distlock_core::backend::url::{millis, number, parse_query};
 use distlock_core::{Error, LeaseOptions, Result};
+
+/// distlock's own query keys, removed before the client sees the URL.
+const OPTION_KEYS: [&str; 6] = [
+    "prefix",
+    "pool_size",
+    "response_timeout_ms",
+    "connect_timeout_ms",
+    "recheck_ms",
+    "lease_ttl_ms",
+];
+
+/// The query keys the `redis` crate (1.8) reads from a TCP URL (`redis://`,
+/// `rediss://`, `valkey://`, `valkeys://`): passed through to it.
+pub(crate) const CLIENT_KEYS_TCP: &[&str] = &["protocol"];
+
+/// The query keys the `redis` crate (1.8) reads from a Unix socket URL
+/// (`redis+unix://`, `valkey+unix://`, `unix://`): passed through to it.
+const CLIENT_KEYS_UNIX: &[&str] = &["protocol", "db", "user", "pass"];
 
 /// How a [`RedisProvider`](crate::RedisProvider) connects and names its keys.
 ///
@@ -17,6 +36,14 @@ use distlock_core::{Error, LeaseOptions, Result};
 /// | `connect_timeout_ms` | [`RedisOptions::connect_timeout`] |
 /// | `recheck_ms` | [`RedisOptions::recheck_interval`] |
 /// | `lease_ttl_ms` | [`RedisOptions::default_lease`] (watchdog at TTL/3) |
+///
+/// The keys the `redis` crate itself reads from the query go through to it
+/// unchanged: `protocol` (`resp2`/`resp3`), and on `redis+unix://` also
+/// `db`, `user` and `pass`. Any other key, or a key given twice, is an
+/// [`Error::InvalidUrl`]: an option is never silently ignored. The same rule
+/// holds for `zk://` URLs.
+///
+/// `Debug` never prints the TLS private key (nor certificate bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisOptions {
     pub(crate) prefix: String,
@@ -31,10 +58,28 @@ pub struct RedisOptions {
 
 /// Certificates for `rediss://` beyond the webpki roots (feature `tls`).
 #[cfg(feature = "tls")]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct TlsOptions {
     pub(crate) root_cert: Option<Vec<u8>>,
     pub(crate) client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Says whether each is set, never their bytes: the client key is a secret.
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let TlsOptions {
+            root_cert,
+            client_cert,
+        } = self;
+        f.debug_struct("TlsOptions")
+            .field("root_cert", &root_cert.as_ref().map(|_| "<set>"))
+            .field(
+                "client_cert",
+                &client_cert.as_ref().map(|_| "<set, key redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl Default for RedisOptions {
@@ -157,45 +202,61 @@ impl RedisOptions {
         Ok(())
     }
 
-    /// Splits distlock's own query keys off `url`: the URL for the client,
+    /// Splits distlock's own query keys off `url`: the URL for the client
+    /// (with the query keys the `redis` crate reads, and any `#fragment`),
     /// and these options updated.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] for a value that does not parse.
-    pub fn from_url(mut self, url: &str) -> Result<(String, Self)> {
-        let Some((base, query)) = url.split_once('?') else {
+    /// [`Error::InvalidUrl`] for a value that does not parse, a key that
+    /// neither distlock nor the `redis` crate reads, or a key given twice;
+    /// [`Error::InvalidOptions`] for a lease TTL out of range. Messages show
+    /// the URL with its password replaced by `***`.
+    pub fn from_url(self, url: &str) -> Result<(String, Self)> {
+        let (main, fragment) = url.find('#').map_or((url, ""), |i| url.split_at(i));
+        let Some((base, query)) = main.split_once('?') else {
             return Ok((url.to_owned(), self));
         };
+        let scheme = url.split_once("://").map_or("", |(s, _)| s);
+        let client_keys = if matches!(
+            scheme.to_ascii_lowercase().as_str(),
+            "redis+unix" | "valkey+unix" | "unix"
+        ) {
+            CLIENT_KEYS_UNIX
+        } else {
+            CLIENT_KEYS_TCP
+        };
+        let (options, rest) = self.apply_query(url, query, client_keys)?;
+        let url = if rest.is_empty() {
+            format!("{base}{fragment}")
+        } else {
+            format!("{base}?{}{fragment}", rest.join("&"))
+        };
+        Ok((url, options))
+    }
+
+    /// Applies distlock's keys of `query` (from `url`, named in errors) and
+    /// returns the `client_keys` pairs, as `key=value`, for the client.
+    pub(crate) fn apply_query(
+        mut self,
+        url: &str,
+        query: &str,
+        client_keys: &[&str],
+    ) -> Result<(Self, Vec<String>)> {
+        let known: Vec<&str> = OPTION_KEYS.iter().chain(client_keys).copied().collect();
         let mut rest = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let ms = || {
-                value
-                    .parse::<u64>()
-                    .map(Duration::from_millis)
-                    .map_err(|_| Error::InvalidUrl(format!("{key}={value:?} is not a number")))
-            };
+        for (key, value) in parse_query(url, query, &known)? {
             match key {
                 "prefix" => self.prefix = value.to_owned(),
-                "pool_size" => {
-                    self.pool_size = Some(value.parse().map_err(|_| {
-                        Error::InvalidUrl(format!("pool_size={value:?} is not a number"))
-                    })?);
-                }
-                "response_timeout_ms" => self.response_timeout = ms()?,
-                "connect_timeout_ms" => self.connect_timeout = ms()?,
-                "recheck_ms" => self.recheck_interval = ms()?,
-                "lease_ttl_ms" => self.lease = LeaseOptions::new(ms()?)?,
-                _ => rest.push(pair),
+                "pool_size" => self.pool_size = Some(number(url, key, value)?),
+                "response_timeout_ms" => self.response_timeout = millis(url, key, value)?,
+                "connect_timeout_ms" => self.connect_timeout = millis(url, key, value)?,
+                "recheck_ms" => self.recheck_interval = millis(url, key, value)?,
+                "lease_ttl_ms" => self.lease = LeaseOptions::new(millis(url, key, value)?)?,
+                _ => rest.push(format!("{key}={value}")),
             }
         }
-        let url = if rest.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", rest.join("&"))
-        };
-        Ok((url, self))
+        Ok((self, rest))
     }
 }
 
@@ -204,7 +265,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn url_query_sets_options_and_keeps_the_rest() {
+    fn url_query_sets_options_and_keeps_the_clients_keys() {
         let (url, o) = RedisOptions::new()
             .from_url(
                 "redis://u:p@127.0.0.1:6379/2?prefix=app:&pool_size=4&protocol=resp3&recheck_ms=50",
@@ -215,6 +276,124 @@ mod tests {
         assert_eq!(o.pool_size, Some(4));
         assert_eq!(o.recheck_interval, Duration::from_millis(50));
         o.validate().unwrap();
+        let (url, o) = RedisOptions::new()
+            .from_url("rediss://h:1/?response_timeout_ms=300&connect_timeout_ms=400&lease_ttl_ms=900#insecure")
+            .unwrap();
+        assert_eq!(url, "rediss://h:1/#insecure");
+        assert_eq!(o.response_timeout, Duration::from_millis(300));
+        assert_eq!(o.connect_timeout, Duration::from_millis(400));
+        assert_eq!(o.lease.ttl(), Duration::from_millis(900));
+        let (url, _) = RedisOptions::new()
+            .from_url("redis+unix:///tmp/r.sock?db=2&pass=pw&user=u&protocol=3&prefix=x")
+            .unwrap();
+        assert_eq!(
+            url,
+            "redis+unix:///tmp/r.sock?db=2&pass=pw&user=u&protocol=3"
+        );
+        for plain in ["redis://h:1", "redis://h:1/0?", "redis://h:1/0#insecure"] {
+            let (url, o) = RedisOptions::new().from_url(plain).unwrap();
+            assert_eq!(
+                (url.as_str(), o),
+                (plain.trim_end_matches('?'), RedisOptions::new())
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_and_repeated_keys_are_rejected_with_the_password_hidden() {
+        for (url, says) in [
+            // Keys redis-rs does not read from a TCP URL's query: it would
+            // silently ignore them (db 0 instead of 2, no password).
+            ("redis://u:s3cret@h:1?db=2", "unknown option \"db\""),
+            ("redis://u:s3cret@h:1?pass=x", "unknown option \"pass\""),
+            (
+                "redis://:s3cret@h:1?prefix=a&nope=1",
+                "unknown option \"nope\"",
+            ),
+            (
+                "rediss://u:s3cret@h:1?timeout=5",
+                "unknown option \"timeout\"",
+            ),
+            (
+                "redis+unix:///r.sock?pass=s3cret&tls=1",
+                "unknown option \"tls\"",
+            ),
+            ("redis://u:s3cret@h:1?prefix=a&prefix=b", "given twice"),
+            ("redis://u:s3cret@h:1?protocol=3&protocol=2", "given twice"),
+            (
+                "redis://u:s3cret@h:1?pool_size=x",
+                "pool_size=\"x\" is not a number",
+            ),
+            (
+                "redis://u:s3cret@h:1?recheck_ms=1s",
+                "not a whole number of milliseconds",
+            ),
+        ] {
+            let e = RedisOptions::new().from_url(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
+            let text = e.to_string();
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("s3cret"), "{url}: {text}");
+            assert!(!format!("{e:?}").contains("s3cret"), "{url}: {e:?}");
+        }
+        let e = RedisOptions::new()
+            .from_url("redis://h?nope=1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, protocol"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "cluster")]
+    #[tokio::test]
+    async fn cluster_urls_follow_the_same_rule() {
+        for (url, says) in [
+            (
+                "redis+cluster://u:s3cret@h:1,h:2?db=1",
+                "unknown option \"db\"",
+            ),
+            (
+                "redis+cluster://u:s3cret@h:1?prefix=a&prefix=b",
+                "given twice",
+            ),
+            ("redis+cluster://u:s3cret@h:1?recheck_ms=x", "milliseconds"),
+            ("redis+cluster://u:s3cret@?prefix=a", "no seed node"),
+            ("redis+cluster://u:s3cret@,/", "no seed node"),
+        ] {
+            let Err(e) = crate::connect(url).await else {
+                panic!("{url} accepted");
+            };
+            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
+            let text = e.to_string();
+            assert!(
+                text.contains(says) && text.contains("u:***@"),
+                "{url}: {text}"
+            );
+            assert!(!text.contains("s3cret"), "{url}: {text}");
+        }
+        // Known keys pass the rule; nothing listens on port 1.
+        let url = "redis+cluster://127.0.0.1:1?protocol=resp3&connect_timeout_ms=500";
+        let Err(e) = crate::connect(url).await else {
+            panic!("connected to nothing");
+        };
+        assert!(!e.is_invalid_input(), "{e:?}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn debug_hides_the_tls_key() {
+        let o = RedisOptions::new()
+            .tls_root_cert(b"ROOT-CERT-BYTES".to_vec())
+            .tls_client_cert(b"CLIENT-CERT-BYTES".to_vec(), b"PRIVATE-KEY-BYTES".to_vec());
+        let shown = format!("{o:?} {o:#?}");
+        for secret in ["PRIVATE-KEY-BYTES", "CLIENT-CERT-BYTES", "ROOT-CERT-BYTES"] {
+            assert!(!shown.contains(secret), "{shown}");
+            let bytes = format!("{:?}", secret.as_bytes());
+            assert!(!shown.contains(&bytes[1..bytes.len() - 1]), "{shown}");
+        }
+        assert!(shown.contains("key redacted"), "{shown}");
     }
 
     #[test]

@@ -1,16 +1,30 @@
 //! Options of a ZooKeeper provider, in code or in the `zk://` URL.
 
+use std::fmt;
 use std::time::Duration;
 
+use distlock_core::backend::url::{invalid_url, millis, parse_query};
 use distlock_core::{Error, Result};
+
+/// The query keys of a `zk://` URL.
+const OPTION_KEYS: &[&str] = &[
+    "session_timeout_ms",
+    "connect_timeout_ms",
+    "operation_timeout_ms",
+    "base",
+];
 
 /// How a [`ZkProvider`](crate::ZkProvider) connects and where it keeps its
 /// nodes.
 ///
 /// From a URL: `zk://[user:password@]host:port[,host:port…][/chroot][?options]`
 /// with the query keys `session_timeout_ms`, `connect_timeout_ms`,
-/// `operation_timeout_ms` and `base` (the base path under the chroot).
-#[derive(Clone, Debug)]
+/// `operation_timeout_ms` and `base` (the base path under the chroot). Any
+/// other key, or a key given twice, is an [`Error::InvalidUrl`] (the rule
+/// `redis://` URLs follow too).
+///
+/// Neither `Debug` nor an error message shows the digest password.
+#[derive(Clone)]
 pub struct ZkOptions {
     pub(crate) hosts: String,
     pub(crate) root: String,
@@ -47,9 +61,11 @@ impl ZkOptions {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] when it does not parse.
+    /// [`Error::InvalidUrl`] when it does not parse, or names an unknown
+    /// option or one twice (the message shows the URL with its password
+    /// replaced by `***`); [`Error::InvalidOptions`] for values out of range.
     pub fn from_url(url: &str) -> Result<Self> {
-        let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}"));
+        let bad = |why: &str| invalid_url(url, why);
         let rest = url
             .strip_prefix("zk://")
             .or_else(|| url.strip_prefix("zookeeper://"))
@@ -74,20 +90,12 @@ impl ZkOptions {
         let mut options = ZkOptions::new(hosts);
         let chroot = chroot.trim_end_matches('/');
         let mut base = Self::DEFAULT_BASE.to_owned();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let ms = || {
-                value
-                    .parse::<u64>()
-                    .map(Duration::from_millis)
-                    .map_err(|_| bad(&format!("{key} must be a number of milliseconds")))
-            };
+        for (key, value) in parse_query(url, query, OPTION_KEYS)? {
             match key {
-                "session_timeout_ms" => options.session_timeout = ms()?,
-                "connect_timeout_ms" => options.connect_timeout = ms()?,
-                "operation_timeout_ms" => options.operation_timeout = ms()?,
-                "base" => base = value.trim_end_matches('/').to_owned(),
-                other => return Err(bad(&format!("unknown option {other:?}"))),
+                "session_timeout_ms" => options.session_timeout = millis(url, key, value)?,
+                "connect_timeout_ms" => options.connect_timeout = millis(url, key, value)?,
+                "operation_timeout_ms" => options.operation_timeout = millis(url, key, value)?,
+                _ => base = value.trim_end_matches('/').to_owned(),
             }
         }
         options.root = format!("{chroot}{base}");
@@ -181,6 +189,26 @@ impl ZkOptions {
     }
 }
 
+/// Shows the digest user, never its password, and whether TLS is set.
+impl fmt::Debug for ZkOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let digest = self.digest.as_deref().map(|d| match d.split_once(':') {
+            Some((user, _)) => format!("{user}:***"),
+            None => "***".to_owned(),
+        });
+        let mut s = f.debug_struct("ZkOptions");
+        s.field("hosts", &self.hosts)
+            .field("root", &self.root)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("digest", &digest);
+        #[cfg(feature = "tls")]
+        s.field("tls", &self.tls.as_ref().map(|_| "<set>"));
+        s.finish()
+    }
+}
+
 /// Installs ring as rustls's process-wide crypto provider, unless one is
 /// installed already (feature `tls`).
 ///
@@ -235,11 +263,77 @@ mod tests {
             "zk://h:1/a b",
             "zk://h:1/a//b",
             "zk://h:1?session_timeout_ms=0",
+            "zk://u:pw@h:1/x?base=/a b",
         ] {
             assert!(
                 matches!(ZkOptions::from_url(bad), Err(Error::InvalidOptions(_))),
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn known_keys_parse_and_unknown_or_repeated_ones_do_not() {
+        let o = ZkOptions::from_url(
+            "zk://h:1?connect_timeout_ms=700&operation_timeout_ms=800&session_timeout_ms=900&base=/b/",
+        )
+        .unwrap();
+        assert_eq!(o.connect_timeout, Duration::from_millis(700));
+        assert_eq!(o.operation_timeout, Duration::from_millis(800));
+        assert_eq!(o.session_timeout, Duration::from_millis(900));
+        assert_eq!(o.root, "/b");
+        for (url, says) in [
+            ("zk://u:s3cret@h:1?nope=1", "unknown option \"nope\" (known: session_timeout_ms, connect_timeout_ms, operation_timeout_ms, base)"),
+            ("zk://u:s3cret@h:1?prefix=a", "unknown option \"prefix\""),
+            ("zk://u:s3cret@h:1?base=/a&base=/b", "given twice"),
+            ("zk://u:s3cret@h:1?session_timeout_ms=x", "not a whole number of milliseconds"),
+            ("zk://u:s3cret@h:1?connect_timeout_ms=-1", "not a whole number of milliseconds"),
+        ] {
+            let e = ZkOptions::from_url(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
+            assert!(e.to_string().contains(says), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_digest_password_never_shows() {
+        let mut parsed = 0;
+        for password in ["s3cr3t:p@ss/w?rd", "s3cr3t:p@ss/w", "s3cr3t"] {
+            for url in [
+                format!("zk://alice:{password}@127.0.0.1:2181/app"),
+                format!("zk://alice:{password}@"),
+                format!("zk://alice:{password}@host"),
+                format!("zk://alice:{password}@h:1?nope=1"),
+                format!("zk://alice:{password}@h:1?session_timeout_ms=x"),
+                format!("zk://alice:{password}@h:1?session_timeout_ms=0"),
+                format!("zk://alice:{password}@h:1/a b"),
+                format!("zookeeper://alice:{password}@:2181"),
+                format!("zk:/alice:{password}@h:1"),
+                format!("alice:{password}@h:1"),
+            ] {
+                match ZkOptions::from_url(&url) {
+                    Ok(o) => {
+                        parsed += 1;
+                        assert_eq!(o.digest.as_deref(), Some(&*format!("alice:{password}")));
+                        let shown = format!("{o:?} {o:#?}");
+                        assert!(!shown.contains("s3cr3t"), "{shown}");
+                        assert!(shown.contains("alice:***"), "{shown}");
+                    }
+                    Err(e) => {
+                        assert!(e.is_invalid_input(), "{url}: {e:?}");
+                        assert!(!e.to_string().contains("s3cr3t"), "{url}: {e}");
+                        assert!(!format!("{e:?}").contains("s3cr3t"), "{url}: {e:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(parsed, 2, "the well-formed URLs parse");
+        let o = ZkOptions::new("h:1").digest("bob", "hunter2");
+        let shown = format!("{o:?}");
+        assert!(
+            shown.contains("bob:***") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+        assert!(!format!("{:?}", ZkOptions::new("h:1")).contains("***"));
     }
 }

@@ -49,20 +49,35 @@ pub enum Scheme {
 impl Scheme {
     /// The scheme of `url`.
     ///
+    /// ```
+    /// use distlock::Scheme;
+    ///
+    /// assert_eq!(Scheme::of("zk://u:s3cret@h:2181/app")?, Scheme::ZooKeeper);
+    /// for bad in ["u:s3cret@h:6379", "u:s3cret@h://x"] {
+    ///     let e = Scheme::of(bad).unwrap_err();
+    ///     assert!(e.is_invalid_input());
+    ///     assert!(e.to_string().contains("u:***@h") && !e.to_string().contains("s3cret"));
+    /// }
+    /// # Ok::<(), distlock::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidUrl`] when `url` has no `scheme://`;
     /// [`Error::UnsupportedBackend`] for a scheme distlock does not know.
+    /// Messages never show a password (it is replaced by `***`).
     pub fn of(url: &str) -> Result<Scheme> {
         let (scheme, _) = url
             .split_once("://")
-            .ok_or_else(|| Error::InvalidUrl(format!("{url:?} has no scheme://")))?;
+            .ok_or_else(|| distlock_core::backend::url::invalid_url(url, "has no scheme://"))?;
         match scheme.to_ascii_lowercase().as_str() {
             "mem" => Ok(Scheme::Mem),
             "redis" | "rediss" | "redis+unix" | "redis+cluster" => Ok(Scheme::Redis),
             "zk" | "zookeeper" => Ok(Scheme::ZooKeeper),
+            // What stands before "://" may be credentials (`u:pw@h://…`).
             other => Err(Error::UnsupportedBackend(format!(
-                "unknown scheme {other:?}: use mem://, redis://, rediss:// or zk://"
+                "unknown scheme {:?}: use mem://, redis://, rediss:// or zk://",
+                distlock_core::backend::url::redact(other)
             ))),
         }
     }

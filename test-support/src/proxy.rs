@@ -1,6 +1,7 @@
 //! A loopback TCP proxy for fault tests: add delay, cut every connection,
-//! blackhole traffic. It runs on a runtime of its own, so it keeps working
-//! whatever the test's runtime does.
+//! blackhole traffic, lose the reply to a request that reached the server.
+//! It runs on a runtime of its own, so it keeps working whatever the test's
+//! runtime does.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +18,24 @@ struct Control {
     blackhole: AtomicBool,
     open: AtomicUsize,
     accepted: AtomicUsize,
+    /// Bumped by every `cut()`; a connection remembers the generation it
+    /// was accepted in.
+    generation: AtomicU64,
+    /// `lose_next_reply()` is armed and no request has been forwarded since.
+    lose_next: AtomicBool,
+    /// 0: replies flow. `g + 1`: server-to-client bytes of connections of
+    /// generation `g` or older are swallowed (a reply was lost in `g`).
+    swallow: AtomicU64,
+    swallowed_bytes: AtomicU64,
+}
+
+impl Control {
+    fn swallows(&self, generation: u64) -> bool {
+        match self.swallow.load(Ordering::SeqCst) {
+            0 => false,
+            armed_in => generation < armed_in,
+        }
+    }
 }
 
 /// A TCP proxy on 127.0.0.1 forwarding to one loopback target.
@@ -94,9 +113,52 @@ impl Proxy {
         self.control.blackhole.store(on, Ordering::SeqCst);
     }
 
-    /// Closes every open connection now; new ones are still accepted.
+    /// Closes every open connection now; new ones are still accepted, and
+    /// replies on them flow again after [`Proxy::lose_next_reply`] (the
+    /// connections being closed keep swallowing until they are gone).
     pub fn cut(&self) {
+        self.control.generation.fetch_add(1, Ordering::SeqCst);
         self.cut.send_modify(|g| *g += 1);
+    }
+
+    /// Arms a one-shot fault: the next chunk any client sends is forwarded
+    /// to the server, and from that moment every byte the server sends to
+    /// any client (on every connection open then or opened later) is
+    /// swallowed, until [`Proxy::cut`] or [`Proxy::heal`]. The request lands;
+    /// its reply never arrives: the client cannot tell whether it took
+    /// effect.
+    ///
+    /// "The next chunk" is whatever a client writes first, on any
+    /// connection: quiesce other traffic (watchdogs, pings) if the test needs
+    /// one particular request to be the one. Bytes the server sent just
+    /// before, still in flight inside the proxy, may be swallowed too.
+    pub fn lose_next_reply(&self) {
+        self.control.lose_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a request armed by [`Proxy::lose_next_reply`] has been
+    /// forwarded and replies are being swallowed now (no cut or heal since).
+    #[must_use]
+    pub fn losing_replies(&self) -> bool {
+        self.control
+            .swallows(self.control.generation.load(Ordering::SeqCst))
+    }
+
+    /// Server-to-client bytes swallowed after [`Proxy::lose_next_reply`]
+    /// since the start.
+    #[must_use]
+    pub fn swallowed_bytes(&self) -> u64 {
+        self.control.swallowed_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Back to plain forwarding: no blackhole, no delay, no swallowed
+    /// replies, and a pending [`Proxy::lose_next_reply`] disarmed. Open
+    /// connections stay open.
+    pub fn heal(&self) {
+        self.control.lose_next.store(false, Ordering::SeqCst);
+        self.control.swallow.store(0, Ordering::SeqCst);
+        self.control.blackhole.store(false, Ordering::SeqCst);
+        self.control.delay_us.store(0, Ordering::SeqCst);
     }
 
     /// Connections open right now.
@@ -131,6 +193,7 @@ async fn accept_loop(
         let control = Arc::clone(&control);
         let mut cut = cut.clone();
         cut.mark_unchanged();
+        let generation = control.generation.load(Ordering::SeqCst);
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(target).await else {
                 return;
@@ -141,8 +204,8 @@ async fn accept_loop(
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
             tokio::select! {
-                () = pump(cr, sw, &control) => {}
-                () = pump(sr, cw, &control) => {}
+                () = pump(cr, sw, &control, Direction::ToServer) => {}
+                () = pump(sr, cw, &control, Direction::ToClient(generation)) => {}
                 _ = cut.changed() => {}
             }
             control.open.fetch_sub(1, Ordering::SeqCst);
@@ -150,12 +213,21 @@ async fn accept_loop(
     }
 }
 
-/// Copies one direction, applying delay and blackhole; returns when either
-/// side closes.
+/// Which way a pump copies; towards the client, with the connection's cut
+/// generation.
+#[derive(Clone, Copy)]
+enum Direction {
+    ToServer,
+    ToClient(u64),
+}
+
+/// Copies one direction, applying delay, blackhole and lost replies;
+/// returns when either side closes.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     control: &Control,
+    direction: Direction,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -169,6 +241,24 @@ async fn pump(
         }
         if control.blackhole.load(Ordering::SeqCst) {
             continue;
+        }
+        match direction {
+            Direction::ToServer => {
+                if control.lose_next.swap(false, Ordering::SeqCst) {
+                    // Swallow from before the request is written: a reply
+                    // the server sends at once cannot slip through.
+                    let now = control.generation.load(Ordering::SeqCst);
+                    control.swallow.store(now + 1, Ordering::SeqCst);
+                }
+            }
+            Direction::ToClient(generation) => {
+                if control.swallows(generation) {
+                    control
+                        .swallowed_bytes
+                        .fetch_add(n as u64, Ordering::SeqCst);
+                    continue;
+                }
+            }
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;

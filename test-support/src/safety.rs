@@ -9,14 +9,20 @@
 //! lost update, whatever the faults. Overlapping critical sections in real
 //! time are counted (they are expected under pauses and partitions); every
 //! stale access must be rejected.
+//!
+//! It also checks the lost signal against the next holder: whenever a lease
+//! ends without a release (another client's acquisition returns while the
+//! previous holder has not started releasing, or started only after it knew
+//! the lease was lost), was the previous holder's status already lost at the
+//! moment the next holder's acquisition returned?
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use distlock_core::{Lock, Provider};
+use distlock_core::{LeaseWatch, Lock, Provider};
 
 /// A resource that rejects any access with a fencing token lower than the
 /// highest it has seen.
@@ -111,6 +117,19 @@ pub struct Report {
     /// Lost leases the holder did not know of at its write (the resource
     /// refused it).
     pub lost_unnoticed: u64,
+    /// Leases that ended without a release, taken over by the next holder,
+    /// whose status was already lost when the next holder's acquisition
+    /// returned (stalled holders not counted).
+    pub lost_before_next: u64,
+    /// As `lost_before_next`, but the previous holder's status was still
+    /// held or suspended when the next holder's acquisition returned: the
+    /// lost signal came late.
+    pub lost_after_next: u64,
+    /// Leases of the stalled worker (its runtime starved, see
+    /// [`Workload::stall`]) taken over without a release. Its signal cannot
+    /// run while its thread is blocked: the fence covers it, so they are
+    /// counted apart.
+    pub starved_takeovers: u64,
 }
 
 impl Report {
@@ -121,11 +140,37 @@ impl Report {
         (lost > 0).then(|| self.lost_noticed as f64 / lost as f64)
     }
 
+    /// The share of leases ended without a release (stalled holders
+    /// excluded) whose status was lost by the time the next holder's
+    /// acquisition returned; `None` without such a takeover.
+    #[must_use]
+    pub fn lost_before_next_share(&self) -> Option<f64> {
+        let takeovers = self.lost_before_next + self.lost_after_next;
+        (takeovers > 0).then(|| self.lost_before_next as f64 / takeovers as f64)
+    }
+
     /// The Markdown table header matching [`Report`]'s `Display`.
     #[must_use]
     pub fn header() -> &'static str {
-        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates | lost leases noticed before the write |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates | lost leases noticed before the write | lost() before next holder |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     }
+}
+
+/// Panics unless every lease that ended without a release (stalled holders
+/// aside) was already lost, as its holder saw it, when the next holder's
+/// acquisition returned; passes when there was no such takeover.
+///
+/// # Panics
+///
+/// When [`Report::lost_before_next_share`] is below 100%.
+pub fn assert_lost_before_next(report: &Report) {
+    assert!(
+        report.lost_after_next == 0,
+        "{}: {} of {} leases taken over without a release were not yet lost() when the next holder got the lock: {report:?}",
+        report.scenario,
+        report.lost_after_next,
+        report.lost_before_next + report.lost_after_next,
+    );
 }
 
 impl fmt::Display for Report {
@@ -140,9 +185,22 @@ impl fmt::Display for Report {
                     self.lost_noticed + self.lost_unnoticed
                 )
             });
+        let mut before_next = self
+            .lost_before_next_share()
+            .map_or("no takeover".to_owned(), |s| {
+                format!(
+                    "{:.0}% ({}/{})",
+                    s * 100.0,
+                    self.lost_before_next,
+                    self.lost_before_next + self.lost_after_next
+                )
+            });
+        if self.starved_takeovers > 0 {
+            before_next.push_str(&format!("; starved: {}", self.starved_takeovers));
+        }
         write!(
             f,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             self.scenario,
             self.operations,
             self.acquisitions,
@@ -150,7 +208,8 @@ impl fmt::Display for Report {
             self.overlaps,
             self.stale_rejected,
             self.lost_updates,
-            noticed
+            noticed,
+            before_next
         )
     }
 }
@@ -164,6 +223,66 @@ struct Counters {
     noticed: AtomicU64,
     unnoticed: AtomicU64,
     inside: AtomicU64,
+    lost_before_next: AtomicU64,
+    lost_after_next: AtomicU64,
+    starved_takeovers: AtomicU64,
+    /// The latest holder, replaced by each acquisition under this lock.
+    holder: Mutex<Option<Holder>>,
+}
+
+/// How a holder's lease is ending, as the next acquirer finds it: still
+/// working under it.
+const WORKING: u8 = 0;
+/// It called `release()` while its lease was held (or suspended).
+const RELEASING_HELD: u8 = 1;
+/// It called `release()` after its lease was lost: the lease ended without
+/// a release.
+const RELEASING_LOST: u8 = 2;
+
+/// The latest holder of the lock, as recorded when its `lock()` returned.
+struct Holder {
+    worker: u64,
+    token: u64,
+    watch: LeaseWatch,
+    /// [`WORKING`], [`RELEASING_HELD`] or [`RELEASING_LOST`].
+    ending: Arc<AtomicU8>,
+    stalled: bool,
+}
+
+impl Counters {
+    /// Records `next` as the holder and classifies how the previous one's
+    /// lease ended. Called the moment `next`'s acquisition returned.
+    fn take_over(&self, next: Holder) {
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        if holder.as_ref().is_some_and(|h| h.token > next.token) {
+            // A later holder recorded itself first: this lease was already
+            // superseded, and that holder classified the one before.
+            return;
+        }
+        let worker = next.worker;
+        let Some(previous) = holder.replace(next) else {
+            return;
+        };
+        // Status is read here, under the lock, at the takeover.
+        let lost_now = !previous.watch.status().is_active();
+        let lost = match previous.ending.load(Ordering::SeqCst) {
+            WORKING => lost_now,
+            RELEASING_LOST => true,
+            _ => return,
+        };
+        if previous.worker == worker {
+            // Its own earlier lease: released before it acquired again.
+            return;
+        }
+        let counter = if previous.stalled {
+            &self.starved_takeovers
+        } else if lost {
+            &self.lost_before_next
+        } else {
+            &self.lost_after_next
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// How a worker behaves.
@@ -194,7 +313,7 @@ impl Default for Workload {
 }
 
 /// One worker's loop: acquire, read, work (or stall), check, write,
-/// release.
+/// release. `seed` is also the worker's id, unique within a run.
 async fn worker(
     lock: Arc<dyn Lock>,
     store: Arc<FencedStore>,
@@ -224,8 +343,16 @@ async fn worker(
             }
             Err(_) => continue,
         };
-        counters.acquisitions.fetch_add(1, Ordering::Relaxed);
         let token = guard.fencing_token();
+        let ending = Arc::new(AtomicU8::new(WORKING));
+        counters.take_over(Holder {
+            worker: seed,
+            token,
+            watch: guard.watch(),
+            ending: Arc::clone(&ending),
+            stalled: stall.is_some(),
+        });
+        counters.acquisitions.fetch_add(1, Ordering::Relaxed);
         if counters.inside.fetch_add(1, Ordering::SeqCst) > 0 {
             counters.overlaps.fetch_add(1, Ordering::Relaxed);
         }
@@ -251,6 +378,12 @@ async fn worker(
             }
         }
         counters.inside.fetch_sub(1, Ordering::SeqCst);
+        let how = if guard.is_held() {
+            RELEASING_HELD
+        } else {
+            RELEASING_LOST
+        };
+        ending.store(how, Ordering::SeqCst);
         // Under faults the release may fail; the lease then ends by itself.
         let _ = tokio::time::timeout(Duration::from_secs(5), guard.release()).await;
     }
@@ -310,7 +443,8 @@ where
                 counters,
                 workload,
                 until,
-                7,
+                // Its seed is its id too: apart from every `i * 1000 + w`.
+                u64::MAX,
                 Some(stall),
             ));
         })
@@ -334,6 +468,9 @@ where
         lost_updates: accepted_writes.saturating_sub(value),
         lost_noticed: counters.noticed.load(Ordering::Relaxed),
         lost_unnoticed: counters.unnoticed.load(Ordering::Relaxed),
+        lost_before_next: counters.lost_before_next.load(Ordering::Relaxed),
+        lost_after_next: counters.lost_after_next.load(Ordering::Relaxed),
+        starved_takeovers: counters.starved_takeovers.load(Ordering::Relaxed),
     };
     assert_eq!(
         value, accepted_writes,
@@ -381,5 +518,95 @@ mod tests {
         assert_eq!(s.write(6, 1), Ok(()));
         assert_eq!(s.read(4), Err(Stale));
         assert_eq!(s.snapshot(), (1, 1));
+    }
+
+    fn holder(worker: u64, guard: &distlock_core::LockGuard, stalled: bool) -> Holder {
+        Holder {
+            worker,
+            token: guard.fencing_token(),
+            watch: guard.watch(),
+            ending: Arc::new(AtomicU8::new(WORKING)),
+            stalled,
+        }
+    }
+
+    #[tokio::test]
+    async fn takeovers_are_classified_by_the_previous_holders_status() {
+        use distlock_core::mem::MemProvider;
+        use distlock_core::LeaseOptions;
+
+        let locks = MemProvider::new();
+        let short = LeaseOptions::manual(Duration::from_millis(30)).unwrap();
+        let counters = Counters::default();
+        let expired = locks.mutex_with("a", short).unwrap().lock().await.unwrap();
+        counters.take_over(holder(1, &expired, false));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!expired.is_held());
+        // Lost before the next holder came: counted as such.
+        let held = locks.mutex("b").unwrap().lock().await.unwrap();
+        counters.take_over(holder(2, &held, false));
+        // Still held when the next holder came: late.
+        let stalled = locks.mutex("c").unwrap().lock().await.unwrap();
+        counters.take_over(holder(3, &stalled, true));
+        // A stalled holder's takeover is counted apart.
+        let released = locks.mutex("d").unwrap().lock().await.unwrap();
+        let mut record = holder(4, &released, false);
+        let ending = Arc::clone(&record.ending);
+        counters.take_over(record);
+        // Started releasing while held: not a takeover.
+        ending.store(RELEASING_HELD, Ordering::SeqCst);
+        let lost_then_released = locks.mutex("e").unwrap().lock().await.unwrap();
+        record = holder(5, &lost_then_released, false);
+        let ending = Arc::clone(&record.ending);
+        counters.take_over(record);
+        // Started releasing after it knew the lease was lost: lost before.
+        ending.store(RELEASING_LOST, Ordering::SeqCst);
+        let last = locks.mutex("f").unwrap().lock().await.unwrap();
+        counters.take_over(holder(6, &last, false));
+        // A superseded acquisition (a later token is recorded) changes
+        // nothing; nor does a worker's own earlier lease.
+        let mut stale = holder(7, &last, false);
+        stale.token = 0;
+        counters.take_over(stale);
+        counters.take_over(holder(6, &last, false));
+
+        let count = |c: &AtomicU64| c.load(Ordering::SeqCst);
+        assert_eq!(count(&counters.lost_before_next), 2);
+        assert_eq!(count(&counters.lost_after_next), 1);
+        assert_eq!(count(&counters.starved_takeovers), 1);
+        for g in [expired, held, stalled, released, lost_then_released, last] {
+            let _ = g.release().await;
+        }
+    }
+
+    #[test]
+    fn the_report_shows_lost_before_next_holder() {
+        let mut report = Report {
+            scenario: "s".into(),
+            ..Report::default()
+        };
+        assert!(report.to_string().ends_with("| no takeover |"), "{report}");
+        assert_lost_before_next(&report);
+        report.lost_before_next = 12;
+        report.starved_takeovers = 3;
+        assert!(
+            report.to_string().ends_with("| 100% (12/12); starved: 3 |"),
+            "{report}"
+        );
+        assert_eq!(report.lost_before_next_share(), Some(1.0));
+        assert_lost_before_next(&report);
+        assert_eq!(
+            Report::header()
+                .lines()
+                .next()
+                .unwrap()
+                .matches('|')
+                .count(),
+            report.to_string().matches('|').count()
+        );
+        report.lost_after_next = 4;
+        assert!(report.to_string().contains("| 75% (12/16); starved: 3 |"));
+        let caught = std::panic::catch_unwind(|| assert_lost_before_next(&report));
+        assert!(caught.is_err(), "a late lost() passed");
     }
 }

@@ -1,6 +1,6 @@
 //! The test-support servers and proxy work: each starts, answers, and can be
 //! killed, paused and restarted; the proxy forwards, delays, blackholes and
-//! cuts.
+//! cuts, and loses the reply to a request that reached the server.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -155,6 +155,58 @@ fn proxy_forwards_delays_blackholes_and_cuts() {
         roundtrip(proxy.addr(), b"PING\r\n", 7).unwrap(),
         b"+PONG\r\n"
     );
+}
+
+#[test]
+fn proxy_loses_the_reply_to_a_request_that_lands() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.addr());
+    let mut conn = TcpStream::connect(proxy.addr()).unwrap();
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    conn.write_all(b"PING\r\n").unwrap();
+    let mut pong = [0u8; 7];
+    conn.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"+PONG\r\n");
+
+    proxy.lose_next_reply();
+    assert!(!proxy.losing_replies(), "armed, but nothing forwarded yet");
+    conn.write_all(b"SET k v\r\n").unwrap();
+    let mut reply = [0u8; 5];
+    let r = conn.read_exact(&mut reply);
+    assert!(r.is_err(), "the reply came through: {reply:?}");
+    assert!(proxy.losing_replies());
+    // The request landed: the server has the value.
+    assert_eq!(redis.cli(&["GET", "k"]), "v");
+    let start = Instant::now();
+    while proxy.swallowed_bytes() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "+OK not swallowed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Other connections get no replies either, until a cut.
+    assert!(roundtrip(proxy.addr(), b"PING\r\n", 7).is_err());
+    proxy.cut();
+    assert!(!proxy.losing_replies());
+    assert_eq!(
+        roundtrip(proxy.addr(), b"GET k\r\n", 7).unwrap(),
+        b"$1\r\nv\r\n"
+    );
+
+    // heal() ends it too, without closing the connection.
+    let mut conn = TcpStream::connect(proxy.addr()).unwrap();
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    proxy.lose_next_reply();
+    conn.write_all(b"SET k w\r\n").unwrap();
+    assert!(conn.read_exact(&mut reply).is_err(), "reply came through");
+    assert_eq!(redis.cli(&["GET", "k"]), "w");
+    proxy.heal();
+    conn.write_all(b"PING\r\n").unwrap();
+    conn.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"+PONG\r\n");
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod ids;
 mod lifecycle;
 mod signal;
 mod timeout;
+pub mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
