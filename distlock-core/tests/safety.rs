@@ -43,6 +43,7 @@ async fn random_cancellation_and_a_starved_watchdog() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     // The stalled holder's guard compares the clock with its deadline
     // itself: after the stall it knows the lease is gone and does not write.
     assert!(

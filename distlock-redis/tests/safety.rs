@@ -78,6 +78,7 @@ async fn kill_and_restart_with_persistence() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     assert!(
         report.faults >= 1 && report.accepted_writes > 0,
         "{report:?}"
@@ -119,6 +120,7 @@ async fn server_paused_past_the_ttl() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     assert!(
         report.faults >= 1 && report.accepted_writes > 0,
         "{report:?}"
@@ -169,6 +171,7 @@ async fn connection_cuts_and_delays_through_the_proxy() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     assert!(
         report.faults >= 1 && report.accepted_writes > 0,
         "{report:?}"
@@ -199,6 +202,7 @@ async fn holder_stalled_past_its_ttl_with_the_watchdog_starved() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     // The stalled holder either sees its lease gone when it checks (the
     // guard compares the clock with its deadline itself) or has its write
     // refused by the fence: never a lost update.

@@ -68,6 +68,7 @@ async fn ensemble_leader_killed_and_restarted() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     assert!(
         report.faults >= 1 && report.accepted_writes > 0,
         "{report:?}"
@@ -109,6 +110,7 @@ async fn session_expiry_of_a_blackholed_client() {
     )
     .await;
     safety::publish(&report);
+    safety::assert_lost_before_next(&report);
     assert!(
         report.faults >= 1 && report.accepted_writes > 0,
         "{report:?}"

@@ -23,6 +23,9 @@ struct Control {
     generation: AtomicU64,
     /// `lose_next_reply()` is armed and no request has been forwarded since.
     lose_next: AtomicBool,
+    /// Armed by `lose_reply_to(marker)`: only a request chunk containing the
+    /// marker arms the swallowing.
+    lose_marker: std::sync::Mutex<Option<Vec<u8>>>,
     /// 0: replies flow. `g + 1`: server-to-client bytes of connections of
     /// generation `g` or older are swallowed (a reply was lost in `g`).
     swallow: AtomicU64,
@@ -136,6 +139,17 @@ impl Proxy {
         self.control.lose_next.store(true, Ordering::SeqCst);
     }
 
+    /// As [`Proxy::lose_next_reply`], but only for the next request chunk
+    /// that contains `marker` (a command name, say `EVALSHA`): requests
+    /// before it (a pool's health check, a ping) pass untouched.
+    pub fn lose_reply_to(&self, marker: &[u8]) {
+        *self
+            .control
+            .lose_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(marker.to_vec());
+    }
+
     /// Whether a request armed by [`Proxy::lose_next_reply`] has been
     /// forwarded and replies are being swallowed now (no cut or heal since).
     #[must_use]
@@ -156,6 +170,11 @@ impl Proxy {
     /// connections stay open.
     pub fn heal(&self) {
         self.control.lose_next.store(false, Ordering::SeqCst);
+        *self
+            .control
+            .lose_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.control.swallow.store(0, Ordering::SeqCst);
         self.control.blackhole.store(false, Ordering::SeqCst);
         self.control.delay_us.store(0, Ordering::SeqCst);
@@ -244,7 +263,20 @@ async fn pump(
         }
         match direction {
             Direction::ToServer => {
-                if control.lose_next.swap(false, Ordering::SeqCst) {
+                let marked = {
+                    let mut marker = control
+                        .lose_marker
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let hit = marker.as_deref().is_some_and(|m| {
+                        !m.is_empty() && buf[..n].windows(m.len()).any(|w| w == m)
+                    });
+                    if hit {
+                        *marker = None;
+                    }
+                    hit
+                };
+                if marked || control.lose_next.swap(false, Ordering::SeqCst) {
                     // Swallow from before the request is written: a reply
                     // the server sends at once cannot slip through.
                     let now = control.generation.load(Ordering::SeqCst);

@@ -1,0 +1,174 @@
+//! The unhappy interleavings on real redis-server processes: an acquire that
+//! lands but whose reply is lost, then a partition longer than the response
+//! timeout; many acquisitions cancelled at random on pools; `close()` with
+//! guards still held.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{LeaseOptions, LostReason, Provider};
+use distlock_redis::{RedisOptions, RedisProvider};
+use test_support::{unique_name, Proxy};
+
+const SLACK: Duration = Duration::from_secs(3);
+
+async fn connect(url: &str, options: RedisOptions) -> RedisProvider {
+    RedisProvider::connect_with(url, options).await.unwrap()
+}
+
+/// The lease the victims ask for: long, so a key left behind is noticed.
+fn long() -> LeaseOptions {
+    LeaseOptions::new(Duration::from_secs(30)).unwrap()
+}
+
+/// The victim's acquire script runs on the server but its reply is lost;
+/// the connection is cut and blackholed for longer than the response
+/// timeout. The key the script set must not stay for the lease's 30 s:
+/// the undo, sent on the attempt's connection, is retried until it lands.
+async fn lost_acquire_reply_then_partition(pool: Option<usize>) {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("lost-reply");
+    let mut options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+    if let Some(size) = pool {
+        options = options.pool_size(size);
+    }
+    let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let key = victim.lock_key(&name).unwrap();
+    let lock = victim.mutex_with(&name, long()).unwrap();
+    // Load the scripts first: the EVALSHA below must run, not meet NOSCRIPT.
+    let warm = victim
+        .mutex(&unique_name("warm-up"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    // The acquire script's EVALSHA, not a pool's health-check PING.
+    proxy.lose_reply_to(b"EVALSHA");
+    let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(2)).await });
+    // The script landed: the key is set, with the victim's token.
+    let deadline = Instant::now() + SLACK;
+    while redis.cli(&["EXISTS", &key]) != "1" {
+        assert!(Instant::now() < deadline, "the acquire never landed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(proxy.swallowed_bytes() > 0, "no reply was lost");
+    proxy.cut();
+    proxy.set_blackhole(true);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    proxy.heal();
+    let got = tokio::time::timeout(SLACK * 2, attempt)
+        .await
+        .expect("the acquisition outlived its timeout")
+        .unwrap();
+    match got {
+        Ok(Some(guard)) => guard.release().await.unwrap(),
+        Ok(None) => {}
+        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+    }
+    let g = other
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock_timeout(SLACK * 2)
+        .await
+        .unwrap()
+        .expect("the lost acquisition's key was left for its whole TTL");
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_acquire_reply_then_partition_leaves_nothing() {
+    lost_acquire_reply_then_partition(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_acquire_reply_then_partition_leaves_nothing_on_a_pool() {
+    lost_acquire_reply_then_partition(Some(4)).await;
+}
+
+/// Hundreds of acquisitions on pools, cancelled at random points while the
+/// proxy delays traffic (so cancellations land while requests are in
+/// flight): none may leave the key set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cancelled_acquisitions_on_a_pool_leave_nothing() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    proxy.set_delay(Duration::from_micros(700));
+    let mut rng = fastrand_seed(11);
+    for size in [1, 4, 16] {
+        let name = unique_name("pool-cancel");
+        let locks = connect(
+            &format!("redis://{}", proxy.addr()),
+            RedisOptions::new().pool_size(size),
+        )
+        .await;
+        let key = locks.lock_key(&name).unwrap();
+        let lock = locks.mutex_with(&name, long()).unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..200 {
+            let lock = Arc::clone(&lock);
+            let cut = Duration::from_micros(rng() % 4000);
+            tasks.push(tokio::spawn(async move {
+                if let Ok(Ok(g)) = tokio::time::timeout(cut, lock.lock()).await {
+                    drop(g);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let deadline = Instant::now() + SLACK;
+        while redis.cli(&["EXISTS", &key]) != "0" {
+            assert!(
+                Instant::now() < deadline,
+                "pool of {size}: a cancelled acquisition left the key set"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Closing a provider that holds leases: lost() fires first, then the keys
+/// are deleted, so nobody else gets in while a holder still believes it
+/// holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_fires_lost_before_the_key_goes() {
+    let redis = test_support::redis::shared();
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("close");
+    let guard = locks
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let watch = guard.watch();
+    let waiting = other.mutex_with(&name, long()).unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = waiting.lock().await.unwrap();
+        (watch.status(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    locks.close().await.unwrap();
+    let (status_then, g) = tokio::time::timeout(SLACK, waiter).await.unwrap().unwrap();
+    assert_eq!(
+        status_then,
+        distlock_core::LeaseStatus::Lost(LostReason::ProviderClosed)
+    );
+    g.release().await.unwrap();
+}
+
+fn fastrand_seed(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
