@@ -8,7 +8,7 @@ use distlock_core::Result;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, FromRedisValue, ScriptInvocation};
 
-use crate::error::{map, map_pool};
+use crate::error::{from_redis, map_pool};
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -76,7 +76,7 @@ impl Conn {
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         };
-        result.map_err(|e| map(operation, timeout, e))
+        result.map_err(|e| from_redis(operation, timeout, e))
     }
 
     /// Runs one command, returning the client's own error.
@@ -119,6 +119,6 @@ impl Pinned {
             #[cfg(feature = "cluster")]
             Pinned::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         };
-        result.map_err(|e| map(operation, timeout, e))
+        result.map_err(|e| from_redis(operation, timeout, e))
     }
 }

@@ -6,7 +6,7 @@ use distlock_core::Error;
 use redis::RedisError;
 
 /// Maps a client error of `operation` (which had `timeout` to answer).
-pub(crate) fn map(operation: &'static str, timeout: Duration, e: RedisError) -> Error {
+pub(crate) fn from_redis(operation: &'static str, timeout: Duration, e: RedisError) -> Error {
     if e.is_timeout() {
         return Error::Timeout {
             operation,
@@ -27,7 +27,7 @@ pub(crate) fn map(operation: &'static str, timeout: Duration, e: RedisError) -> 
 pub(crate) fn map_pool(timeout: Duration, e: deadpool_redis::PoolError) -> Error {
     use deadpool_redis::PoolError;
     match e {
-        PoolError::Backend(e) => map("connect", timeout, e),
+        PoolError::Backend(e) => from_redis("connect", timeout, e),
         PoolError::Timeout(_) => Error::Timeout {
             operation: "pool checkout",
             after: timeout,

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use distlock_core::backend::IdSource;
 use distlock_core::{Error, Name, Result};
 
-use crate::error::map;
+use crate::error::from_redis;
 use crate::provider::Shared;
 
 /// The counter behind a Redis id generator.
@@ -44,7 +44,7 @@ impl IdSource for RedisIds {
                 what: format!("redis key {:?}", self.key),
                 expected: "id counter (an integer)",
             }),
-            Err(e) => Err(map("incrby", timeout, e)),
+            Err(e) => Err(from_redis("incrby", timeout, e)),
         }
     }
 }

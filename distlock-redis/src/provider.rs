@@ -11,7 +11,7 @@ use distlock_core::{Election, Error, IdGenerator, LeaseOptions, Lock, Name, Prov
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::conn::Conn;
-use crate::error::map;
+use crate::error::from_redis;
 use crate::ids::RedisIds;
 use crate::mutex::{Keys, RedisMutex};
 use crate::options::RedisOptions;
@@ -68,7 +68,7 @@ async fn connect_within<T>(
 ) -> Result<T> {
     with_timeout("connect", timeout, connect)
         .await?
-        .map_err(|e| map("connect", timeout, e))
+        .map_err(|e| from_redis("connect", timeout, e))
 }
 
 fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Client> {

@@ -172,3 +172,68 @@ fn fastrand_seed(seed: u64) -> impl FnMut() -> u64 {
         x
     }
 }
+
+async fn connections_close_within(proxy: &Proxy, what: &str) {
+    let deadline = Instant::now() + SLACK;
+    while proxy.open_connections() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} connections still open",
+            proxy.open_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `close()` closes the connections (commands and pub/sub) even while the
+/// application still has the provider, a lock and a guard around.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_closes_the_connections_with_handles_left() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let locks = connect(&format!("redis://{}", proxy.addr()), RedisOptions::new()).await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("close-conns");
+    let held = other.mutex(&name).unwrap().lock().await.unwrap();
+    let lock = locks.mutex(&name).unwrap();
+    // A wait opens the pub/sub connection too.
+    assert!(lock
+        .lock_timeout(Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_none());
+    let guard = locks
+        .mutex(&unique_name("close-held"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    assert!(proxy.open_connections() >= 2);
+    locks.close().await.unwrap();
+    connections_close_within(&proxy, "after close()").await;
+    assert!(!guard.is_held());
+    drop((lock, guard));
+    held.release().await.unwrap();
+}
+
+/// Dropping every handle (provider, locks, guards) closes the connections
+/// in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_closes_the_connections() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    for pool in [None, Some(2)] {
+        let mut options = RedisOptions::new();
+        if let Some(size) = pool {
+            options = options.pool_size(size);
+        }
+        let locks = connect(&format!("redis://{}", proxy.addr()), options).await;
+        let lock = locks.mutex(&unique_name("drop-conns")).unwrap();
+        let guard = lock.lock().await.unwrap();
+        assert!(proxy.open_connections() >= 1);
+        drop(locks);
+        drop(lock);
+        drop(guard);
+        connections_close_within(&proxy, "after the last handle went").await;
+    }
+}

@@ -13,7 +13,7 @@ use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
-use crate::error::map;
+use crate::error::from_zk;
 use crate::lease::guard;
 use crate::provider::Shared;
 use crate::queue::{enter_queue, sorted_queue};
@@ -52,16 +52,16 @@ async fn current(
                     match with_timeout("watch", timeout, client.check_and_watch_stat(dir)).await? {
                         Ok((None, watcher)) => return Ok((None, Some(watcher))),
                         Ok((Some(_), _)) => continue,
-                        Err(e) => return Err(map("watch", timeout, e)),
+                        Err(e) => return Err(from_zk("watch", timeout, e)),
                     }
                 }
-                Err(e) => return Err(map("watch", timeout, e)),
+                Err(e) => return Err(from_zk("watch", timeout, e)),
             }
         } else {
             match with_timeout("list", timeout, client.list_children(dir)).await? {
                 Ok(children) => (children, None),
                 Err(ZkError::NoNode) => return Ok((None, None)),
-                Err(e) => return Err(map("list", timeout, e)),
+                Err(e) => return Err(from_zk("list", timeout, e)),
             }
         };
         let queue = sorted_queue(children, "latch").map_err(|_| Error::Conflict {
@@ -81,7 +81,7 @@ async fn current(
             }
             // The head left between the two reads: look again.
             Err(ZkError::NoNode) => {}
-            Err(e) => return Err(map("get", timeout, e)),
+            Err(e) => return Err(from_zk("get", timeout, e)),
         }
     }
 }

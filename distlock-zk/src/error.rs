@@ -6,7 +6,7 @@ use distlock_core::Error;
 use zookeeper_client::Error as ZkError;
 
 /// Maps an error of `operation` (which had `timeout`).
-pub(crate) fn map(operation: &'static str, timeout: Duration, e: ZkError) -> Error {
+pub(crate) fn from_zk(operation: &'static str, timeout: Duration, e: ZkError) -> Error {
     match e {
         ZkError::Timeout => Error::Timeout {
             operation,
@@ -49,7 +49,7 @@ pub(crate) fn triage(operation: &'static str, timeout: Duration, e: ZkError) -> 
     }
     match e {
         ZkError::ConnectionLoss | ZkError::Timeout => Triage::Retry,
-        other => Triage::Fail(map(operation, timeout, other)),
+        other => Triage::Fail(from_zk(operation, timeout, other)),
     }
 }
 

@@ -10,7 +10,7 @@ use distlock_core::backend::{with_timeout, IdSource};
 use distlock_core::{Error, Name, Result};
 use zookeeper_client::{CreateMode, Error as ZkError};
 
-use crate::error::map;
+use crate::error::from_zk;
 use crate::node::{acls, make_parents, CONTAINER_OWNER};
 use crate::provider::Shared;
 
@@ -68,7 +68,7 @@ impl IdSource for ZkIds {
                             let micros = 50 * (1 + u64::try_from(jitter).unwrap_or(0));
                             tokio::time::sleep(Duration::from_micros(micros)).await;
                         }
-                        Err(e) => return Err(map("set", timeout, e)),
+                        Err(e) => return Err(from_zk("set", timeout, e)),
                     }
                 }
                 Err(ZkError::NoNode) => {
@@ -82,10 +82,10 @@ impl IdSource for ZkIds {
                             make_parents(&session, &self.node, self.shared.authenticated, timeout)
                                 .await?;
                         }
-                        Err(e) => return Err(map("create", timeout, e)),
+                        Err(e) => return Err(from_zk("create", timeout, e)),
                     }
                 }
-                Err(e) => return Err(map("get", timeout, e)),
+                Err(e) => return Err(from_zk("get", timeout, e)),
             }
         }
     }

@@ -14,7 +14,7 @@ use distlock_core::{Error, LockGuard, LostReason, Name, Result};
 use tokio::sync::watch;
 use zookeeper_client::EventType;
 
-use crate::error::{map, session_ended};
+use crate::error::{from_zk, session_ended};
 use crate::node::{delete_retrying, token};
 use crate::provider::Shared;
 use crate::queue::Acquired;
@@ -32,7 +32,7 @@ pub(crate) struct ZkLease {
     czxid: i64,
     /// The node's path is ours alone (a queue node): delete it without
     /// looking first. A shared path (the unfair lock) is checked first.
-    unique: bool,
+    own_path: bool,
 }
 
 impl ZkLease {
@@ -62,7 +62,7 @@ impl ZkLease {
             }
             Ok(_) => Ok(None),
             Err(e) if session_ended(&e) => Ok(None),
-            Err(e) => Err(map("check lease", timeout, e)),
+            Err(e) => Err(from_zk("check lease", timeout, e)),
         }
     }
 }
@@ -82,7 +82,7 @@ impl LeaseBackend for ZkLease {
     async fn release(&self) -> Result<()> {
         let session = self.session()?;
         let timeout = self.shared.timeout;
-        let version = if self.unique {
+        let version = if self.own_path {
             None
         } else {
             Some(self.ours(&session).await?.ok_or_else(|| self.not_held())?)
@@ -109,7 +109,7 @@ pub(crate) fn guard(
     shared: &Arc<Shared>,
     name: &Name,
     acquired: Acquired,
-    unique: bool,
+    own_path: bool,
 ) -> Result<LockGuard> {
     let signal = LeaseSignal::new();
     let fencing_token = token(acquired.czxid);
@@ -119,7 +119,7 @@ pub(crate) fn guard(
         name: name.clone(),
         node: acquired.node.clone(),
         czxid: acquired.czxid,
-        unique,
+        own_path,
     });
     let parts = GuardParts {
         name: name.clone(),

@@ -46,12 +46,37 @@
 //! * **Unfair mutex** — one ephemeral node; losers watch it and race again
 //!   when it is deleted. Every waiter is woken by each release: the herd
 //!   effect, measured by the benches.
-//! * **Leases** — the session is the lease. `lost()` fires when the session
-//!   expires or closes, or the node is deleted (by an operator, say). A
-//!   disconnected session is reported as `LeaseStatus::Suspended`; the
-//!   client expires a session by itself after 7/5 of its timeout without a
-//!   connection. The provider opens a new session at the next operation
-//!   after one expires.
+//! * **Leases** — the session is the lease. The server may expire a
+//!   session as soon as it has not heard it for the session timeout, so the
+//!   holder treats its lease as lost **session timeout − drift** (the drift
+//!   margin of TTL leases: timeout/100 + 2 ms) after the server was last
+//!   heard: every timeout/4 the core watchdog checks that the node is still
+//!   ours, and each confirmed check moves that deadline on. A partitioned
+//!   holder's `lost()` (reason `Expired`) therefore fires before the server
+//!   can expire the session and hand the lock to anybody else, not when the
+//!   client library gives up on the session (zookeeper-client does so at
+//!   about 7/5 of the timeout). The window this leaves: a partition that
+//!   heals between the holder's deadline and the server's expiry ends a
+//!   lease the server still honours (the holder then releases it); nothing
+//!   can make a holder that is not running (a stalled process) stop in
+//!   time, which is what the fencing token is for. `lost()` also fires when
+//!   the session expires or closes, or the node is deleted (by an operator,
+//!   say); a disconnected session is reported as `LeaseStatus::Suspended`.
+//!   Lease options other than the provider's default are refused with
+//!   `Error::InvalidOptions`, and `extend()` too: set the session timeout
+//!   instead. The provider opens a new session at the next operation after
+//!   one expires.
+//! * **Unknown outcomes** — after a create whose reply was lost, only the
+//!   lookup is retried (after a `sync`, so a server we reconnected to has
+//!   seen our create), never the create: a node with our owner id or
+//!   `_c_<uuid>-` prefix in our session is ours; of several, the lowest is
+//!   kept and the rest deleted. An acquisition that ends without the lock
+//!   deletes what it may have created, finishing in the background if it is
+//!   cancelled midway.
+//! * **Closing** — `close()` reports every held lease lost, deletes its
+//!   node and closes the session; dropping the last handle closes the
+//!   session too (zookeeper-client sends `closeSession`), so a process that
+//!   exits does not leave its session to time out.
 //! * **Fencing token** — the `czxid` of the holder's node: strictly greater
 //!   for every later holder, across clients, and across leader failover.
 //! * **Election** — LeaderLatch-style queue of latch nodes; a candidate is

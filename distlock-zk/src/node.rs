@@ -6,7 +6,7 @@ use distlock_core::backend::with_timeout;
 use distlock_core::{Error, Name, Result};
 use zookeeper_client::{Acls, CreateMode, Error as ZkError};
 
-use crate::error::map;
+use crate::error::from_zk;
 use crate::session::Session;
 
 /// ZooKeeper marks container nodes with this `ephemeralOwner`.
@@ -38,7 +38,7 @@ pub(crate) async fn delete_retrying(
             Ok(Err(ZkError::NoNode | ZkError::BadVersion)) => return Ok(false),
             Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
             Ok(Err(ZkError::ConnectionLoss)) | Err(_) => {}
-            Ok(Err(e)) => return Err(map("delete", budget, e)),
+            Ok(Err(e)) => return Err(from_zk("delete", budget, e)),
         }
         if tokio::time::Instant::now() + pause >= deadline {
             return Err(Error::Timeout {
@@ -87,7 +87,7 @@ pub(crate) async fn make_parents(
             what: format!("zookeeper node above {path:?}"),
             expected: "persistent or container parent (an ephemeral node is in the way)",
         }),
-        Err(e) => Err(map("create parents", timeout, e)),
+        Err(e) => Err(from_zk("create parents", timeout, e)),
     }
 }
 

@@ -9,7 +9,7 @@ use distlock_core::{Error, Result};
 use tokio::sync::watch;
 use zookeeper_client::{Client, SessionState};
 
-use crate::error::map;
+use crate::error::from_zk;
 use crate::options::ZkOptions;
 
 /// The session's state as leases see it.
@@ -168,7 +168,7 @@ pub(crate) async fn open(options: &ZkOptions) -> Result<Session> {
             operation: "zookeeper connect",
             after: options.connect_timeout,
         })?
-        .map_err(|e| map("connect", options.connect_timeout, e))?;
+        .map_err(|e| from_zk("connect", options.connect_timeout, e))?;
     let mut states = client.state_watcher();
     let (tx, rx) = watch::channel(Status::from_state(states.state()));
     let id = client.session_id().0;

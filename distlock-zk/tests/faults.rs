@@ -330,3 +330,54 @@ async fn lease_options_the_session_cannot_honour_are_refused() {
     assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
     guard.release().await.unwrap();
 }
+
+async fn connections_close_within(proxy: &Proxy, what: &str) {
+    let deadline = Instant::now() + SLACK;
+    while proxy.open_connections() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} connections still open",
+            proxy.open_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `close()` ends the session (its connection closes) even while the
+/// application still has the provider, a lock and a guard around; a
+/// process that closes and exits does not leave its session to time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_ends_the_session_with_handles_left() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let locks = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string()).session_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let name = unique_name("close-session");
+    let lock = locks.fair_mutex(&name).unwrap();
+    let guard = lock.lock().await.unwrap();
+    assert_eq!(proxy.open_connections(), 1);
+    locks.close().await.unwrap();
+    connections_close_within(&proxy, "after close()").await;
+    assert!(!guard.is_held());
+    assert!(matches!(locks.session_id().await, Err(Error::Closed)));
+    drop((lock, guard));
+}
+
+/// Dropping every handle closes the session in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_ends_the_session() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let locks = ZkProvider::connect_with(ZkOptions::new(proxy.addr().to_string()))
+        .await
+        .unwrap();
+    let lock = locks.mutex(&unique_name("drop-session")).unwrap();
+    let guard = lock.lock().await.unwrap();
+    drop(locks);
+    drop(lock);
+    drop(guard);
+    connections_close_within(&proxy, "after the last handle went").await;
+}
