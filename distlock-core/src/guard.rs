@@ -177,7 +177,12 @@ impl LockGuard {
                 },
             ),
             LeaseTerms::Session { timeout } => {
-                (timeout, Some((timeout / 4).max(Duration::from_millis(1))))
+                // One check interval of margin: a follower forwards the
+                // session's touches to the leader in its pings (every
+                // tickTime / 2, at most timeout / 4), so the leader may have
+                // heard the session up to that much before the check.
+                let interval = (timeout / 4).max(Duration::from_millis(1));
+                (timeout.saturating_sub(interval), Some(interval))
             }
         };
         let watchdog = Watchdog::spawn(
@@ -336,14 +341,16 @@ impl LockGuard {
         let Some(mut held) = self.take_held() else {
             return Err(self.not_held());
         };
-        if held.lifecycle.is_closed() {
-            held.release.disarm();
-            return Err(Error::Closed);
-        }
         let started = std::time::Instant::now();
         // Runs here, without a hop to another task; the cleanup guard
         // finishes it in the background if this future is dropped half-way.
+        // Run even when the provider is closing: `close()` may not have
+        // reached this lease yet.
         let result = held.release.run_now().await;
+        let result = match result {
+            Err(_) if held.lifecycle.is_closed() => Err(Error::Closed),
+            other => other,
+        };
         tracing::debug!(name = %self.name, ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
         result
     }

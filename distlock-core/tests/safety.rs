@@ -44,10 +44,11 @@ async fn random_cancellation_and_a_starved_watchdog() {
     .await;
     safety::publish(&report);
     safety::assert_lost_before_next(&report);
-    // The stalled holder's guard compares the clock with its deadline
-    // itself: after the stall it knows the lease is gone and does not write.
+    // A stall before the check: the guard compares the clock with its
+    // deadline itself, so the holder knows the lease is gone. A stall
+    // between the check and the write: the fence refuses the write.
     assert!(
-        report.lost_noticed >= 1 && report.lost_unnoticed == 0 && report.accepted_writes > 0,
+        report.lost_noticed + report.stale_rejected >= 1 && report.accepted_writes > 0,
         "{report:?}"
     );
 }

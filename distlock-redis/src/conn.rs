@@ -60,25 +60,6 @@ impl Conn {
         })
     }
 
-    /// Runs a script (EVALSHA, loading it on NOSCRIPT).
-    pub(crate) async fn script<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        timeout: Duration,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<T> {
-        let result = match self {
-            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
-            Conn::Pool(p) => {
-                let mut c = p.get().await.map_err(|e| map_pool(timeout, e))?;
-                invocation.invoke_async(&mut c).await
-            }
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
-        };
-        result.map_err(|e| from_redis(operation, timeout, e))
-    }
-
     /// Runs one command, returning the client's own error.
     pub(crate) async fn query<T: FromRedisValue>(
         &self,

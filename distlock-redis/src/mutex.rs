@@ -3,12 +3,12 @@
 //! shared subscriber.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
+    with_timeout, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
 };
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
@@ -60,6 +60,9 @@ enum Attempt {
     Acquired(u64),
     /// Held by someone else, who has this long left (`None`: no TTL).
     Held(Option<Duration>),
+    /// The key already holds this attempt's token: the attempt ran before
+    /// (resent by the client after a lost reply), its token is unknown.
+    AlreadyOurs,
 }
 
 /// 128 random bits as 32 hex digits (the shape of redis-py's tokens).
@@ -76,9 +79,8 @@ fn new_token() -> String {
 /// connection is as good.
 struct UndoAttempt {
     lease: Arc<RedisLease>,
-    conn: Pinned,
-    /// When the attempt was sent plus its TTL: after this the key is gone
-    /// anyway.
+    /// When the attempt was sent plus its TTL and a response timeout: after
+    /// this the key is gone anyway.
     expires: Instant,
 }
 
@@ -86,19 +88,10 @@ struct UndoAttempt {
 impl Cleanup for UndoAttempt {
     async fn clean_up(&self) -> Result<()> {
         let mut pause = Duration::from_millis(20);
-        let mut pinned = true;
         loop {
-            let undone = if pinned {
-                self.lease.release_on(&self.conn).await
-            } else {
-                self.lease.release().await
-            };
-            match undone {
+            match self.lease.release().await {
                 Ok(()) | Err(Error::NotHeld { .. }) => return Ok(()),
                 Err(e) if e.is_retryable() && Instant::now() + pause < self.expires => {
-                    if matches!(e, Error::Connection { .. }) {
-                        pinned = false;
-                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -124,10 +117,11 @@ impl RedisMutex {
         match status {
             1 => u64::try_from(value)
                 .map(Attempt::Acquired)
-                .map_err(|_| self.conflict(&self.keys.fence, "fencing counter")),
+                .map_err(|_| Error::server("redis", "acquire script returned a negative token")),
             0 => Ok(Attempt::Held(
                 u64::try_from(value).ok().map(Duration::from_millis),
             )),
+            2 => Ok(Attempt::AlreadyOurs),
             -1 => Err(self.conflict(&self.keys.lock, "lock (a string key)")),
             -3 => Err(Error::Exhausted {
                 name: self.keys.fence.clone(),
@@ -144,6 +138,18 @@ impl RedisMutex {
     }
 }
 
+/// Sleeps before another attempt after a retryable failure while waiting;
+/// `false` when that would pass the deadline.
+async fn pause_before_retry(deadline: Option<Instant>, pause: &mut Duration) -> bool {
+    let until = Instant::now() + *pause;
+    if deadline.is_some_and(|d| d <= until) {
+        return false;
+    }
+    sleep_until(until).await;
+    *pause = (*pause * 2).min(Duration::from_millis(500));
+    true
+}
+
 #[async_trait]
 impl Lock for RedisMutex {
     fn name(&self) -> &Name {
@@ -155,28 +161,41 @@ impl Lock for RedisMutex {
         let shared = &self.shared;
         shared.lifecycle.check_open()?;
         let deadline = wait.deadline();
-        let lease = Arc::new(RedisLease {
-            shared: Arc::clone(shared),
-            keys: Arc::clone(&self.keys),
-            token: new_token(),
-            name: self.name.clone(),
-        });
+        let timeout = shared.options.response_timeout;
         let waited = Instant::now();
         let mut subscription = None;
+        let mut pause = Duration::from_millis(20);
         loop {
             let started = Instant::now();
-            let conn = shared.conn()?.pin(shared.options.response_timeout).await?;
+            let pinned = match shared.conn()?.pin(timeout).await {
+                Ok(pinned) => pinned,
+                Err(e) if e.is_retryable() && wait != Wait::No => {
+                    if pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
+            // A fresh token per attempt: an undo still running for an
+            // earlier attempt can never delete a later one's key.
+            let lease = Arc::new(RedisLease {
+                shared: Arc::clone(shared),
+                keys: Arc::clone(&self.keys),
+                token: new_token(),
+                name: self.name.clone(),
+                conn: Mutex::new(Some(pinned.clone())),
+            });
             let mut undo = CleanupGuard::arm(
                 "undo acquire",
                 Arc::new(UndoAttempt {
                     lease: Arc::clone(&lease),
-                    conn: conn.clone(),
-                    expires: started + self.lease.ttl(),
+                    expires: started + self.lease.ttl() + timeout,
                 }),
             )?;
             // Boxed: the attempt's state is large, and a waiter should not
             // carry it while it sleeps between attempts.
-            let remaining = match Box::pin(self.attempt(&conn, &lease.token)).await {
+            let remaining = match Box::pin(self.attempt(&pinned, &lease.token)).await {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
                     tracing::debug!(
@@ -200,14 +219,26 @@ impl Lock for RedisMutex {
                     undo.disarm();
                     remaining
                 }
-                // The script changes nothing when it refuses.
-                Err(e) if !e.is_retryable() => {
-                    undo.disarm();
+                Ok(Attempt::AlreadyOurs) => {
+                    // Give the key back (on the attempt's connection) and
+                    // try again with a fresh token.
+                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                    continue;
+                }
+                // Unknown outcome while waiting: `undo` deletes the key if
+                // our SET landed; the wait rides the outage out.
+                Err(e) if e.is_retryable() && wait != Wait::No => {
+                    drop(undo);
+                    if pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
                     return Err(e);
                 }
-                // Unknown outcome: `undo` deletes the key if our SET landed.
+                // `undo` stays armed: a refused script changed nothing, and
+                // compare-and-delete of a token nobody holds is harmless.
                 Err(e) => return Err(e),
             };
+            pause = Duration::from_millis(20);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
@@ -237,41 +268,66 @@ impl Lock for RedisMutex {
 }
 
 /// One held Redis lease: the lock key and our token.
+///
+/// Its renewals and its release go out on one pinned connection (the one
+/// its acquisition used), so they reach the server in the order they were
+/// sent: an `extend()` cancelled in flight cannot land after a later
+/// renewal and shorten the lease behind the local deadline. A connection
+/// found dead is replaced (nothing more can land from it). The connection
+/// is let go once the lease is released.
 pub(crate) struct RedisLease {
     shared: Arc<Shared>,
     keys: Arc<Keys>,
     token: String,
     name: Name,
+    conn: Mutex<Option<Pinned>>,
 }
 
 impl RedisLease {
-    fn release_script(&self) -> redis::ScriptInvocation<'static> {
-        let mut invocation = RELEASE.prepare_invoke();
-        invocation
-            .key(&self.keys.lock)
-            .arg(&self.token)
-            .arg(&self.keys.channel);
-        invocation
+    async fn pinned(&self) -> Result<Pinned> {
+        let current = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(conn) = current {
+            return Ok(conn);
+        }
+        let conn = self
+            .shared
+            .conn()?
+            .pin(self.shared.options.response_timeout)
+            .await?;
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+        Ok(conn)
     }
 
-    fn owned(&self, reply: i64) -> Result<()> {
-        if reply == 1 {
+    fn unpin(&self) {
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Runs a compare-and-act script; `true` when it acted.
+    async fn run(
+        &self,
+        operation: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<bool> {
+        let conn = self.pinned().await?;
+        let reply: Result<i64> = conn
+            .script(operation, self.shared.options.response_timeout, invocation)
+            .await;
+        if matches!(reply, Err(Error::Connection { .. })) {
+            self.unpin();
+        }
+        Ok(reply? == 1)
+    }
+
+    fn owned(&self, acted: bool) -> Result<()> {
+        if acted {
             Ok(())
         } else {
             Err(Error::not_held(self.name.as_str()))
         }
-    }
-
-    /// Releases on a given connection (the undo of an attempt).
-    async fn release_on(&self, conn: &Pinned) -> Result<()> {
-        let released = conn
-            .script(
-                "release",
-                self.shared.options.response_timeout,
-                &self.release_script(),
-            )
-            .await?;
-        self.owned(released)
     }
 }
 
@@ -279,29 +335,29 @@ impl RedisLease {
 impl LeaseBackend for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let extended: i64 = self
-            .shared
-            .conn()?
-            .script(
+        let acted = self
+            .run(
                 "extend",
-                self.shared.options.response_timeout,
                 EXTEND.key(&self.keys.lock).arg(&self.token).arg(ms),
             )
             .await?;
-        self.owned(extended)
+        self.owned(acted)
     }
 
     async fn release(&self) -> Result<()> {
-        let released = self
-            .shared
-            .conn()?
-            .script(
+        let acted = self
+            .run(
                 "release",
-                self.shared.options.response_timeout,
-                &self.release_script(),
+                RELEASE
+                    .key(&self.keys.lock)
+                    .arg(&self.token)
+                    .arg(&self.keys.channel),
             )
             .await?;
-        self.owned(released)
+        // Released or not ours: either way no later command of this lease
+        // needs the connection.
+        self.unpin();
+        self.owned(acted)
     }
 }
 

@@ -308,19 +308,39 @@ async fn an_evicted_fencing_counter_does_not_make_tokens_go_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_fencing_counter_is_a_typed_error_and_takes_nothing() {
     let redis = test_support::redis::shared();
-    let name = unique_name("exhausted-fence");
     let locks = connect(&redis.url(), RedisOptions::new()).await;
-    let key = locks.lock_key(&name).unwrap();
+    // i64::MAX: INCR overflows. 2^53 - 1: the next token would be past what
+    // a Lua number holds exactly (a duplicate token in waiting).
+    for start in [i64::MAX, (1_i64 << 53) - 1] {
+        let name = unique_name("exhausted-fence");
+        let key = locks.lock_key(&name).unwrap();
+        let fence = format!("{{{key}}}:fence");
+        assert_eq!(redis.cli(&["SET", &fence, &start.to_string()]), "OK");
+        let r = locks.mutex(&name).unwrap().try_lock().await;
+        assert!(matches!(r, Err(Error::Exhausted { .. })), "{start}: {r:?}");
+        assert_eq!(
+            redis.cli(&["EXISTS", &key]),
+            "0",
+            "{start}: the lock key was left set"
+        );
+    }
+}
+
+/// The acquire script run twice with one token (a client resending it after
+/// a lost reply, as redis-rs's cluster client does on a response timeout)
+/// says so, instead of reporting our own key as someone else's.
+#[test]
+fn the_acquire_script_recognises_its_own_earlier_run() {
+    let redis = test_support::redis::shared();
+    let script = include_str!("../src/scripts/acquire.lua");
+    let key = unique_name("resent");
     let fence = format!("{{{key}}}:fence");
-    assert_eq!(redis.cli(&["SET", &fence, &i64::MAX.to_string()]), "OK");
-    let r = locks.mutex(&name).unwrap().try_lock().await;
-    assert!(matches!(r, Err(Error::Exhausted { .. })), "{r:?}");
-    assert_eq!(
-        redis.cli(&["EXISTS", &key]),
-        "0",
-        "the lock key was left set"
-    );
-    assert_eq!(redis.cli(&["GET", &fence]), i64::MAX.to_string());
+    let first = redis.cli(&["EVAL", script, "2", &key, &fence, "tok", "10000"]);
+    assert!(first.starts_with('1'), "{first}");
+    let again = redis.cli(&["EVAL", script, "2", &key, &fence, "tok", "10000"]);
+    assert_eq!(again.split_whitespace().next(), Some("2"), "{again}");
+    let other = redis.cli(&["EVAL", script, "2", &key, &fence, "other", "10000"]);
+    assert_eq!(other.split_whitespace().next(), Some("0"), "{other}");
 }
 
 fn redis_py(url: &str, key: &str, args: &[&str]) -> std::process::Child {

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use zookeeper_client::EventType;
 
 use crate::error::{from_zk, session_ended};
-use crate::node::{delete_retrying, token};
+use crate::node::{delete_if_ours, delete_retrying, token};
 use crate::provider::Shared;
 use crate::queue::Acquired;
 use crate::session::{Session, Status};
@@ -71,8 +71,17 @@ impl ZkLease {
 impl LeaseBackend for ZkLease {
     async fn renew(&self, _session_timeout: Duration) -> Result<()> {
         // A session lease is not renewed, it is confirmed: the answer proves
-        // the server heard the session after this request was sent.
+        // the server heard the session after this request was sent. The
+        // `sync` goes through the leader first, so a follower cut off from
+        // the leader (which would still answer reads) cannot confirm a
+        // session the leader has expired.
         let session = self.session()?;
+        let timeout = self.shared.timeout;
+        match with_timeout("sync", timeout, session.client.sync(&self.node)).await? {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) if session_ended(&e) => return Err(self.not_held()),
+            Err(e) => return Err(from_zk("sync", timeout, e)),
+        }
         match self.ours(&session).await? {
             Some(_) => Ok(()),
             None => Err(self.not_held()),
@@ -82,22 +91,35 @@ impl LeaseBackend for ZkLease {
     async fn release(&self) -> Result<()> {
         let session = self.session()?;
         let timeout = self.shared.timeout;
-        let version = if self.own_path {
-            None
+        let deleted = if self.own_path {
+            // A queue node's path is ours alone: no check needed.
+            delete_retrying(&session, &self.node, None, timeout).await
         } else {
-            Some(self.ours(&session).await?.ok_or_else(|| self.not_held())?)
+            let (czxid, owner) = (self.czxid, session.id);
+            let is_ours = move |_: &[u8], stat: &zookeeper_client::Stat| {
+                stat.czxid == czxid && stat.ephemeral_owner == owner
+            };
+            delete_if_ours(&session, &self.node, is_ours, timeout, timeout).await
         };
-        match delete_retrying(&session, &self.node, version, timeout).await {
+        match deleted {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.not_held()),
             Err(e) => {
                 // Keep trying in the background while the session may live:
                 // a node left behind would hold the lock until it ends.
-                let node = self.node.clone();
+                let (node, own_path, czxid) = (self.node.clone(), self.own_path, self.czxid);
                 let budget = session.timeout() * 2;
-                tokio::spawn(
-                    async move { delete_retrying(&session, &node, version, budget).await },
-                );
+                tokio::spawn(async move {
+                    if own_path {
+                        delete_retrying(&session, &node, None, budget).await
+                    } else {
+                        let owner = session.id;
+                        let is_ours = move |_: &[u8], stat: &zookeeper_client::Stat| {
+                            stat.czxid == czxid && stat.ephemeral_owner == owner
+                        };
+                        delete_if_ours(&session, &node, is_ours, timeout, budget).await
+                    }
+                });
                 Err(e)
             }
         }

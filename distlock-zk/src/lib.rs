@@ -48,10 +48,14 @@
 //!   effect, measured by the benches.
 //! * **Leases** — the session is the lease. The server may expire a
 //!   session as soon as it has not heard it for the session timeout, so the
-//!   holder treats its lease as lost **session timeout − drift** (the drift
-//!   margin of TTL leases: timeout/100 + 2 ms) after the server was last
-//!   heard: every timeout/4 the core watchdog checks that the node is still
-//!   ours, and each confirmed check moves that deadline on. A partitioned
+//!   holder treats its lease as lost **3/4 of the session timeout − drift**
+//!   (the drift margin of TTL leases: timeout/100 + 2 ms) after the server
+//!   was last heard: every timeout/4 the core watchdog `sync`s through the
+//!   leader and checks that the node is still ours, and each confirmed check
+//!   moves that deadline on. The quarter kept back covers a touch that a
+//!   follower forwards to the leader late (followers forward session touches
+//!   in their pings, every tickTime/2, and ZooKeeper keeps session timeouts
+//!   at 2 × tickTime or more). A partitioned
 //!   holder's `lost()` (reason `Expired`) therefore fires before the server
 //!   can expire the session and hand the lock to anybody else, not when the
 //!   client library gives up on the session (zookeeper-client does so at

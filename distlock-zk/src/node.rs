@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use distlock_core::backend::with_timeout;
 use distlock_core::{Error, Name, Result};
-use zookeeper_client::{Acls, CreateMode, Error as ZkError};
+use tokio::time::Instant;
+use zookeeper_client::{Acls, CreateMode, Error as ZkError, Stat};
 
 use crate::error::from_zk;
 use crate::session::Session;
@@ -48,6 +49,71 @@ pub(crate) async fn delete_retrying(
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Deletes `node` while `is_ours(data, stat)` holds, checking again, after a
+/// `sync`, after every failure of unknown outcome: a versioned delete
+/// retried blind could delete a successor's node (a new node of a shared
+/// path has version 0 too). Returns whether it deleted the node (`Ok(false)`:
+/// it was not ours, or already gone, or the session ended and took it
+/// along; a delete of unknown outcome after which the node is no longer
+/// ours counts as done).
+pub(crate) async fn delete_if_ours(
+    session: &Session,
+    node: &str,
+    is_ours: impl Fn(&[u8], &Stat) -> bool,
+    timeout: Duration,
+    budget: Duration,
+) -> Result<bool> {
+    let deadline = Instant::now() + budget;
+    let mut pause = Duration::from_millis(20);
+    let mut first = true;
+    let mut sent_delete = false;
+    loop {
+        if !first {
+            if Instant::now() + pause >= deadline {
+                return Err(Error::Timeout {
+                    operation: "delete",
+                    after: budget,
+                });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            // The server we ask must have seen our earlier delete, if it
+            // reached the leader.
+            match with_timeout("sync", timeout, session.client.sync(node)).await {
+                Ok(Ok(())) | Ok(Err(ZkError::NoNode)) => {}
+                Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
+                _ => continue,
+            }
+        }
+        first = false;
+        let (data, stat) = match with_timeout("get", timeout, session.client.get_data(node)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(ZkError::NoNode)) => return Ok(sent_delete),
+            Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
+            Ok(Err(ZkError::ConnectionLoss)) | Err(_) => continue,
+            Ok(Err(e)) => return Err(from_zk("get", timeout, e)),
+        };
+        if !is_ours(&data, &stat) {
+            return Ok(sent_delete);
+        }
+        sent_delete = true;
+        let deleted = with_timeout(
+            "delete",
+            timeout,
+            session.client.delete(node, Some(stat.version)),
+        )
+        .await;
+        match deleted {
+            Ok(Ok(())) => return Ok(true),
+            // Changed or gone meanwhile: look again.
+            Ok(Err(ZkError::NoNode | ZkError::BadVersion)) => sent_delete = false,
+            Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
+            Ok(Err(ZkError::ConnectionLoss)) | Err(_) => {}
+            Ok(Err(e)) => return Err(from_zk("delete", timeout, e)),
+        }
     }
 }
 

@@ -77,12 +77,13 @@ impl Sessions {
     /// zookeeper-client closes (a `closeSession` request) once its last
     /// user lets go too. Waits up to `wait` for that.
     pub(crate) async fn close(&self, wait: Duration) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        let current = self
-            .current
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let current = {
+            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            // Under the lock `get` stores a new session with: it sees the
+            // flag, or its session is taken here.
+            self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            current.take()
+        };
         let Some(session) = current else {
             return;
         };
@@ -138,7 +139,13 @@ impl Sessions {
         }
         tracing::info!("distlock zookeeper session ended; opening a new one");
         let session = Arc::new(open(&self.options).await?);
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&session));
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            // Closed while this session was being opened: it is dropped (and
+            // so closed) here, never stored.
+            return Err(Error::Closed);
+        }
+        *current = Some(Arc::clone(&session));
         Ok(session)
     }
 }

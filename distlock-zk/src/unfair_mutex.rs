@@ -18,7 +18,7 @@ use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage, triage_timed, Triage};
 use crate::lease::guard;
-use crate::node::{acls, delete_retrying, make_parents};
+use crate::node::{acls, delete_if_ours, make_parents};
 use crate::provider::Shared;
 use crate::queue::{clean_up_now, conflict, passed, pause_before_retry, watch_fired, Acquired};
 use crate::session::Session;
@@ -55,42 +55,12 @@ impl Cleanup for DeleteIfOurs {
         // Retry for as long as the session may live: a node left behind
         // would hold the lock until the session ends.
         let budget = self.session.timeout() * 2;
-        let deadline = Instant::now() + budget;
-        loop {
-            if self.session.is_dead() {
-                return Ok(());
-            }
-            let read = with_timeout(
-                "get",
-                self.timeout,
-                self.session.client.get_data(&self.node),
-            )
-            .await;
-            match read {
-                Ok(Ok((data, stat))) => {
-                    if data == self.owner && stat.ephemeral_owner == self.session.id {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        delete_retrying(&self.session, &self.node, Some(stat.version), left)
-                            .await?;
-                    }
-                    return Ok(());
-                }
-                Ok(Err(ZkError::NoNode)) => return Ok(()),
-                other => match triage_timed("get", self.timeout, other) {
-                    Ok(_) | Err(Triage::SessionEnded) => return Ok(()),
-                    Err(Triage::Fail(e)) => return Err(e),
-                    Err(Triage::Retry) if Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    Err(Triage::Retry) => {
-                        return Err(Error::Timeout {
-                            operation: "delete unfair lock node",
-                            after: budget,
-                        })
-                    }
-                },
-            }
-        }
+        let owner = self.session.id;
+        let is_ours = |data: &[u8], stat: &zookeeper_client::Stat| {
+            data == self.owner.as_slice() && stat.ephemeral_owner == owner
+        };
+        delete_if_ours(&self.session, &self.node, is_ours, self.timeout, budget).await?;
+        Ok(())
     }
 }
 

@@ -237,6 +237,64 @@ async fn cancelled_during_its_own_cleanup_still_withdraws() {
     g.release().await.unwrap();
 }
 
+/// The unfair holder's delete lands but its reply is lost; a waiter then
+/// creates the lock node again (same path, same version 0). The holder's
+/// retried release must see the node is no longer its own and leave the new
+/// holder's lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_delete_reply_never_deletes_the_next_holders_node() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let name = unique_name("lost-delete");
+    let victim = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string()).session_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    let next = provider(&zk.connect_string()).await;
+    let third = provider(&zk.connect_string()).await;
+    let guard = victim.mutex(&name).unwrap().lock().await.unwrap();
+    let waiting = next.mutex(&name).unwrap();
+    let waiter = tokio::spawn(async move { waiting.lock_timeout(SLACK * 2).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Lose the reply to the delete request alone: on the wire, opcode 2
+    // (delete) followed by the length-prefixed path.
+    let path = format!("{}/_unfair_lock", victim.path(&name).unwrap());
+    let mut delete = vec![0, 0, 0, 2];
+    delete.extend_from_slice(&i32::try_from(path.len()).unwrap().to_be_bytes());
+    delete.extend_from_slice(path.as_bytes());
+    proxy.lose_reply_to(&delete);
+    let release = tokio::spawn(async move { guard.release().await });
+    cut_once_swallowed(&proxy).await;
+    // The old holder cannot reconnect until the waiter holds the new node.
+    proxy.set_blackhole(true);
+    let taken = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the delete did not land");
+    proxy.heal();
+    let released = tokio::time::timeout(SLACK * 2, release)
+        .await
+        .expect("release hung")
+        .unwrap();
+    // Its delete did land: the release reports success.
+    assert!(released.is_ok(), "{released:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(taken.is_held());
+    assert!(
+        third
+            .mutex(&name)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "the old holder's retried delete removed the new holder's node"
+    );
+    taken.release().await.unwrap();
+}
+
 /// A holder partitioned from a 3-node ensemble while another client waits:
 /// its `lost()` fires before the other client's acquisition returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,8 +24,8 @@ struct Control {
     /// `lose_next_reply()` is armed and no request has been forwarded since.
     lose_next: AtomicBool,
     /// Armed by `lose_reply_to(marker)`: only a request chunk containing the
-    /// marker arms the swallowing.
-    lose_marker: std::sync::Mutex<Option<Vec<u8>>>,
+    /// marker arms the swallowing, after `skip` such chunks went through.
+    lose_marker: std::sync::Mutex<Option<(Vec<u8>, usize)>>,
     /// 0: replies flow. `g + 1`: server-to-client bytes of connections of
     /// generation `g` or older are swallowed (a reply was lost in `g`).
     swallow: AtomicU64,
@@ -143,11 +143,17 @@ impl Proxy {
     /// that contains `marker` (a command name, say `EVALSHA`): requests
     /// before it (a pool's health check, a ping) pass untouched.
     pub fn lose_reply_to(&self, marker: &[u8]) {
+        self.lose_reply_to_nth(marker, 0);
+    }
+
+    /// As [`Proxy::lose_reply_to`], letting the first `skip` requests that
+    /// contain `marker` through untouched (say, the read before a delete).
+    pub fn lose_reply_to_nth(&self, marker: &[u8], skip: usize) {
         *self
             .control
             .lose_marker
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(marker.to_vec());
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((marker.to_vec(), skip));
     }
 
     /// Whether a request armed by [`Proxy::lose_next_reply`] has been
@@ -268,13 +274,20 @@ async fn pump(
                         .lose_marker
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let hit = marker.as_deref().is_some_and(|m| {
+                    let seen = marker.as_ref().is_some_and(|(m, _)| {
                         !m.is_empty() && buf[..n].windows(m.len()).any(|w| w == m)
                     });
-                    if hit {
-                        *marker = None;
+                    match marker.as_mut() {
+                        Some((_, skip)) if seen && *skip > 0 => {
+                            *skip -= 1;
+                            false
+                        }
+                        _ if seen => {
+                            *marker = None;
+                            true
+                        }
+                        _ => false,
                     }
-                    hit
                 };
                 if marked || control.lose_next.swap(false, Ordering::SeqCst) {
                     // Swallow from before the request is written: a reply

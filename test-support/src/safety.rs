@@ -358,12 +358,21 @@ async fn worker(
         }
         match store.read(token) {
             Ok(value) => {
+                // The stalled worker pauses either before it checks its
+                // lease (it then sees the lease gone: the guard compares
+                // the clock with its deadline itself) or between the check
+                // and the write, where no signal can help: the fence must
+                // refuse the write.
+                let stall_after_check = stall.is_some() && rng.bool();
                 match stall {
                     // Blocks the thread: nothing else on this runtime runs.
-                    Some(stall) => std::thread::sleep(stall),
-                    None => tokio::time::sleep(workload.work).await,
+                    Some(stall) if !stall_after_check => std::thread::sleep(stall),
+                    _ => tokio::time::sleep(workload.work).await,
                 }
                 if guard.is_held() {
+                    if let (true, Some(stall)) = (stall_after_check, stall) {
+                        std::thread::sleep(stall);
+                    }
                     if store.write(token, value + 1).is_err() {
                         counters.stale.fetch_add(1, Ordering::Relaxed);
                         counters.unnoticed.fetch_add(1, Ordering::Relaxed);

@@ -23,6 +23,9 @@ struct Held {
 /// The open or closed state of one provider and the leases it holds.
 pub struct Lifecycle {
     closed: watch::Sender<bool>,
+    /// Held through a whole `close()`: a second caller waits for the first
+    /// to finish rather than return while leases are still being released.
+    closing: tokio::sync::Mutex<()>,
     held: Mutex<HashMap<u64, Held>>,
     next_id: AtomicU64,
 }
@@ -42,6 +45,7 @@ impl Lifecycle {
     pub fn new() -> Arc<Self> {
         Arc::new(Lifecycle {
             closed: watch::Sender::new(false),
+            closing: tokio::sync::Mutex::new(()),
             held: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
         })
@@ -97,6 +101,7 @@ impl Lifecycle {
     /// If cancelled, the provider is closed and every held lease reported
     /// lost; the releases not yet done are left to the TTL or session.
     pub async fn close(&self) -> Result<()> {
+        let _one_at_a_time = self.closing.lock().await;
         self.closed.send_replace(true);
         let held: Vec<Held> = self.lock().drain().map(|(_, h)| h).collect();
         for h in &held {

@@ -75,9 +75,13 @@ pub enum LeaseTerms {
     /// renewed by the watchdog or by `extend()`.
     Ttl(LeaseOptions),
     /// A session lease (ZooKeeper): the server may end it `timeout` after it
-    /// last heard the session. The core checks it every `timeout / 4` with
-    /// [`LeaseBackend::renew`] and treats it as lost `timeout` − drift after
-    /// the last confirmed check; it cannot be extended.
+    /// last heard the session. The core confirms it every `timeout / 4` with
+    /// [`LeaseBackend::renew`] and treats it as lost `3/4 × timeout` − drift
+    /// after the last confirmed check was sent (one check interval of margin
+    /// for a touch that a follower forwards to the leader late: followers
+    /// forward touches in their pings, every `tickTime / 2`, and ZooKeeper
+    /// keeps session timeouts at `2 × tickTime` or more). It cannot be
+    /// extended.
     Session {
         /// The session timeout negotiated with the server.
         timeout: Duration,

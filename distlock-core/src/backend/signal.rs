@@ -49,12 +49,27 @@ impl LeaseSignal {
     /// [`LostReason::Expired`] by this call.
     #[must_use]
     pub fn status(&self) -> LeaseStatus {
-        let state = *self.tx.borrow();
-        if state.status.is_active() && state.deadline.is_some_and(|d| Instant::now() >= d) {
-            self.lose(LostReason::Expired);
-            return self.tx.borrow().status;
+        self.expire_if_due();
+        self.tx.borrow().status
+    }
+
+    /// Marks the lease [`LostReason::Expired`] if its deadline, as it stands
+    /// at this moment (a renewal may just have moved it), has passed.
+    /// Returns whether this call made the change.
+    fn expire_if_due(&self) -> bool {
+        let now = Instant::now();
+        let expired = self.tx.send_if_modified(|s| {
+            if s.status.is_active() && s.deadline.is_some_and(|d| now >= d) {
+                s.status = LeaseStatus::Lost(LostReason::Expired);
+                true
+            } else {
+                false
+            }
+        });
+        if expired {
+            tracing::warn!(reason = %LostReason::Expired, "distlock lease lost");
         }
-        state.status
+        expired
     }
 
     /// The local deadline, if the lease has one.
@@ -127,8 +142,7 @@ impl LeaseSignal {
             }
             state.deadline
         };
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            self.lose(LostReason::Expired);
+        if deadline.is_some_and(|d| Instant::now() >= d) && self.expire_if_due() {
             rx.mark_unchanged();
             return true;
         }
@@ -136,8 +150,11 @@ impl LeaseSignal {
             // The sender lives in `self`: `changed` cannot fail.
             _ = rx.changed() => {}
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                self.lose(LostReason::Expired);
-                rx.mark_unchanged();
+                // Only if the deadline has not moved meanwhile; else the
+                // caller looks again and sleeps until the new one.
+                if self.expire_if_due() {
+                    rx.mark_unchanged();
+                }
             }
         }
         true

@@ -3,9 +3,13 @@
 -- ARGV[1] owner token, ARGV[2] TTL in milliseconds
 -- Returns {1, fencing token} when acquired,
 --         {0, remaining PTTL of the holder} when held by someone else,
+--         {2, 0} when the lock already holds ARGV[1]: this very attempt ran
+--                before (a client resent it after a lost reply), so its
+--                fencing token is unknown; the caller releases and retries,
 --         {-1, 0} when the lock key holds a value that is not a string,
 --         {-2, 0} when the fencing counter is not an integer,
---         {-3, 0} when the fencing counter is at 2^63 - 1 (exhausted).
+--         {-3, 0} when the fencing counter is exhausted (2^53: Lua numbers
+--                 are doubles, exact only below it).
 -- The token is INCR of the counter, raised to the server's TIME in
 -- microseconds when the counter is below it (and stored): tokens keep
 -- increasing when the counter is lost (restart without persistence,
@@ -28,9 +32,16 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('SET', KEYS[2], string.format('%.0f', floor))
     token = floor
   end
+  if token >= 9007199254740992 then
+    redis.call('DEL', KEYS[1])
+    return {-3, 0}
+  end
   return {1, token}
 end
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then
   return {-1, 0}
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return {2, 0}
 end
 return {0, redis.call('PTTL', KEYS[1])}
