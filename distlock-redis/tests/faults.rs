@@ -98,7 +98,7 @@ async fn concurrent_cancelled_acquisitions_on_a_pool_leave_nothing() {
     let redis = test_support::redis::shared();
     let proxy = Proxy::start(redis.addr());
     proxy.set_delay(Duration::from_micros(700));
-    let mut rng = fastrand_seed(11);
+    let mut rng = fastrand::Rng::with_seed(11);
     for size in [1, 4, 16] {
         let name = unique_name("pool-cancel");
         let locks = connect(
@@ -111,7 +111,7 @@ async fn concurrent_cancelled_acquisitions_on_a_pool_leave_nothing() {
         let mut tasks = Vec::new();
         for _ in 0..200 {
             let lock = Arc::clone(&lock);
-            let cut = Duration::from_micros(rng() % 4000);
+            let cut = Duration::from_micros(rng.u64(0..4000));
             tasks.push(tokio::spawn(async move {
                 if let Ok(Ok(g)) = tokio::time::timeout(cut, lock.lock()).await {
                     drop(g);
@@ -163,28 +163,6 @@ async fn close_fires_lost_before_the_key_goes() {
     g.release().await.unwrap();
 }
 
-fn fastrand_seed(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
-}
-
-async fn connections_close_within(proxy: &Proxy, what: &str) {
-    let deadline = Instant::now() + SLACK;
-    while proxy.open_connections() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {} connections still open",
-            proxy.open_connections()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// `close()` closes the connections (commands and pub/sub) even while the
 /// application still has the provider, a lock and a guard around.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +188,7 @@ async fn close_closes_the_connections_with_handles_left() {
         .unwrap();
     assert!(proxy.open_connections() >= 2);
     locks.close().await.unwrap();
-    connections_close_within(&proxy, "after close()").await;
+    proxy.wait_closed(SLACK, "after close()").await;
     assert!(!guard.is_held());
     drop((lock, guard));
     held.release().await.unwrap();
@@ -234,6 +212,6 @@ async fn dropping_the_last_handle_closes_the_connections() {
         drop(locks);
         drop(lock);
         drop(guard);
-        connections_close_within(&proxy, "after the last handle went").await;
+        proxy.wait_closed(SLACK, "after the last handle went").await;
     }
 }

@@ -30,6 +30,32 @@ fn lock_of(p: &ZkProvider, name: &str, fair: bool) -> Arc<dyn Lock> {
     }
 }
 
+/// Whatever the victim's acquisition returned (a guard for its own node, or
+/// nothing), nothing of its may be left: another client takes the lock well
+/// within the victim's session timeout.
+async fn nothing_left_behind(
+    got: distlock_core::Result<Option<distlock_core::LockGuard>>,
+    other: &ZkProvider,
+    name: &str,
+    fair: bool,
+) {
+    match got {
+        // It found its own node and holds the lock: release it.
+        Ok(Some(guard)) => {
+            assert!(guard.is_held());
+            guard.release().await.unwrap();
+        }
+        Ok(None) => {}
+        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+    }
+    let g = lock_of(other, name, fair)
+        .lock_timeout(SLACK)
+        .await
+        .unwrap()
+        .expect("the victim left a node behind that blocks the lock");
+    g.release().await.unwrap();
+}
+
 /// The victim's create reaches the server but its reply is lost; the
 /// connection is then cut and blackholed for longer than the operation
 /// timeout. Whatever the victim's acquisition returns, nothing of its may be
@@ -69,21 +95,7 @@ async fn lost_create_reply_then_partition(fair: bool) {
         started.elapsed() < Duration::from_secs(3) + SLACK * 2,
         "returned late"
     );
-    match got {
-        // It found its own node and holds the lock: release it.
-        Ok(Some(guard)) => {
-            assert!(guard.is_held());
-            guard.release().await.unwrap();
-        }
-        Ok(None) => {}
-        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
-    }
-    let g = lock_of(&other, &name, fair)
-        .lock_timeout(SLACK)
-        .await
-        .unwrap()
-        .expect("the victim left a node behind that blocks the lock");
-    g.release().await.unwrap();
+    nothing_left_behind(got, &other, &name, fair).await;
     // Not a second node in the queue either.
     let operator = zookeeper_client::Client::connect(&zk.connect_string())
         .await
@@ -165,17 +177,7 @@ async fn lost_create_and_lookup_replies(fair: bool) {
         .await
         .expect("the acquisition outlived its timeout")
         .unwrap();
-    match got {
-        Ok(Some(guard)) => guard.release().await.unwrap(),
-        Ok(None) => {}
-        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
-    }
-    let g = lock_of(&other, &name, fair)
-        .lock_timeout(SLACK)
-        .await
-        .unwrap()
-        .expect("the victim left a node behind that blocks the lock");
-    g.release().await.unwrap();
+    nothing_left_behind(got, &other, &name, fair).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,18 +391,6 @@ async fn lease_options_the_session_cannot_honour_are_refused() {
     guard.release().await.unwrap();
 }
 
-async fn connections_close_within(proxy: &Proxy, what: &str) {
-    let deadline = Instant::now() + SLACK;
-    while proxy.open_connections() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {} connections still open",
-            proxy.open_connections()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// `close()` ends the session (its connection closes) even while the
 /// application still has the provider, a lock and a guard around; a
 /// process that closes and exits does not leave its session to time out.
@@ -418,7 +408,7 @@ async fn close_ends_the_session_with_handles_left() {
     let guard = lock.lock().await.unwrap();
     assert_eq!(proxy.open_connections(), 1);
     locks.close().await.unwrap();
-    connections_close_within(&proxy, "after close()").await;
+    proxy.wait_closed(SLACK, "after close()").await;
     assert!(!guard.is_held());
     assert!(matches!(locks.session_id().await, Err(Error::Closed)));
     drop((lock, guard));
@@ -437,5 +427,5 @@ async fn dropping_the_last_handle_ends_the_session() {
     drop(locks);
     drop(lock);
     drop(guard);
-    connections_close_within(&proxy, "after the last handle went").await;
+    proxy.wait_closed(SLACK, "after the last handle went").await;
 }

@@ -192,6 +192,24 @@ impl Proxy {
         self.control.open.load(Ordering::SeqCst)
     }
 
+    /// Waits until no connection is open through the proxy (a client closed
+    /// its connections or session).
+    ///
+    /// # Panics
+    ///
+    /// When some are still open after `within`, naming `what`.
+    pub async fn wait_closed(&self, within: Duration, what: &str) {
+        let deadline = std::time::Instant::now() + within;
+        while self.open_connections() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {} connections still open",
+                self.open_connections()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Connections accepted since the start.
     #[must_use]
     pub fn accepted_connections(&self) -> usize {
