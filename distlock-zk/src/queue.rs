@@ -131,6 +131,14 @@ pub(crate) async fn watch_fired(
     Ok(true)
 }
 
+/// The session ended and took every ephemeral node of ours with it:
+/// nothing is left to clean up, and the caller starts over on a new
+/// session.
+pub(crate) async fn start_over(shared: &Shared, session: &Arc<Session>, undo: &mut CleanupGuard) {
+    undo.disarm();
+    shared.sessions.ended(session).await;
+}
+
 /// Runs an armed cleanup now, for at most the operation timeout; if it does
 /// not finish, the guard's drop finishes it in the background.
 pub(crate) async fn clean_up_now(mut undo: CleanupGuard, timeout: Duration) {
@@ -341,8 +349,7 @@ pub(crate) async fn enter_queue(
             }
             Err((e, _)) => match triage("create", timeout, e) {
                 Triage::SessionEnded => {
-                    undo.disarm();
-                    shared.sessions.ended(&session).await;
+                    start_over(shared, &session, &mut undo).await;
                     continue 'session;
                 }
                 Triage::Fail(e) => {
@@ -357,8 +364,7 @@ pub(crate) async fn enter_queue(
                         continue 'session;
                     }
                     Lookup::SessionEnded => {
-                        undo.disarm();
-                        shared.sessions.ended(&session).await;
+                        start_over(shared, &session, &mut undo).await;
                         continue 'session;
                     }
                     Lookup::DeadlinePassed => {
@@ -383,8 +389,7 @@ pub(crate) async fn enter_queue(
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            undo.disarm();
-                            shared.sessions.ended(&session).await;
+                            start_over(shared, &session, &mut undo).await;
                             continue 'session;
                         }
                         Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
@@ -448,8 +453,7 @@ pub(crate) async fn enter_queue(
                     }
                 }
                 Err(Triage::SessionEnded) => {
-                    undo.disarm();
-                    shared.sessions.ended(&session).await;
+                    start_over(shared, &session, &mut undo).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}

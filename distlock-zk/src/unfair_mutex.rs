@@ -20,7 +20,9 @@ use crate::error::{triage, triage_timed, Triage};
 use crate::lease::guard;
 use crate::node::{acls, delete_if_ours, make_parents};
 use crate::provider::Shared;
-use crate::queue::{clean_up_now, conflict, passed, pause_before_retry, watch_fired, Acquired};
+use crate::queue::{
+    clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired, Acquired,
+};
 use crate::session::Session;
 
 /// The unfair lock's node under the lock's directory.
@@ -157,8 +159,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     }
                     Ok(Err(e)) => match triage("create", timeout, e) {
                         Triage::SessionEnded => {
-                            undo.disarm();
-                            shared.sessions.ended(&session).await;
+                            start_over(shared, &session, &mut undo).await;
                             continue 'session;
                         }
                         Triage::Fail(e) => {
@@ -177,8 +178,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
-                            undo.disarm();
-                            shared.sessions.ended(&session).await;
+                            start_over(shared, &session, &mut undo).await;
                             continue 'session;
                         }
                         Triage::Retry if pause_before_retry(deadline).await => continue,
@@ -216,8 +216,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     continue 'session;
                 }
                 Err(Triage::SessionEnded) => {
-                    undo.disarm();
-                    shared.sessions.ended(&session).await;
+                    start_over(shared, &session, &mut undo).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
