@@ -67,6 +67,19 @@ pub enum Error {
         expected: &'static str,
     },
 
+    /// A semaphore's permits are held under another number of permits than
+    /// this client asked with; nothing was acquired or changed. Every client
+    /// of a semaphore must use the same number.
+    #[error("semaphore {name:?} is held with {held} permits; this client asked for {asked}")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits the current holders were admitted under.
+        held: u32,
+        /// The number this client asked with.
+        asked: u32,
+    },
+
     /// An operation did not finish within its configured time.
     #[error("{operation} timed out after {after:?}")]
     Timeout {

@@ -54,6 +54,8 @@ pub mod lock;
 pub mod mem;
 pub mod name;
 pub mod provider;
+pub mod rwlock;
+pub mod semaphore;
 mod watchdog;
 
 pub use election::{Election, LeaderInfo, LeaderStream, Leadership};
@@ -64,3 +66,5 @@ pub use lease::{LeaseOptions, Renewal};
 pub use lock::{Lock, Wait};
 pub use name::Name;
 pub use provider::Provider;
+pub use rwlock::ReadWriteLock;
+pub use semaphore::Semaphore;

@@ -10,6 +10,8 @@ use crate::error::Result;
 use crate::ids::IdGenerator;
 use crate::lease::LeaseOptions;
 use crate::lock::Lock;
+use crate::rwlock::ReadWriteLock;
+use crate::semaphore::Semaphore;
 
 /// A connected backend that hands out named primitives.
 ///
@@ -50,6 +52,27 @@ pub trait Provider: Send + Sync + Debug {
     ///
     /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name.
     fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>>;
+
+    /// A read-write lock whose read and write leases have the given options.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name.
+    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>>;
+
+    /// A counting semaphore of `permits` whose permits' leases have the
+    /// given options.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name,
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for 0 permits.
+    fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        lease: LeaseOptions,
+    ) -> Result<Arc<dyn Semaphore>>;
 
     /// An id generator reserving `block_size` ids per round trip.
     ///
@@ -104,5 +127,23 @@ pub trait Provider: Send + Sync + Debug {
     /// As [`Provider::election_with`].
     fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
         self.election_with(name, self.default_lease())
+    }
+
+    /// A read-write lock with the default lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`Provider::rw_lock_with`].
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
+        self.rw_lock_with(name, self.default_lease())
+    }
+
+    /// A counting semaphore of `permits` with the default lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`Provider::semaphore_with`].
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
+        self.semaphore_with(name, permits, self.default_lease())
     }
 }

@@ -99,12 +99,16 @@
 //! Rust 1.88 or later.
 
 mod conn;
+mod election;
 mod error;
+mod fair_mutex;
 mod ids;
 mod mutex;
 mod options;
 mod provider;
+mod rw_lock;
 mod scripts;
+mod semaphore;
 mod subscriber;
 
 use std::sync::Arc;

@@ -6,8 +6,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
+use distlock_core::backend::check_permits;
 use distlock_core::backend::{with_timeout, BlockIds, Lifecycle};
-use distlock_core::{Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, Result};
+use distlock_core::{
+    Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
+    Semaphore,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::conn::Conn;
@@ -297,20 +301,30 @@ impl Provider for RedisProvider {
         }))
     }
 
-    fn fair_mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        Name::new(name)?;
-        Err(Error::Unsupported {
-            backend: "redis",
-            what: "the fair mutex yet (use mutex, or the ZooKeeper or in-process fair mutex)",
-        })
+    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        self.shared.lifecycle.check_open()?;
+        crate::fair_mutex::fair_mutex(&self.shared, Name::new(name)?, lease)
     }
 
-    fn election_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Election>> {
-        Name::new(name)?;
-        Err(Error::Unsupported {
-            backend: "redis",
-            what: "leader election yet (use the ZooKeeper or in-process election)",
-        })
+    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        self.shared.lifecycle.check_open()?;
+        crate::election::election(&self.shared, Name::new(name)?, lease)
+    }
+
+    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+        self.shared.lifecycle.check_open()?;
+        crate::rw_lock::rw_lock(&self.shared, Name::new(name)?, lease)
+    }
+
+    fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        lease: LeaseOptions,
+    ) -> Result<Arc<dyn Semaphore>> {
+        self.shared.lifecycle.check_open()?;
+        let name = Name::new(name)?;
+        crate::semaphore::semaphore(&self.shared, name, check_permits(permits)?, lease)
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {

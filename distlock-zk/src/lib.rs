@@ -114,6 +114,8 @@ mod node;
 mod options;
 mod provider;
 mod queue;
+mod rw_lock;
+mod semaphore;
 mod session;
 mod unfair_mutex;
 

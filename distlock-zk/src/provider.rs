@@ -6,8 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::backend::check_permits;
 use distlock_core::backend::{BlockIds, Lifecycle};
-use distlock_core::{Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, Result};
+use distlock_core::{
+    Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
+    Semaphore,
+};
 
 use crate::election::ZkElection;
 use crate::fair_mutex::FairMutex;
@@ -194,6 +198,21 @@ impl Provider for ZkProvider {
             name,
             dir,
         }))
+    }
+
+    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+        let (name, dir) = self.named(name, Some(lease))?;
+        crate::rw_lock::rw_lock(&self.shared, name, dir)
+    }
+
+    fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        lease: LeaseOptions,
+    ) -> Result<Arc<dyn Semaphore>> {
+        let (name, dir) = self.named(name, Some(lease))?;
+        crate::semaphore::semaphore(&self.shared, name, dir, check_permits(permits)?)
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {

@@ -5,85 +5,18 @@
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use distlock_core::Provider;
 use distlock_zk::{ZkOptions, ZkProvider};
 use test_support::unique_name;
 
-const JARS: &[&str] = &[
-    "/usr/share/java/curator-framework.jar",
-    "/usr/share/java/curator-client.jar",
-    "/usr/share/java/curator-recipes.jar",
-    "/usr/share/java/zookeeper.jar",
-    "/usr/share/java/guava.jar",
-    "/usr/share/java/slf4j-api.jar",
-    "/usr/share/java/slf4j-simple.jar",
-];
-
-/// Compiles the Java peer once per test binary; returns its class path.
-fn classpath() -> &'static str {
-    static CLASSPATH: OnceLock<String> = OnceLock::new();
-    CLASSPATH.get_or_init(|| {
-        for jar in JARS {
-            assert!(
-                std::path::Path::new(jar).is_file(),
-                "{jar} is missing: run scripts/install-servers.sh (installs libcurator-recipes-java)"
-            );
-        }
-        let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("curator-peer");
-        std::fs::create_dir_all(&out_dir).unwrap();
-        let jars = JARS.join(":");
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/CuratorPeer.java");
-        let status = Command::new("javac")
-            .args(["-cp", &jars, "-d"])
-            .arg(&out_dir)
-            .arg(source)
-            .status()
-            .expect("javac runs (a JDK is installed by scripts/install-servers.sh)");
-        assert!(status.success(), "javac failed");
-        format!("{}:{jars}", out_dir.display())
-    })
-}
-
-fn curator(hosts: &str, path: &str, args: &[&str]) -> Child {
-    Command::new("java")
-        .args([
-            "-cp",
-            classpath(),
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "CuratorPeer",
-        ])
-        .args([hosts, path])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("java runs")
-}
-
-fn output(child: Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "Curator peer failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+fn curator(hosts: &str, path: &str, args: &[&str]) -> std::process::Child {
+    test_support::curator::spawn("CuratorPeer", hosts, path, args)
 }
 
 async fn run(hosts: &str, path: &str, args: &[&str]) -> String {
-    let (hosts, path) = (hosts.to_owned(), path.to_owned());
-    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        output(curator(&hosts, &path, &args))
-    })
-    .await
-    .unwrap()
+    test_support::curator::run("CuratorPeer", hosts, path, args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,7 +52,7 @@ async fn distlock_and_curator_mutexes_exclude_each_other() {
         .await
         .unwrap()
         .expect("Curator's release not seen");
-    let out = tokio::task::spawn_blocking(move || output(holder))
+    let out = tokio::task::spawn_blocking(move || test_support::curator::output(holder))
         .await
         .unwrap();
     assert_eq!(out, "acquired\nreleased");

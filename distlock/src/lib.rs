@@ -21,9 +21,10 @@ use std::sync::Arc;
 // An explicit list: what users call. What backends implement
 // (`distlock_core::backend`) is not re-exported.
 pub use distlock_core::{
-    election, error, guard, ids, lease, lock, mem, name, provider, BoxError, Election, Error,
-    IdGenerator, LeaderInfo, LeaderStream, Leadership, LeaseOptions, LeaseStatus, LeaseWatch, Lock,
-    LockGuard, LostReason, Name, Provider, Renewal, Result, Wait,
+    election, error, guard, ids, lease, lock, mem, name, provider, rwlock, semaphore, BoxError,
+    Election, Error, IdGenerator, LeaderInfo, LeaderStream, Leadership, LeaseOptions, LeaseStatus,
+    LeaseWatch, Lock, LockGuard, LostReason, Name, Provider, ReadWriteLock, Renewal, Result,
+    Semaphore, Wait,
 };
 
 /// The Redis backend crate.

@@ -11,6 +11,7 @@
 #![allow(clippy::missing_panics_doc)]
 
 pub mod conformance;
+pub mod curator;
 pub mod properties;
 pub mod proxy;
 pub mod redis;

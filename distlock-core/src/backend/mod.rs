@@ -104,3 +104,17 @@ pub struct GuardParts {
     /// The provider the lease belongs to; `close()` there ends it.
     pub lifecycle: Arc<Lifecycle>,
 }
+
+/// Checks a semaphore's number of permits: at least 1.
+///
+/// # Errors
+///
+/// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for 0.
+pub fn check_permits(permits: u32) -> Result<u32> {
+    if permits == 0 {
+        return Err(crate::Error::InvalidOptions(
+            "a semaphore needs at least one permit".into(),
+        ));
+    }
+    Ok(permits)
+}

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 
-use crate::backend::{validate_candidate, BlockIds, IdSource, Lifecycle};
+use crate::backend::{check_permits, validate_candidate, BlockIds, IdSource, Lifecycle};
 use crate::election::{Election, LeaderInfo, LeaderStream, Leadership};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -42,7 +42,9 @@ use crate::lease::LeaseOptions;
 use crate::lock::{Lock, Wait};
 use crate::name::Name;
 use crate::provider::Provider;
-use store::{Kind, SlotKey, Store};
+use crate::rwlock::ReadWriteLock;
+use crate::semaphore::Semaphore;
+use store::{Kind, SlotKey, Store, Want};
 
 /// A provider of in-process primitives.
 ///
@@ -143,7 +145,7 @@ impl Provider for MemProvider {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
             key: Self::key(Kind::Mutex, name)?,
-            fair: false,
+            want: Want::Exclusive { fair: false },
             lease,
         }))
     }
@@ -154,7 +156,7 @@ impl Provider for MemProvider {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
             key: Self::key(Kind::FairMutex, name)?,
-            fair: true,
+            want: Want::Exclusive { fair: true },
             lease,
         }))
     }
@@ -165,6 +167,43 @@ impl Provider for MemProvider {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
             key: Self::key(Kind::Election, name)?,
+            lease,
+        }))
+    }
+
+    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+        self.lifecycle.check_open()?;
+        let key = Self::key(Kind::RwLock, name)?;
+        let side = |want| -> Arc<dyn Lock> {
+            Arc::new(MemMutex {
+                store: Arc::clone(&self.store),
+                lifecycle: Arc::clone(&self.lifecycle),
+                key: key.clone(),
+                want,
+                lease,
+            })
+        };
+        Ok(Arc::new(MemRwLock {
+            read: side(Want::Read),
+            write: side(Want::Write),
+            name: key.name.clone(),
+        }))
+    }
+
+    fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        lease: LeaseOptions,
+    ) -> Result<Arc<dyn Semaphore>> {
+        self.lifecycle.check_open()?;
+        let key = Self::key(Kind::Semaphore, name)?;
+        check_permits(permits)?;
+        Ok(Arc::new(MemMutex {
+            store: Arc::clone(&self.store),
+            lifecycle: Arc::clone(&self.lifecycle),
+            key,
+            want: Want::Permit(permits),
             lease,
         }))
     }
@@ -181,12 +220,13 @@ impl Provider for MemProvider {
     }
 }
 
-/// An in-process mutex, fair or unfair.
+/// An in-process lock: a mutex (fair or unfair), one side of a read-write
+/// lock, or a semaphore, as `want` says.
 struct MemMutex {
     store: Arc<Store>,
     lifecycle: Arc<Lifecycle>,
     key: SlotKey,
-    fair: bool,
+    want: Want,
     lease: LeaseOptions,
 }
 
@@ -194,8 +234,39 @@ impl fmt::Debug for MemMutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemMutex")
             .field("name", &self.key.name)
-            .field("fair", &self.fair)
+            .field("want", &self.want)
             .finish_non_exhaustive()
+    }
+}
+
+impl Semaphore for MemMutex {
+    fn permits(&self) -> u32 {
+        match self.want {
+            Want::Permit(permits) => permits,
+            _ => 1,
+        }
+    }
+}
+
+/// An in-process read-write lock: its two sides.
+#[derive(Debug)]
+struct MemRwLock {
+    name: Name,
+    read: Arc<dyn Lock>,
+    write: Arc<dyn Lock>,
+}
+
+impl ReadWriteLock for MemRwLock {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn read(&self) -> Arc<dyn Lock> {
+        Arc::clone(&self.read)
+    }
+
+    fn write(&self) -> Arc<dyn Lock> {
+        Arc::clone(&self.write)
     }
 }
 
@@ -210,7 +281,7 @@ impl Lock for MemMutex {
             .acquire(
                 &self.lifecycle,
                 &self.key,
-                self.fair,
+                self.want,
                 wait,
                 self.lease,
                 None,
@@ -248,7 +319,7 @@ impl Election for MemElection {
             .acquire(
                 &self.lifecycle,
                 &self.key,
-                true,
+                Want::Exclusive { fair: true },
                 Wait::Forever,
                 self.lease,
                 Some(Arc::from(candidate)),

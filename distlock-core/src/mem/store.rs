@@ -25,6 +25,27 @@ pub(crate) enum Kind {
     Mutex,
     FairMutex,
     Election,
+    RwLock,
+    Semaphore,
+}
+
+/// What an acquisition asks for, and so the rule that admits it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Sole holder; FIFO among the waiters when `fair`.
+    Exclusive { fair: bool },
+    /// A read share: no writer holds and no writer waits ahead.
+    Read,
+    /// The write side: sole holder, first in the queue.
+    Write,
+    /// One of this many permits, first come first served.
+    Permit(u32),
+}
+
+impl Want {
+    fn queued(self) -> bool {
+        !matches!(self, Want::Exclusive { fair: false })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -38,14 +59,19 @@ struct Holder {
     token: u64,
     expires: Instant,
     data: Option<Arc<str>>,
+    /// A write or exclusive hold (not a read share or a permit).
+    exclusive: bool,
 }
 
 struct Slot {
-    holder: Option<Holder>,
+    holders: Vec<Holder>,
     /// Last fencing token handed out; never reset.
     fence: u64,
-    /// Fair waiters' owner ids, first come first.
-    queue: VecDeque<u64>,
+    /// Queued waiters (owner id, what they want), first come first.
+    queue: VecDeque<(u64, Want)>,
+    /// The number of permits the current holders of a semaphore were
+    /// admitted under.
+    permits: u32,
     /// Bumped on every change of holder or queue; waiters and observers
     /// subscribe before they sleep, so no wake-up is missed.
     version: watch::Sender<u64>,
@@ -54,9 +80,10 @@ struct Slot {
 impl Default for Slot {
     fn default() -> Self {
         Slot {
-            holder: None,
+            holders: Vec::new(),
             fence: 0,
             queue: VecDeque::new(),
+            permits: 0,
             version: watch::Sender::new(0),
         }
     }
@@ -67,21 +94,54 @@ impl Slot {
         self.version.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// Drops a holder whose TTL has passed.
+    /// Drops the holders whose TTL has passed.
     fn expire(&mut self, now: Instant) {
-        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
-            self.holder = None;
+        let before = self.holders.len();
+        self.holders.retain(|h| h.expires > now);
+        if self.holders.len() != before {
             self.bump();
         }
     }
 
     fn held_by(&mut self, owner: u64, now: Instant) -> Option<&mut Holder> {
         self.expire(now);
-        self.holder.as_mut().filter(|h| h.owner == owner)
+        self.holders.iter_mut().find(|h| h.owner == owner)
+    }
+
+    /// Whether `owner` may take what it wants now (holders expired first).
+    fn admits(&self, owner: u64, want: Want, name: &Name) -> Result<bool> {
+        let ahead = || self.queue.iter().take_while(|(o, _)| *o != owner);
+        Ok(match want {
+            Want::Exclusive { fair: false } => self.holders.is_empty(),
+            Want::Exclusive { fair: true } | Want::Write => {
+                self.holders.is_empty() && self.queue.front().map(|(o, _)| *o) == Some(owner)
+            }
+            Want::Read => {
+                !self.holders.iter().any(|h| h.exclusive)
+                    && !ahead().any(|(_, w)| *w == Want::Write)
+            }
+            Want::Permit(permits) => {
+                if !self.holders.is_empty() && self.permits != permits {
+                    return Err(Error::PermitsMismatch {
+                        name: name.to_string(),
+                        held: self.permits,
+                        asked: permits,
+                    });
+                }
+                let before_me = ahead().count();
+                usize::try_from(permits)
+                    .is_ok_and(|p| self.holders.len().saturating_add(before_me) < p)
+            }
+        })
+    }
+
+    /// The earliest expiry among the holders.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.holders.iter().map(|h| h.expires).min()
     }
 
     fn leader(&self) -> Option<LeaderInfo> {
-        self.holder.as_ref().map(|h| LeaderInfo {
+        self.holders.first().map(|h| LeaderInfo {
             id: h.data.as_deref().unwrap_or_default().to_owned(),
             term: h.token,
         })
@@ -105,7 +165,7 @@ fn expiry(from: Instant, ttl: Duration) -> Instant {
     from.checked_add(ttl).unwrap_or(from)
 }
 
-/// Removes a fair waiter's place in the queue unless disarmed: runs when an
+/// Removes a queued waiter's place in the queue unless disarmed: runs when an
 /// acquisition is cancelled, times out or fails.
 struct QueuePlace<'a> {
     store: &'a Store,
@@ -122,7 +182,7 @@ impl Drop for QueuePlace<'_> {
         let mut slots = lock(&self.store.slots);
         if let Some(slot) = slots.get_mut(self.key) {
             let before = slot.queue.len();
-            slot.queue.retain(|o| *o != self.owner);
+            slot.queue.retain(|(o, _)| *o != self.owner);
             if slot.queue.len() != before {
                 slot.bump();
             }
@@ -131,13 +191,14 @@ impl Drop for QueuePlace<'_> {
 }
 
 impl Store {
-    /// Acquires `key` for `lease`, FIFO when `fair`, waiting as `wait` says.
+    /// Acquires `key` for `lease` by the rule of `want`, waiting as `wait`
+    /// says.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         lifecycle: &Arc<Lifecycle>,
         key: &SlotKey,
-        fair: bool,
+        want: Want,
         wait: Wait,
         lease: LeaseOptions,
         mut data: Option<Arc<str>>,
@@ -146,16 +207,17 @@ impl Store {
         lifecycle.check_open()?;
         let owner = self.owners.fetch_add(1, Ordering::Relaxed);
         let deadline = wait.deadline();
+        let queued = want.queued();
         let mut place = QueuePlace {
             store: self.as_ref(),
             key,
             owner,
-            armed: fair,
+            armed: queued,
         };
-        if fair {
+        if queued {
             let mut slots = lock(&self.slots);
             let slot = slots.entry(key.clone()).or_default();
-            slot.queue.push_back(owner);
+            slot.queue.push_back((owner, want));
             slot.bump();
         }
         loop {
@@ -164,21 +226,24 @@ impl Store {
                 let mut slots = lock(&self.slots);
                 let slot = slots.entry(key.clone()).or_default();
                 slot.expire(now);
-                let my_turn = !fair || slot.queue.front() == Some(&owner);
-                if slot.holder.is_none() && my_turn {
+                if slot.admits(owner, want, &key.name)? {
                     let token = slot.fence.checked_add(1).ok_or_else(|| Error::Exhausted {
                         name: key.name.to_string(),
                     })?;
-                    if fair {
-                        slot.queue.pop_front();
+                    if queued {
+                        slot.queue.retain(|(o, _)| *o != owner);
                         place.armed = false;
                     }
+                    if let Want::Permit(permits) = want {
+                        slot.permits = permits;
+                    }
                     slot.fence = token;
-                    slot.holder = Some(Holder {
+                    slot.holders.push(Holder {
                         owner,
                         token,
                         expires: expiry(now, lease.ttl()),
                         data: data.take(),
+                        exclusive: matches!(want, Want::Exclusive { .. } | Want::Write),
                     });
                     slot.bump();
                     drop(slots);
@@ -189,10 +254,7 @@ impl Store {
                 if wait == Wait::No {
                     return Ok(None);
                 }
-                (
-                    slot.version.subscribe(),
-                    slot.holder.as_ref().map(|h| h.expires),
-                )
+                (slot.version.subscribe(), slot.next_expiry())
             };
             let wake_at = match (holder_expires, deadline) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -252,11 +314,7 @@ impl Store {
         let mut slots = lock(&self.slots);
         let slot = slots.entry(key.clone()).or_default();
         slot.expire(Instant::now());
-        (
-            slot.leader(),
-            slot.version.subscribe(),
-            slot.holder.as_ref().map(|h| h.expires),
-        )
+        (slot.leader(), slot.version.subscribe(), slot.next_expiry())
     }
 
     /// Adds `n` to the counter `name`; returns the new value.
@@ -303,7 +361,7 @@ impl LeaseBackend for MemLease {
         if slot.held_by(self.owner, now).is_none() {
             return Err(self.not_held());
         }
-        slot.holder = None;
+        slot.holders.retain(|h| h.owner != self.owner);
         slot.bump();
         Ok(())
     }
