@@ -1,4 +1,7 @@
-//! The conformance suite on the in-process backend: unfair and fair mutex.
+//! The conformance suite on the in-process backend: every primitive that can
+//! act as a mutex (unfair and fair mutex, the write side of a read-write
+//! lock, a semaphore of one), and the read-write lock, semaphore, fair-order
+//! and election sections.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -8,18 +11,19 @@ use distlock_core::mem::MemProvider;
 use distlock_core::{LeaseOptions, Lock, Provider};
 use futures::future::BoxFuture;
 use test_support::conformance::Fixture;
+use test_support::primitives::Kind;
 
 /// Clients of one in-process lock table.
 struct Mem {
     table: MemProvider,
-    fair: bool,
+    kind: Kind,
 }
 
 impl Mem {
-    fn new(fair: bool) -> Self {
+    fn new(kind: Kind) -> Self {
         Mem {
             table: MemProvider::new(),
-            fair,
+            kind,
         }
     }
 }
@@ -36,18 +40,35 @@ impl Fixture for Mem {
         name: &str,
         lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>> {
-        if self.fair {
-            client.fair_mutex_with(name, lease)
-        } else {
-            client.mutex_with(name, lease)
-        }
+        self.kind.open(client, name, lease)
     }
 }
 
 mod mutex {
-    test_support::conformance_suite!(super::Mem::new(false));
+    test_support::conformance_suite!(super::Mem::new(test_support::primitives::Kind::Mutex));
 }
 
 mod fair_mutex {
-    test_support::conformance_suite!(super::Mem::new(true));
+    test_support::conformance_suite!(super::Mem::new(test_support::primitives::Kind::FairMutex));
+    test_support::conformance_suite!(fair super::Mem::new(test_support::primitives::Kind::FairMutex));
+}
+
+mod rw_write {
+    test_support::conformance_suite!(super::Mem::new(test_support::primitives::Kind::RwWrite));
+}
+
+mod rw_lock {
+    test_support::conformance_suite!(rw super::Mem::new(test_support::primitives::Kind::RwWrite));
+}
+
+mod semaphore_of_one {
+    test_support::conformance_suite!(super::Mem::new(test_support::primitives::Kind::Semaphore1));
+}
+
+mod semaphore {
+    test_support::conformance_suite!(semaphore super::Mem::new(test_support::primitives::Kind::Semaphore1));
+}
+
+mod election {
+    test_support::conformance_suite!(election super::Mem::new(test_support::primitives::Kind::Mutex));
 }

@@ -30,6 +30,13 @@ pub trait Fixture: Send + Sync + 'static {
         name: &str,
         lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>>;
+
+    /// Whether the backend's lease is its session (ZooKeeper): lease options
+    /// other than the provider's default are then refused, and the sections
+    /// of other primitives pass the default.
+    fn session(&self) -> bool {
+        false
+    }
 }
 
 /// Generous slack for deadline checks on a loaded 2-core machine.
@@ -422,6 +429,8 @@ pub async fn close_releases_and_refuses<F: Fixture>(fx: &F) {
         closing.fair_mutex(&name).map(|_| ()),
         closing.election(&name).map(|_| ()),
         closing.id_generator(&name, 1).map(|_| ()),
+        closing.rw_lock(&name).map(|_| ()),
+        closing.semaphore(&name, 2).map(|_| ()),
     ] {
         assert!(
             matches!(r, Err(Error::Closed | Error::Unsupported { .. })),
@@ -452,7 +461,16 @@ pub async fn bad_input<F: Fixture>(fx: &F) {
         assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
         let r = client.id_generator(bad, 1);
         assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
+        let r = client.rw_lock(bad);
+        assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
+        let r = client.semaphore(bad, 2);
+        assert!(matches!(r, Err(Error::InvalidName { .. })), "{bad:?}");
     }
+    let r = client.semaphore(&unique_name("sem"), 0);
+    assert!(
+        matches!(r, Err(Error::InvalidOptions(_))),
+        "0 permits gave {r:?}"
+    );
     for ttl in [Duration::ZERO, Duration::from_nanos(1), Duration::MAX] {
         assert!(LeaseOptions::new(ttl).is_err_and(|e| e.is_invalid_input()));
         assert!(LeaseOptions::manual(ttl).is_err_and(|e| e.is_invalid_input()));
@@ -511,9 +529,49 @@ pub async fn ids_unique_and_increasing(clients: [Arc<dyn Provider>; 2]) -> Vec<(
 /// ```text
 /// test_support::conformance_suite!(MemFixture::mutex());
 /// test_support::conformance_suite!(session ZkFixture::fair());
+/// test_support::conformance_suite!(rw MemFixture::mutex());      // read-write lock sections
+/// test_support::conformance_suite!(semaphore session ZkFixture::fair());
+/// test_support::conformance_suite!(fair MemFixture::mutex());    // FIFO order
+/// test_support::conformance_suite!(election MemFixture::mutex());
 /// ```
+///
+/// The `rw`, `semaphore`, `fair` and `election` arms run the sections of
+/// [`primitives`](crate::primitives) on the fixture's clients (its `lock`
+/// is not used there).
 #[macro_export]
 macro_rules! conformance_suite {
+    (rw session $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture;
+            rw_readers_share, rw_writer_excludes, rw_no_writer_starvation, rw_fencing,
+            rw_exclusion_under_load, rw_cancellation);
+    };
+    (rw $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture;
+            rw_readers_share, rw_writer_excludes, rw_no_writer_starvation, rw_fencing,
+            rw_exclusion_under_load, rw_cancellation, rw_dead_reader_frees_writer);
+    };
+    (semaphore session $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture;
+            semaphore_bounds, semaphore_try_and_timeout, semaphore_permits_mismatch,
+            semaphore_cancellation);
+    };
+    (semaphore $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture;
+            semaphore_bounds, semaphore_try_and_timeout, semaphore_permits_mismatch,
+            semaphore_cancellation, semaphore_dead_holder_reclaimed);
+    };
+    (fair $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture; fair_fifo);
+    };
+    (election session $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture;
+            election_one_leader, election_observe, election_cancelled_campaign_withdraws);
+    };
+    (election $fixture:expr) => {
+        $crate::conformance_suite!(@in primitives $fixture;
+            election_one_leader, election_observe, election_cancelled_campaign_withdraws,
+            election_expiry);
+    };
     (session $fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
@@ -528,11 +586,14 @@ macro_rules! conformance_suite {
             bad_input);
     };
     (@tests $fixture:expr; $($check:ident),+) => {
+        $crate::conformance_suite!(@in conformance $fixture; $($check),+);
+    };
+    (@in $module:ident $fixture:expr; $($check:ident),+) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
                 let fixture = $fixture;
-                $crate::conformance::$check(&fixture).await;
+                $crate::$module::$check(&fixture).await;
             }
         )+
     };
