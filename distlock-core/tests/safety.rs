@@ -1,6 +1,7 @@
 //! Safety of the in-process backend: random cancellation of acquisitions,
-//! and a holder stalled past its TTL with its watchdog starved. No lost
-//! update on a fenced resource, ever.
+//! and a holder stalled past its TTL with its watchdog starved, on the
+//! mutex, the read-write lock and the semaphore. No lost update on a fenced
+//! resource, no torn read, ever.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use distlock_core::mem::MemProvider;
 use distlock_core::{LeaseOptions, Provider};
-use test_support::safety::{self, Workload};
+use test_support::safety::{self, Shape, Workload};
 
 const CI: Duration = Duration::from_secs(5);
 
@@ -20,8 +21,7 @@ fn clients() -> Vec<Arc<dyn Provider>> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_cancellation_and_a_starved_watchdog() {
+async fn random_cancellation_and_a_starved_watchdog(shape: Shape) {
     let lease = LeaseOptions::new(Duration::from_millis(300)).unwrap();
     let workload = Workload {
         cancel_randomly: true,
@@ -29,11 +29,14 @@ async fn random_cancellation_and_a_starved_watchdog() {
         stall: Some(Duration::from_millis(700)),
         ..Workload::default()
     };
-    let report = safety::run(
-        "mem: random cancellation, holder stalled 0.7 s past a 0.3 s TTL",
+    let report = safety::run_with(
+        &format!(
+            "mem {}: random cancellation, holder stalled 0.7 s past a 0.3 s TTL",
+            shape.label()
+        ),
         &clients(),
         2,
-        |p| p.mutex_with("safety", lease).unwrap(),
+        shape.maker("safety", Some(lease)),
         workload,
         safety::scenario_duration(CI),
         |until| async move {
@@ -51,4 +54,19 @@ async fn random_cancellation_and_a_starved_watchdog() {
         report.lost_noticed + report.stale_rejected >= 1 && report.accepted_writes > 0,
         "{report:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutex() {
+    random_cancellation_and_a_starved_watchdog(Shape::Mutex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_lock() {
+    random_cancellation_and_a_starved_watchdog(Shape::ReadWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore() {
+    random_cancellation_and_a_starved_watchdog(Shape::Semaphore(3)).await;
 }

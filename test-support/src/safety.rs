@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use distlock_core::{LeaseWatch, Lock, Provider};
+use distlock_core::{LeaseWatch, Lock, Provider, ReadWriteLock, Semaphore};
+
+use crate::resources::{Claim, RwStore, SlotStore};
 
 /// A resource that rejects any access with a fencing token lower than the
 /// highest it has seen.
@@ -103,7 +105,9 @@ pub struct Report {
     pub acquisitions: u64,
     /// Faults injected.
     pub faults: u64,
-    /// Critical sections entered while another was in progress.
+    /// Critical sections entered while another was in progress that they
+    /// must exclude (a mutex's or a writer's with anyone's, a reader's with
+    /// a writer's), or a semaphore's permits over their number.
     pub overlaps: u64,
     /// Reads and writes the resource refused for stale tokens.
     pub stale_rejected: u64,
@@ -111,6 +115,9 @@ pub struct Report {
     pub accepted_writes: u64,
     /// Accepted writes minus the final value: must be 0.
     pub lost_updates: u64,
+    /// Reads of a read-write lock's resource that saw the value change
+    /// under them: must be 0.
+    pub torn_reads: u64,
     /// Lost leases the holder learned of (`is_held()` false) before its
     /// write.
     pub lost_noticed: u64,
@@ -152,7 +159,7 @@ impl Report {
     /// The Markdown table header matching [`Report`]'s `Display`.
     #[must_use]
     pub fn header() -> &'static str {
-        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates | lost leases noticed before the write | lost() before next holder |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates, torn reads | lost leases noticed before the write | lost() before next holder |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     }
 }
 
@@ -200,7 +207,7 @@ impl fmt::Display for Report {
         }
         write!(
             f,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {}, {} | {} | {} |",
             self.scenario,
             self.operations,
             self.acquisitions,
@@ -208,6 +215,7 @@ impl fmt::Display for Report {
             self.overlaps,
             self.stale_rejected,
             self.lost_updates,
+            self.torn_reads,
             noticed,
             before_next
         )
@@ -222,7 +230,7 @@ struct Counters {
     stale: AtomicU64,
     noticed: AtomicU64,
     unnoticed: AtomicU64,
-    inside: AtomicU64,
+    inside: Mutex<Occupancy>,
     lost_before_next: AtomicU64,
     lost_after_next: AtomicU64,
     starved_takeovers: AtomicU64,
@@ -250,6 +258,20 @@ struct Holder {
 }
 
 impl Counters {
+    fn occupy(&self, role: Role, permits: u64) -> bool {
+        self.inside
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .enter(role, permits)
+    }
+
+    fn vacate(&self, role: Role) {
+        self.inside
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .leave(role);
+    }
+
     /// Records `next` as the holder and classifies how the previous one's
     /// lease ended. Called the moment `next`'s acquisition returned.
     fn take_over(&self, next: Holder) {
@@ -312,11 +334,228 @@ impl Default for Workload {
     }
 }
 
+/// What the workers of a run contend on.
+#[derive(Clone, Debug)]
+pub enum Subject {
+    /// A mutex (or any primitive acting as one): a fenced read-modify-write
+    /// on one value.
+    Mutex(Arc<dyn Lock>),
+    /// A read-write lock: writers do a two-step fenced write
+    /// ([`RwStore`]), readers read twice; `reads_percent` of the
+    /// acquisitions read.
+    ReadWrite {
+        /// The lock.
+        lock: Arc<dyn ReadWriteLock>,
+        /// The share of acquisitions that read, in percent.
+        reads_percent: u8,
+    },
+    /// A semaphore: each holder claims one of its permits' slots and does a
+    /// fenced read-modify-write on it ([`SlotStore`]).
+    Semaphore(Arc<dyn Semaphore>),
+}
+
+/// Which primitive a scenario runs on: every scenario runs once per shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The unfair mutex.
+    Mutex,
+    /// The fair mutex.
+    FairMutex,
+    /// A read-write lock, 80% reads.
+    ReadWrite,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
+}
+
+impl Shape {
+    /// A short label for scenario names.
+    #[must_use]
+    pub fn label(self) -> String {
+        match self {
+            Shape::Mutex => "mutex".into(),
+            Shape::FairMutex => "fair mutex".into(),
+            Shape::ReadWrite => "rw lock".into(),
+            Shape::Semaphore(n) => format!("semaphore of {n}"),
+        }
+    }
+
+    /// Makes this shape's subject named `name` on a provider, with `lease`
+    /// (`None`: the provider's default, as a session backend needs).
+    ///
+    /// # Panics
+    ///
+    /// When the provider refuses the name or the lease.
+    pub fn maker(
+        self,
+        name: &str,
+        lease: Option<distlock_core::LeaseOptions>,
+    ) -> impl Fn(&dyn Provider) -> Subject + '_ {
+        move |p| {
+            let lease = lease.unwrap_or_else(|| p.default_lease());
+            match self {
+                Shape::Mutex => Subject::Mutex(p.mutex_with(name, lease).expect("mutex")),
+                Shape::FairMutex => {
+                    Subject::Mutex(p.fair_mutex_with(name, lease).expect("fair mutex"))
+                }
+                Shape::ReadWrite => Subject::ReadWrite {
+                    lock: p.rw_lock_with(name, lease).expect("rw lock"),
+                    reads_percent: 80,
+                },
+                Shape::Semaphore(n) => {
+                    Subject::Semaphore(p.semaphore_with(name, n, lease).expect("semaphore"))
+                }
+            }
+        }
+    }
+}
+
+/// What one acquisition does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Exclusive,
+    Read,
+    Write,
+    Permit,
+}
+
+impl Subject {
+    fn pick(&self, rng: &mut fastrand::Rng) -> (Arc<dyn Lock>, Role) {
+        match self {
+            Subject::Mutex(lock) => (Arc::clone(lock), Role::Exclusive),
+            Subject::ReadWrite {
+                lock,
+                reads_percent,
+            } => {
+                if rng.u8(0..100) < *reads_percent {
+                    (lock.read(), Role::Read)
+                } else {
+                    (lock.write(), Role::Write)
+                }
+            }
+            Subject::Semaphore(s) => (Arc::clone(s) as Arc<dyn Lock>, Role::Permit),
+        }
+    }
+
+    fn resource(&self) -> Resource {
+        match self {
+            Subject::Mutex(_) => Resource::Value(FencedStore::default()),
+            Subject::ReadWrite { .. } => Resource::ReadWrite(RwStore::default()),
+            Subject::Semaphore(s) => {
+                Resource::Slots(SlotStore::new(usize::try_from(s.permits()).unwrap_or(1)))
+            }
+        }
+    }
+}
+
+/// The fenced resource of a run, and who is inside it.
+enum Resource {
+    Value(FencedStore),
+    ReadWrite(RwStore),
+    Slots(SlotStore),
+}
+
+/// What a holder read when it entered.
+enum Entered {
+    Value(u64),
+    Claim(Claim),
+}
+
+impl Resource {
+    /// The fenced first access of a hold.
+    fn enter(&self, role: Role, token: u64) -> Result<Entered, Stale> {
+        match self {
+            Resource::Value(store) => store.read(token).map(Entered::Value),
+            Resource::ReadWrite(store) if role == Role::Read => {
+                store.read(token).map(Entered::Value)
+            }
+            Resource::ReadWrite(store) => store.begin_write(token).map(Entered::Value),
+            Resource::Slots(slots) => slots.claim(token).map(Entered::Claim),
+        }
+    }
+
+    /// The fenced last access of a hold that still believed its lease held.
+    fn finish(&self, role: Role, token: u64, entered: Entered) -> Result<(), Stale> {
+        match (self, entered) {
+            (Resource::Value(store), Entered::Value(v)) => store.write(token, v + 1),
+            (Resource::ReadWrite(store), Entered::Value(v)) if role == Role::Read => {
+                store.reread(token, v)
+            }
+            (Resource::ReadWrite(store), Entered::Value(v)) => store.commit(token, v + 1),
+            (Resource::Slots(slots), Entered::Claim(c)) => slots.write(token, c),
+            _ => Err(Stale),
+        }
+    }
+
+    /// A hold that saw its lease lost leaves without its last access.
+    fn abandon(&self, role: Role, token: u64, entered: Entered) {
+        match (self, entered) {
+            (Resource::ReadWrite(store), _) if role == Role::Write => store.abort(token),
+            (Resource::Slots(slots), Entered::Claim(c)) => slots.give_back(token, c),
+            _ => {}
+        }
+    }
+
+    /// The final value, accepted writes and torn reads.
+    fn snapshot(&self) -> (u64, u64, u64) {
+        match self {
+            Resource::Value(store) => {
+                let (v, w) = store.snapshot();
+                (v, w, 0)
+            }
+            Resource::ReadWrite(store) => store.snapshot(),
+            Resource::Slots(slots) => {
+                let (v, w) = slots.snapshot();
+                (v, w, 0)
+            }
+        }
+    }
+}
+
+/// Who is inside the critical sections, to count overlaps.
+#[derive(Default)]
+struct Occupancy {
+    /// Exclusive holders and writers.
+    exclusive: u64,
+    readers: u64,
+    permits: u64,
+}
+
+impl Occupancy {
+    /// Enters as `role`; whether that overlaps what `role` must exclude.
+    fn enter(&mut self, role: Role, permits: u64) -> bool {
+        match role {
+            Role::Exclusive | Role::Write => {
+                let overlap = self.exclusive > 0 || self.readers > 0;
+                self.exclusive += 1;
+                overlap
+            }
+            Role::Read => {
+                self.readers += 1;
+                self.exclusive > 0
+            }
+            Role::Permit => {
+                self.permits += 1;
+                self.permits > permits
+            }
+        }
+    }
+
+    fn leave(&mut self, role: Role) {
+        let n = match role {
+            Role::Exclusive | Role::Write => &mut self.exclusive,
+            Role::Read => &mut self.readers,
+            Role::Permit => &mut self.permits,
+        };
+        *n = n.saturating_sub(1);
+    }
+}
+
 /// One worker's loop: acquire, read, work (or stall), check, write,
 /// release. `seed` is also the worker's id, unique within a run.
+#[allow(clippy::too_many_arguments)]
 async fn worker(
-    lock: Arc<dyn Lock>,
-    store: Arc<FencedStore>,
+    subject: Subject,
+    resource: Arc<Resource>,
     counters: Arc<Counters>,
     workload: Workload,
     until: Instant,
@@ -324,6 +563,10 @@ async fn worker(
     stall: Option<Duration>,
 ) {
     let mut rng = fastrand::Rng::with_seed(seed);
+    let permits = match &subject {
+        Subject::Semaphore(s) => u64::from(s.permits()),
+        _ => 1,
+    };
     while Instant::now() < until {
         counters.operations.fetch_add(1, Ordering::Relaxed);
         let limit =
@@ -334,6 +577,7 @@ async fn worker(
             } else {
                 workload.acquire_timeout
             };
+        let (lock, role) = subject.pick(&mut rng);
         let guard = match tokio::time::timeout(limit, lock.lock()).await {
             Ok(Ok(guard)) => guard,
             Ok(Err(_)) => {
@@ -345,19 +589,22 @@ async fn worker(
         };
         let token = guard.fencing_token();
         let ending = Arc::new(AtomicU8::new(WORKING));
-        counters.take_over(Holder {
-            worker: seed,
-            token,
-            watch: guard.watch(),
-            ending: Arc::clone(&ending),
-            stalled: stall.is_some(),
-        });
+        if matches!(role, Role::Exclusive | Role::Write) {
+            // Exclusive holds follow each other: classify the takeover.
+            counters.take_over(Holder {
+                worker: seed,
+                token,
+                watch: guard.watch(),
+                ending: Arc::clone(&ending),
+                stalled: stall.is_some(),
+            });
+        }
         counters.acquisitions.fetch_add(1, Ordering::Relaxed);
-        if counters.inside.fetch_add(1, Ordering::SeqCst) > 0 {
+        if counters.occupy(role, permits) {
             counters.overlaps.fetch_add(1, Ordering::Relaxed);
         }
-        match store.read(token) {
-            Ok(value) => {
+        match resource.enter(role, token) {
+            Ok(entered) => {
                 // The stalled worker pauses either before it checks its
                 // lease (it then sees the lease gone: the guard compares
                 // the clock with its deadline itself) or between the check
@@ -373,12 +620,13 @@ async fn worker(
                     if let (true, Some(stall)) = (stall_after_check, stall) {
                         std::thread::sleep(stall);
                     }
-                    if store.write(token, value + 1).is_err() {
+                    if resource.finish(role, token, entered).is_err() {
                         counters.stale.fetch_add(1, Ordering::Relaxed);
                         counters.unnoticed.fetch_add(1, Ordering::Relaxed);
                     }
                 } else {
                     counters.noticed.fetch_add(1, Ordering::Relaxed);
+                    resource.abandon(role, token, entered);
                 }
             }
             Err(Stale) => {
@@ -386,7 +634,7 @@ async fn worker(
                 counters.unnoticed.fetch_add(1, Ordering::Relaxed);
             }
         }
-        counters.inside.fetch_sub(1, Ordering::SeqCst);
+        counters.vacate(role);
         let how = if guard.is_held() {
             RELEASING_HELD
         } else {
@@ -417,16 +665,40 @@ where
     F: FnOnce(Instant) -> Fut,
     Fut: Future<Output = u64>,
 {
-    let store = Arc::new(FencedStore::default());
+    let make = |p: &dyn Provider| Subject::Mutex(make_lock(p));
+    run_with(scenario, clients, workers, make, workload, duration, faults).await
+}
+
+/// Runs `workers` per client on the subject (mutex, read-write lock or
+/// semaphore, with its fenced resource) made by `make` for `duration`,
+/// while `faults` runs; `faults` returns how many faults it injected.
+///
+/// # Panics
+///
+/// When the resource lost an update or a read was torn (the invariants),
+/// or a worker panicked.
+pub async fn run_with<F, Fut>(
+    scenario: &str,
+    clients: &[Arc<dyn Provider>],
+    workers: usize,
+    make: impl Fn(&dyn Provider) -> Subject,
+    workload: Workload,
+    duration: Duration,
+    faults: F,
+) -> Report
+where
+    F: FnOnce(Instant) -> Fut,
+    Fut: Future<Output = u64>,
+{
+    let resource = Arc::new(make(clients[0].as_ref()).resource());
     let counters = Arc::new(Counters::default());
     let until = Instant::now() + duration;
     let mut tasks = Vec::new();
     for (i, client) in clients.iter().enumerate() {
         for w in 0..workers {
-            let lock = make_lock(client.as_ref());
             tasks.push(tokio::spawn(worker(
-                lock,
-                Arc::clone(&store),
+                make(client.as_ref()),
+                Arc::clone(&resource),
                 Arc::clone(&counters),
                 workload,
                 until,
@@ -436,9 +708,9 @@ where
         }
     }
     let staller = workload.stall.map(|stall| {
-        let (lock, store, counters) = (
-            make_lock(clients[0].as_ref()),
-            Arc::clone(&store),
+        let (subject, resource, counters) = (
+            make(clients[0].as_ref()),
+            Arc::clone(&resource),
             Arc::clone(&counters),
         );
         std::thread::spawn(move || {
@@ -447,8 +719,8 @@ where
                 .build()
                 .expect("staller runtime");
             rt.block_on(worker(
-                lock,
-                store,
+                subject,
+                resource,
                 counters,
                 workload,
                 until,
@@ -465,7 +737,7 @@ where
     if let Some(staller) = staller {
         staller.join().expect("staller panicked");
     }
-    let (value, accepted_writes) = store.snapshot();
+    let (value, accepted_writes, torn_reads) = resource.snapshot();
     let report = Report {
         scenario: scenario.to_owned(),
         operations: counters.operations.load(Ordering::Relaxed),
@@ -475,6 +747,7 @@ where
         stale_rejected: counters.stale.load(Ordering::Relaxed),
         accepted_writes,
         lost_updates: accepted_writes.saturating_sub(value),
+        torn_reads,
         lost_noticed: counters.noticed.load(Ordering::Relaxed),
         lost_unnoticed: counters.unnoticed.load(Ordering::Relaxed),
         lost_before_next: counters.lost_before_next.load(Ordering::Relaxed),
@@ -485,6 +758,7 @@ where
         value, accepted_writes,
         "lost update in {scenario}: {report:?}"
     );
+    assert_eq!(torn_reads, 0, "torn read in {scenario}: {report:?}");
     report
 }
 
@@ -595,6 +869,7 @@ mod tests {
             ..Report::default()
         };
         assert!(report.to_string().ends_with("| no takeover |"), "{report}");
+        assert!(report.to_string().contains("| 0, 0 |"), "{report}");
         assert_lost_before_next(&report);
         report.lost_before_next = 12;
         report.starved_takeovers = 3;
