@@ -204,6 +204,47 @@ async fn a_holder_whose_session_ends_frees_its_permit_for_a_waiter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_session_expires_queues_again_on_a_new_one() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let name = unique_name("wait-expiry");
+    let holder = provider(&zk.connect_string()).await;
+    let victim = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string()).session_timeout(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    let timeout = victim.session_timeout().await.unwrap();
+    let first_session = victim.session_id().await.unwrap();
+    let guard = semaphore(&holder, &name, 1).lock().await.unwrap();
+    let nodes = Nodes::new(&holder, &name).await;
+    let waiter = tokio::spawn({
+        let sem = semaphore(&victim, &name, 1);
+        async move { sem.lock_timeout(Duration::from_secs(60)).await }
+    });
+    nodes.settle((1, 2), SLACK).await;
+    // The server expires the waiter's session and its nodes with it.
+    proxy.set_blackhole(true);
+    nodes.settle((0, 1), timeout * 3 + SLACK).await;
+    proxy.heal();
+    // Back on a new session, queued again.
+    nodes.settle((1, 2), timeout * 3 + SLACK).await;
+    assert!(!waiter.is_finished(), "the waiter gave up");
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(SLACK, waiter)
+        .await
+        .expect("the re-queued waiter did not get the permit")
+        .unwrap()
+        .unwrap()
+        .expect("a permit");
+    assert!(got.is_held());
+    assert_ne!(victim.session_id().await.unwrap(), first_session);
+    nodes.settle((0, 1), SLACK).await;
+    got.release().await.unwrap();
+    nodes.settle((0, 0), SLACK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_or_timed_out_waiters_leave_no_node() {
     let hosts = hosts();
     let name = unique_name("cancel");
