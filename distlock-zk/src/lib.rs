@@ -1,5 +1,6 @@
 //! ZooKeeper backend of [distlock](https://docs.rs/distlock): fair and unfair
-//! locks, leader election and ids, with the session as the lease.
+//! locks, counting semaphores, leader election and ids, with the session as
+//! the lease.
 //!
 //! ```no_run
 //! use distlock_zk::{ZkProvider, distlock_core::Provider};
@@ -24,6 +25,7 @@
 //! | unfair mutex | `_unfair_lock`, ephemeral, holding the owner's id |
 //! | election | `_c_<uuid>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` names) |
 //! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
+//! | semaphore | `locks/_c_<uuid>-lock-<seq10>` (the internal fair mutex) and `leases/_c_<uuid>-lease-<seq10>`, ephemeral sequential, one lease node per permit held, holding `distlock permits=N` (Curator `InterProcessSemaphoreV2`) |
 //!
 //! A Curator `InterProcessMutex` on `ROOT/NAME` queues with a distlock fair
 //! mutex of the same name (same node names, same order). A kazoo `Lock`
@@ -31,6 +33,14 @@
 //! queue and waits behind them, but kazoo counts only `__lock__` contenders,
 //! so it does not wait behind distlock's nodes: exclusion is not mutual, and
 //! a lock path must not be shared by kazoo and distlock writers.
+//!
+//! A Curator `InterProcessSemaphoreV2` on `ROOT/NAME` shares the permits of a
+//! distlock semaphore of the same name, both ways: the same internal lock,
+//! the same lease nodes, the same count (every child of `leases`). Curator
+//! does not read our `distlock permits=N`, and its lease nodes carry its own
+//! data (the client's IP address by default), so the permits mismatch check
+//! covers distlock clients only: Curator clients must be given the same
+//! `maxLeases` by hand.
 //!
 //! # The recipes
 //!
@@ -43,6 +53,21 @@
 //!   our node by its `_c_<uuid>-` prefix (owned by our session), never by
 //!   creating a second one. A waiter that times out or is cancelled deletes
 //!   its node.
+//! * **Semaphore** — Curator's `InterProcessSemaphoreV2` algorithm: take
+//!   the internal fair mutex in `locks`, create our lease node in `leases`,
+//!   list `leases` with a watch: at most N children (ours counted) and the
+//!   permit is held; else wait for that watch and count again. The internal
+//!   lock is released once the permit is held, or after our lease node is
+//!   deleted when giving up. Only the head of `locks` watches `leases`, so a
+//!   release wakes one waiter (and its successor in `locks` once it has the
+//!   permit). `try_lock` takes the internal lock only if nobody is ahead in
+//!   `locks` (as Curator's `acquire(0, …)`): it is refused while another
+//!   acquisition is in progress. Each permit is a session lease of its own,
+//!   with the `czxid` of its lease node as fencing token (not the sequence:
+//!   `leases` is a container that the server deletes when empty, and its
+//!   sequence then restarts). Our lease nodes hold `distlock permits=N`; an
+//!   acquisition that finds a distlock holder admitted under another N
+//!   deletes its nodes and fails with `Error::PermitsMismatch`.
 //! * **Unfair mutex** — one ephemeral node; losers watch it and race again
 //!   when it is deleted. Every waiter is woken by each release: the herd
 //!   effect, measured by the benches.

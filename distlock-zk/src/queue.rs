@@ -198,6 +198,29 @@ pub(crate) struct Withdraw {
 }
 
 impl Withdraw {
+    /// Withdraws the nodes of `prefix` in `dir` made in `session`.
+    pub(crate) fn new(
+        session: &Arc<Session>,
+        dir: &str,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Withdraw {
+            session: Arc::clone(session),
+            dir: dir.to_owned(),
+            prefix: prefix.to_owned(),
+            known: Mutex::new(None),
+            timeout,
+        })
+    }
+
+    /// Deletes the one known `node` of `session`.
+    pub(crate) fn node(session: &Arc<Session>, node: &str, timeout: Duration) -> Arc<Self> {
+        let withdraw = Self::new(session, "", "", timeout);
+        withdraw.know(node);
+        withdraw
+    }
+
     fn know(&self, node: &str) {
         *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Some(node.to_owned());
     }
@@ -274,14 +297,8 @@ async fn look_for_ours(
                 for (extra, _) in nodes {
                     // A second node of ours would queue behind us and block
                     // the queue after our release: delete it for sure.
-                    let extra = Withdraw {
-                        session: Arc::clone(session),
-                        dir: withdraw.dir.clone(),
-                        prefix: withdraw.prefix.clone(),
-                        known: Mutex::new(Some(extra)),
-                        timeout: withdraw.timeout,
-                    };
-                    if let Ok(mut undo) = CleanupGuard::arm("extra queue node", Arc::new(extra)) {
+                    let extra = Withdraw::node(session, &extra, withdraw.timeout);
+                    if let Ok(mut undo) = CleanupGuard::arm("extra queue node", extra) {
                         undo.run_in_background();
                     }
                 }
@@ -298,6 +315,116 @@ async fn look_for_ours(
     }
 }
 
+/// What one attempt to create a queue node came to.
+pub(crate) enum Joined {
+    /// Our node, which the withdraw now knows; with the listing of the
+    /// directory sent along with the create, when asked for and answered.
+    Node {
+        node: String,
+        czxid: i64,
+        children: Option<Vec<String>>,
+        /// When the request that showed our node was sent.
+        heard_at: Instant,
+    },
+    /// Nothing of ours is there (parents were just made, or the create did
+    /// not happen; the undo is disarmed): create again.
+    Again,
+    /// The session ended with every ephemeral node of ours (the undo is
+    /// disarmed and the session dropped): start over on a new one.
+    SessionEnded,
+    /// The deadline passed while looking for a node of unknown fate: the
+    /// caller cleans up (the undo is still armed) and gives up.
+    DeadlinePassed,
+}
+
+/// Creates one ephemeral sequential node `withdraw.dir/withdraw.prefix<seq>`
+/// in `withdraw`'s session, with `data`; with `list`, the listing of the
+/// directory is pipelined with the create. A create of unknown outcome is
+/// never sent again: the node is looked for by its prefix (after a `sync`).
+///
+/// `undo` must be armed with `withdraw`, before this is called.
+///
+/// # Errors
+///
+/// [`Error::Conflict`] for an ephemeral directory; server errors (the undo
+/// then stays armed when a node of ours may exist).
+pub(crate) async fn join(
+    shared: &Shared,
+    withdraw: &Withdraw,
+    undo: &mut CleanupGuard,
+    data: &[u8],
+    list: bool,
+    deadline: Option<Instant>,
+) -> Result<Joined> {
+    let timeout = shared.timeout;
+    let session = &withdraw.session;
+    let dir = withdraw.dir.as_str();
+    let path_prefix = format!("{dir}/{}", withdraw.prefix);
+    let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
+    // Pipelined: both requests leave now, and ZooKeeper answers a session's
+    // requests in order, so the listing includes our node.
+    let sent = Instant::now();
+    let created = session.client.create(&path_prefix, data, &create);
+    let listed = list.then(|| session.client.list_children(dir));
+    let outcome = with_timeout("create", timeout, async {
+        match listed {
+            Some(listed) => {
+                let (created, listed) = futures::join!(created, listed);
+                (created, listed.ok())
+            }
+            None => (created.await, None),
+        }
+    })
+    .await;
+    let (created, children) = match outcome {
+        Ok((created, listed)) => (created, listed),
+        Err(_) => (Err(ZkError::Timeout), None),
+    };
+    let (node, czxid, children, heard_at) = match created {
+        Ok((stat, seq)) => (format!("{path_prefix}{seq}"), stat.czxid, children, sent),
+        Err(ZkError::NoNode) => {
+            undo.disarm();
+            make_parents(session, &path_prefix, shared.authenticated, timeout).await?;
+            return Ok(Joined::Again);
+        }
+        Err(ZkError::NoChildrenForEphemerals) => {
+            undo.disarm();
+            return Err(conflict(dir));
+        }
+        Err(e) => match triage("create", timeout, e) {
+            Triage::SessionEnded => {
+                start_over(shared, session, undo).await;
+                return Ok(Joined::SessionEnded);
+            }
+            Triage::Fail(e) => {
+                undo.disarm();
+                return Err(e);
+            }
+            // The create may have happened: look, never create twice.
+            Triage::Retry => match look_for_ours(session, withdraw, deadline).await {
+                Lookup::Found(node, czxid, heard_at) => (node, czxid, None, heard_at),
+                Lookup::Absent => {
+                    undo.disarm();
+                    return Ok(Joined::Again);
+                }
+                Lookup::SessionEnded => {
+                    start_over(shared, session, undo).await;
+                    return Ok(Joined::SessionEnded);
+                }
+                Lookup::DeadlinePassed => return Ok(Joined::DeadlinePassed),
+                Lookup::Failed(e) => return Err(e),
+            },
+        },
+    };
+    withdraw.know(&node);
+    Ok(Joined::Node {
+        node,
+        czxid,
+        children,
+        heard_at,
+    })
+}
+
 /// Joins the queue of `marker` nodes in `dir` and waits for the head of it.
 ///
 /// Cancellation safe: a withdraw guard is armed before the create is sent
@@ -312,70 +439,25 @@ pub(crate) async fn enter_queue(
     let deadline = wait.deadline();
     let timeout = shared.timeout;
     let prefix = format!("_c_{}-{marker}-", uuid::Uuid::new_v4());
-    let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
-    let path_prefix = format!("{dir}/{prefix}");
     'session: loop {
         shared.lifecycle.check_open()?;
         let session = shared.sessions.get().await?;
-        let withdraw = Arc::new(Withdraw {
-            session: Arc::clone(&session),
-            dir: dir.to_owned(),
-            prefix: prefix.clone(),
-            known: Mutex::new(None),
-            timeout,
-        });
+        let withdraw = Withdraw::new(&session, dir, &prefix, timeout);
         let mut undo = CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
-        // Pipelined: both requests leave now, and ZooKeeper answers a
-        // session's requests in order, so the listing includes our node.
-        let sent = Instant::now();
-        let created = session.client.create(&path_prefix, data, &create);
-        let listed = session.client.list_children(dir);
-        let outcome =
-            with_timeout("create", timeout, async { futures::join!(created, listed) }).await;
-        let (created, listed) = match outcome {
-            Ok((created, listed)) => (created.map_err(|e| (e, true)), listed.ok()),
-            Err(_) => (Err((ZkError::Timeout, false)), None),
-        };
-        let (node, czxid, mut children, mut heard_at) = match created {
-            Ok((stat, seq)) => (format!("{path_prefix}{seq}"), stat.czxid, listed, sent),
-            Err((ZkError::NoNode, _)) => {
-                undo.disarm();
-                make_parents(&session, &path_prefix, shared.authenticated, timeout).await?;
-                continue 'session;
-            }
-            Err((ZkError::NoChildrenForEphemerals, _)) => {
-                undo.disarm();
-                return Err(conflict(dir));
-            }
-            Err((e, _)) => match triage("create", timeout, e) {
-                Triage::SessionEnded => {
-                    start_over(shared, &session, &mut undo).await;
-                    continue 'session;
+        let (node, mut children, mut heard_at, czxid) =
+            match join(shared, &withdraw, &mut undo, data, true, deadline).await? {
+                Joined::Node {
+                    node,
+                    czxid,
+                    children,
+                    heard_at,
+                } => (node, children, heard_at, czxid),
+                Joined::Again | Joined::SessionEnded => continue 'session,
+                Joined::DeadlinePassed => {
+                    clean_up_now(undo, timeout).await;
+                    return Ok(None);
                 }
-                Triage::Fail(e) => {
-                    undo.disarm();
-                    return Err(e);
-                }
-                // The create may have happened: look, never create twice.
-                Triage::Retry => match look_for_ours(&session, &withdraw, deadline).await {
-                    Lookup::Found(node, czxid, heard_at) => (node, czxid, None, heard_at),
-                    Lookup::Absent => {
-                        undo.disarm();
-                        continue 'session;
-                    }
-                    Lookup::SessionEnded => {
-                        start_over(shared, &session, &mut undo).await;
-                        continue 'session;
-                    }
-                    Lookup::DeadlinePassed => {
-                        clean_up_now(undo, timeout).await;
-                        return Ok(None);
-                    }
-                    Lookup::Failed(e) => return Err(e),
-                },
-            },
-        };
-        withdraw.know(&node);
+            };
         let own_name = node.rsplit('/').next().unwrap_or_default().to_owned();
         loop {
             let names = match children.take() {

@@ -1,25 +1,385 @@
-//! The ZooKeeper counting semaphore, in Curator's InterProcessSemaphoreV2 layout.
+//! The counting semaphore, in Curator's `InterProcessSemaphoreV2` layout.
+//!
+//! Under the semaphore's directory `DIR`:
+//!
+//! * `DIR/locks` holds an internal fair mutex (Curator's `InterProcessMutex`,
+//!   `_c_<uuid>-lock-<seq10>` nodes): the queue of acquirers;
+//! * `DIR/leases` holds one ephemeral sequential node per permit
+//!   (`_c_<uuid>-lease-<seq10>`, Curator's protected names).
+//!
+//! Acquiring, as Curator does: take the internal lock; create our lease
+//! node; list `leases` with a watch. When it has at most `permits` children
+//! (our own counted, and every child counted, whoever made it) the permit
+//! is ours; else wait for the watch (a lease node created or deleted) and
+//! list again. The internal lock is released once the permit is held, or
+//! when giving up (after deleting the lease node). Only the head of the
+//! `locks` queue watches `leases`, and every other acquirer watches only
+//! its predecessor in `locks`: a release wakes one waiter, not all.
+//!
+//! Why it is safe: every holder listed at most `permits` lease nodes after
+//! its own was created. Of the holders present at any instant, the last to
+//! create its node saw all the others (created before it and not deleted
+//! since), so there are at most `permits` of them. The internal lock
+//! makes the queue fair and keeps acquirers from pushing each other over
+//! the limit, but the bound does not depend on it.
 
+use std::collections::HashSet;
+use std::fmt;
 use std::sync::Arc;
 
-use distlock_core::{Error, Name, Result, Semaphore};
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, CleanupGuard};
+use distlock_core::{Error, Lock, LockGuard, Name, Result, Semaphore, Wait};
+use tokio::time::Instant;
+use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
+use crate::error::{triage_timed, Triage};
+use crate::lease::guard;
 use crate::provider::Shared;
+use crate::queue::{
+    clean_up_now, enter_queue, join, passed, pause_before_retry, start_over, watch_fired, Acquired,
+    Joined, Withdraw,
+};
+use crate::session::Session;
 
-/// The ZooKeeper counting semaphore, in Curator's InterProcessSemaphoreV2 layout.
+/// The internal lock's directory under the semaphore's.
+const LOCKS: &str = "locks";
+/// The lease nodes' directory under the semaphore's.
+const LEASES: &str = "leases";
+
+/// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///
 /// # Errors
 ///
-/// Not built yet.
+/// None yet: the signature leaves room for checks of the name.
+#[allow(clippy::unnecessary_wraps)]
 pub(crate) fn semaphore(
     shared: &Arc<Shared>,
     name: Name,
     dir: String,
     permits: u32,
 ) -> Result<Arc<dyn Semaphore>> {
-    let _ = (shared, name, dir, permits);
-    Err(Error::Unsupported {
-        backend: "zookeeper",
-        what: "the semaphore yet",
+    Ok(Arc::new(ZkSemaphore {
+        shared: Arc::clone(shared),
+        name,
+        dir,
+        permits,
+    }))
+}
+
+/// A ZooKeeper counting semaphore (see the module documentation).
+///
+/// Each permit is its own session lease: its guard's fencing token is the
+/// `czxid` of its lease node, its `lost()` fires when that node is deleted
+/// or the session ends, and a crashed holder's permit comes back when the
+/// server ends its session.
+///
+/// The fencing token is the lease node's `czxid`, not its sequence number:
+/// zxids are unique and strictly increasing over the ensemble's whole
+/// history (the leader numbers every transaction, and a new leader's epoch
+/// is higher), so a later holder of any permit of the name has a greater
+/// token, across clients, sessions and leader failover. The sequence would
+/// not do: `leases` is a container node that the server deletes once it is
+/// empty, and a new one counts from 0 again.
+///
+/// Permits: our lease nodes hold `distlock permits=N` (words separated by
+/// spaces, so that more can be added). An acquisition reads the data of
+/// every other lease node it counts; one that parses as ours with another
+/// `N` is a holder admitted under another number, and the acquisition
+/// withdraws and fails with [`Error::PermitsMismatch`]. Curator's lease
+/// nodes carry other data (by default the client's IP address): they are
+/// counted but not checked, and Curator checks nothing of ours, so a Curator
+/// client uses its own `maxLeases` and must be configured with the same
+/// number by hand.
+pub(crate) struct ZkSemaphore {
+    shared: Arc<Shared>,
+    name: Name,
+    dir: String,
+    permits: u32,
+}
+
+impl fmt::Debug for ZkSemaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkSemaphore")
+            .field("path", &self.dir)
+            .field("permits", &self.permits)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Lock for ZkSemaphore {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// Takes one permit.
+    ///
+    /// [`Wait::No`] takes the internal lock without waiting, as Curator's
+    /// `acquire(0, …)` does: a try is refused while another acquisition
+    /// holds it (a waiter when all permits are out; else only for the
+    /// instant of someone else's acquisition).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermitsMismatch`] when a distlock holder was admitted under
+    /// another number of permits; as [`Lock::acquire`] otherwise.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: the lease node and the internal lock node are
+    /// deleted (in the background, if need be) when the acquisition is
+    /// dropped at any await point.
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        take(self, wait).await
+    }
+}
+
+impl Semaphore for ZkSemaphore {
+    fn permits(&self) -> u32 {
+        self.permits
+    }
+}
+
+/// The data of our lease nodes.
+fn lease_data(permits: u32) -> Vec<u8> {
+    format!("distlock permits={permits}").into_bytes()
+}
+
+/// The permits in a lease node's data, if distlock wrote it.
+fn permits_of(data: &[u8]) -> Option<u32> {
+    let mut words = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
+    if words.next()? != "distlock" {
+        return None;
+    }
+    words.find_map(|w| w.strip_prefix("permits="))?.parse().ok()
+}
+
+/// Reads the lease nodes `names` (pipelined) and returns the permits of the
+/// first distlock holder admitted under another number than `permits`.
+/// Marks the nodes read (or gone) in `checked`.
+async fn other_permits(
+    session: &Session,
+    leases: &str,
+    names: Vec<String>,
+    permits: u32,
+    checked: &mut HashSet<String>,
+    timeout: std::time::Duration,
+) -> std::result::Result<Option<u32>, Triage> {
+    let reads = names.iter().map(|n| {
+        let path = format!("{leases}/{n}");
+        async move { session.client.get_data(&path).await }
+    });
+    let read = with_timeout("read leases", timeout, futures::future::join_all(reads)).await;
+    let Ok(read) = read else {
+        return Err(Triage::Retry);
+    };
+    let mut other = None;
+    for (name, data) in names.into_iter().zip(read) {
+        let data = match data {
+            Ok((data, _)) => Some(data),
+            Err(ZkError::NoNode) => None,
+            Err(e) => return Err(crate::error::triage("read leases", timeout, e)),
+        };
+        let theirs = data.as_deref().and_then(permits_of);
+        if other.is_none() && theirs.is_some_and(|p| p != permits) {
+            other = theirs;
+        }
+        checked.insert(name);
+    }
+    Ok(other)
+}
+
+/// What one look at the lease nodes found.
+struct Count {
+    /// When the listing was sent.
+    sent: Instant,
+    /// Every child of `leases`, ours included.
+    count: usize,
+    /// Our node is among them.
+    ours_there: bool,
+    /// The permits of a distlock holder admitted under another number.
+    mismatch: Option<u32>,
+    /// Fires at the next change of `leases`.
+    watcher: OneshotWatcher,
+}
+
+/// Lists `leases` with a watch and checks the permits of the nodes not
+/// `checked` yet.
+async fn count_leases(
+    session: &Session,
+    leases: &str,
+    own_name: &str,
+    permits: u32,
+    checked: &mut HashSet<String>,
+    timeout: std::time::Duration,
+) -> std::result::Result<Count, Triage> {
+    let sent = Instant::now();
+    let listed = with_timeout(
+        "list leases",
+        timeout,
+        session.client.list_and_watch_children(leases),
+    )
+    .await;
+    let (children, watcher) = triage_timed("list leases", timeout, listed)?;
+    let ours_there = children.iter().any(|c| c == own_name);
+    let count = children.len();
+    let unchecked: Vec<String> = children
+        .into_iter()
+        .filter(|c| !checked.contains(c))
+        .collect();
+    let mismatch = if ours_there && !unchecked.is_empty() {
+        other_permits(session, leases, unchecked, permits, checked, timeout).await?
+    } else {
+        None
+    };
+    Ok(Count {
+        sent,
+        count,
+        ours_there,
+        mismatch,
+        watcher,
     })
+}
+
+/// Deletes the lease node (if any) and then the internal lock node.
+async fn give_up(lease: CleanupGuard, lock: CleanupGuard, timeout: std::time::Duration) {
+    clean_up_now(lease, timeout).await;
+    clean_up_now(lock, timeout).await;
+}
+
+/// Curator's `internalAcquire1Lease`, with distlock's care for unknown
+/// outcomes, cancellation and session ends.
+async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
+    let shared = sem.shared.as_ref();
+    let deadline = wait.deadline();
+    let timeout = shared.timeout;
+    let locks = format!("{}/{LOCKS}", sem.dir);
+    let leases = format!("{}/{LEASES}", sem.dir);
+    let prefix = format!("_c_{}-lease-", uuid::Uuid::new_v4());
+    let data = lease_data(sem.permits);
+    let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
+    'attempt: loop {
+        // The internal lock; Wait::No takes it only if nobody is ahead.
+        let Some(lock) = enter_queue(shared, &locks, "lock", &[], wait).await? else {
+            return Ok(None);
+        };
+        let session = lock.session;
+        let mut unlock = CleanupGuard::arm(
+            "release the semaphore's internal lock",
+            Withdraw::node(&session, &lock.node, timeout),
+        )?;
+        // Our lease node, in the session that holds the internal lock.
+        let (own, czxid, mut undo) = loop {
+            shared.lifecycle.check_open()?;
+            let withdraw = Withdraw::new(&session, &leases, &prefix, timeout);
+            let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
+            match join(shared, &withdraw, &mut undo, &data, false, deadline).await? {
+                Joined::Node { node, czxid, .. } => break (node, czxid, undo),
+                Joined::Again => {}
+                Joined::SessionEnded => {
+                    // The internal lock node went with the session.
+                    unlock.disarm();
+                    continue 'attempt;
+                }
+                Joined::DeadlinePassed => {
+                    give_up(undo, unlock, timeout).await;
+                    return Ok(None);
+                }
+            }
+        };
+        let own_name = own.rsplit('/').next().unwrap_or_default().to_owned();
+        let mut checked = HashSet::from([own_name.clone()]);
+        loop {
+            let counted = count_leases(
+                &session,
+                &leases,
+                &own_name,
+                sem.permits,
+                &mut checked,
+                timeout,
+            )
+            .await;
+            let counted = match counted {
+                Ok(counted) => counted,
+                Err(Triage::SessionEnded) => {
+                    start_over(shared, &session, &mut undo).await;
+                    unlock.disarm();
+                    continue 'attempt;
+                }
+                Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                Err(Triage::Retry) => {
+                    give_up(undo, unlock, timeout).await;
+                    return Ok(None);
+                }
+                Err(Triage::Fail(e)) => return Err(e),
+            };
+            if !counted.ours_there {
+                // Deleted by someone else: Curator starts over, and so do we.
+                undo.disarm();
+                clean_up_now(unlock, timeout).await;
+                if wait == Wait::No || passed(deadline) {
+                    return Ok(None);
+                }
+                continue 'attempt;
+            }
+            if let Some(held) = counted.mismatch {
+                give_up(undo, unlock, timeout).await;
+                return Err(Error::PermitsMismatch {
+                    name: sem.name.to_string(),
+                    held,
+                    asked: sem.permits,
+                });
+            }
+            if counted.count <= limit {
+                undo.disarm();
+                let acquired = Acquired {
+                    session: Arc::clone(&session),
+                    node: own,
+                    czxid,
+                    heard_at: counted.sent,
+                };
+                // The guard owns the lease from here; then the internal
+                // lock goes (in the background if this is cancelled).
+                let held = guard(&sem.shared, &sem.name, acquired, true)?;
+                clean_up_now(unlock, timeout).await;
+                return Ok(Some(held));
+            }
+            if wait == Wait::No {
+                give_up(undo, unlock, timeout).await;
+                return Ok(None);
+            }
+            tracing::debug!(
+                name = %sem.name,
+                count = counted.count,
+                permits = sem.permits,
+                "distlock semaphore full; waiting for a release"
+            );
+            if !watch_fired(shared, counted.watcher, deadline).await? {
+                give_up(undo, unlock, timeout).await;
+                return Ok(None);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_data_round_trips_and_foreign_data_is_not_ours() {
+        assert_eq!(lease_data(3), b"distlock permits=3");
+        assert_eq!(permits_of(&lease_data(7)), Some(7));
+        assert_eq!(permits_of(b"distlock owner=host:1 permits=2"), Some(2));
+        assert_eq!(permits_of(b"distlock  permits=2 owner=x"), Some(2));
+        // Curator's default node data: the client's IP address.
+        assert_eq!(permits_of(b"127.0.1.1"), None);
+        assert_eq!(permits_of(b""), None);
+        assert_eq!(permits_of(b"distlock"), None);
+        assert_eq!(permits_of(b"distlock permits=x"), None);
+        assert_eq!(permits_of(b"distlockpermits=2"), None);
+        assert_eq!(permits_of(&[0xff, 0xfe]), None);
+    }
 }
