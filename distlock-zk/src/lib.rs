@@ -1,5 +1,6 @@
 //! ZooKeeper backend of [distlock](https://docs.rs/distlock): fair and unfair
-//! locks, leader election and ids, with the session as the lease.
+//! locks, read-write locks, leader election and ids, with the session as the
+//! lease.
 //!
 //! ```no_run
 //! use distlock_zk::{ZkProvider, distlock_core::Provider};
@@ -22,6 +23,7 @@
 //! |---|---|
 //! | fair mutex | `_c_<uuid>-lock-<seq10>`, ephemeral sequential (Curator `InterProcessMutex` names); kazoo's `…__lock__<seq10>` are queued too |
 //! | unfair mutex | `_unfair_lock`, ephemeral, holding the owner's id |
+//! | read-write lock | `_c_<uuid>-__READ__<seq10>` and `_c_<uuid>-__WRIT__<seq10>`, ephemeral sequential, one per hold (Curator `InterProcessReadWriteLock` names) |
 //! | election | `_c_<uuid>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` names) |
 //! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
 //!
@@ -31,6 +33,14 @@
 //! queue and waits behind them, but kazoo counts only `__lock__` contenders,
 //! so it does not wait behind distlock's nodes: exclusion is not mutual, and
 //! a lock path must not be shared by kazoo and distlock writers.
+//!
+//! A Curator `InterProcessReadWriteLock` on `ROOT/NAME` is the same lock as a
+//! distlock read-write lock of that name, both ways: the same node names, the
+//! same order (by the sequence after `__READ__` / `__WRIT__`) and the same
+//! rules for who holds, so readers of both share, and a writer of either
+//! excludes readers and writers of both. (A Curator thread that holds the
+//! write lock may also take the read lock, by its own bookkeeping: its read
+//! node then holds behind its write node, and distlock waits for both.)
 //!
 //! # The recipes
 //!
@@ -43,6 +53,18 @@
 //!   our node by its `_c_<uuid>-` prefix (owned by our session), never by
 //!   creating a second one. A waiter that times out or is cancelled deletes
 //!   its node.
+//! * **Read-write lock** — one queue of read and write nodes, joined like
+//!   the fair mutex's (the same create, lookup and withdraw). A writer holds
+//!   as the lowest node and watches its predecessor; a reader holds when no
+//!   write node is before its own, and otherwise watches the last write node
+//!   before its own (Curator's reader watches the first; with several
+//!   writers queued that wakes readers only to wait again). Once a writer
+//!   queues, later readers queue behind it: no writer starvation. Each hold
+//!   is its own node, so its own session lease: a reader's share ends with
+//!   its session. Fencing tokens are the nodes' `czxid`s: a hold that
+//!   conflicts with an earlier one begins only after the earlier node is
+//!   gone, and was created after it, so every write token exceeds every
+//!   earlier token and every read token every earlier write token.
 //! * **Unfair mutex** — one ephemeral node; losers watch it and race again
 //!   when it is deleted. Every waiter is woken by each release: the herd
 //!   effect, measured by the benches.

@@ -183,15 +183,16 @@ pub(crate) fn rw_lock(
     name: Name,
     dir: String,
 ) -> Result<Arc<dyn ReadWriteLock>> {
-    let side = |write: bool| -> Arc<dyn Lock> {
+    let side = |write: bool, dir: String| -> Arc<dyn Lock> {
         Arc::new(RwSide {
             shared: Arc::clone(shared),
             name: name.clone(),
-            dir: dir.clone(),
+            dir,
             side: Side { write },
         })
     };
-    let (read, write) = (side(false), side(true));
+    let write = side(true, dir.clone());
+    let read = side(false, dir);
     Ok(Arc::new(ZkRwLock { name, read, write }))
 }
 
