@@ -1,6 +1,7 @@
-//! The queue of ephemeral sequential nodes behind the fair mutex and the
-//! election: joining it, finding our own node, parsing sequences, and
-//! withdrawing.
+//! The queue of ephemeral sequential nodes behind the fair mutex, the
+//! election and the read-write lock: joining it, finding our own node,
+//! parsing sequences, and withdrawing. Which node holds, and which one a
+//! waiter watches, is each recipe's [`QueueRules`].
 //!
 //! The rule for a create whose outcome is unknown (the connection dropped or
 //! the reply did not come in time): never create again in that session until
