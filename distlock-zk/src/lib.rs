@@ -1,6 +1,6 @@
 //! ZooKeeper backend of [distlock](https://docs.rs/distlock): fair and unfair
-//! locks, counting semaphores, leader election and ids, with the session as
-//! the lease.
+//! locks, read-write locks, counting semaphores, leader election and ids,
+//! with the session as the lease.
 //!
 //! ```no_run
 //! use distlock_zk::{ZkProvider, distlock_core::Provider};
@@ -23,6 +23,7 @@
 //! |---|---|
 //! | fair mutex | `_c_<uuid>-lock-<seq10>`, ephemeral sequential (Curator `InterProcessMutex` names); kazoo's `…__lock__<seq10>` are queued too |
 //! | unfair mutex | `_unfair_lock`, ephemeral, holding the owner's id |
+//! | read-write lock | `_c_<uuid>-__READ__<seq10>` and `_c_<uuid>-__WRIT__<seq10>`, ephemeral sequential, one per hold (Curator `InterProcessReadWriteLock` names) |
 //! | election | `_c_<uuid>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` names) |
 //! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
 //! | semaphore | `locks/_c_<uuid>-lock-<seq10>` (the internal fair mutex) and `leases/_c_<uuid>-lease-<seq10>`, ephemeral sequential, one lease node per permit held, holding `distlock permits=N` (Curator `InterProcessSemaphoreV2`) |
@@ -41,6 +42,14 @@
 //! data (the client's IP address by default), so the permits mismatch check
 //! covers distlock clients only: Curator clients must be given the same
 //! `maxLeases` by hand.
+//!
+//! A Curator `InterProcessReadWriteLock` on `ROOT/NAME` is the same lock as a
+//! distlock read-write lock of that name, both ways: the same node names, the
+//! same order (by the sequence after `__READ__` / `__WRIT__`) and the same
+//! rules for who holds, so readers of both share, and a writer of either
+//! excludes readers and writers of both. (A Curator thread that holds the
+//! write lock may also take the read lock, by its own bookkeeping: its read
+//! node then holds behind its write node, and distlock waits for both.)
 //!
 //! # The recipes
 //!
@@ -68,6 +77,18 @@
 //!   sequence then restarts). Our lease nodes hold `distlock permits=N`; an
 //!   acquisition that finds a distlock holder admitted under another N
 //!   deletes its nodes and fails with `Error::PermitsMismatch`.
+//! * **Read-write lock** — one queue of read and write nodes, joined like
+//!   the fair mutex's (the same create, lookup and withdraw). A writer holds
+//!   as the lowest node and watches its predecessor; a reader holds when no
+//!   write node is before its own, and otherwise watches the last write node
+//!   before its own (Curator's reader watches the first; with several
+//!   writers queued that wakes readers only to wait again). Once a writer
+//!   queues, later readers queue behind it: no writer starvation. Each hold
+//!   is its own node, so its own session lease: a reader's share ends with
+//!   its session. Fencing tokens are the nodes' `czxid`s: a hold that
+//!   conflicts with an earlier one begins only after the earlier node is
+//!   gone, and was created after it, so every write token exceeds every
+//!   earlier token and every read token every earlier write token.
 //! * **Unfair mutex** — one ephemeral node; losers watch it and race again
 //!   when it is deleted. Every waiter is woken by each release: the herd
 //!   effect, measured by the benches.

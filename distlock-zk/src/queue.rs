@@ -1,6 +1,7 @@
-//! The queue of ephemeral sequential nodes behind the fair mutex and the
-//! election: joining it, finding our own node, parsing sequences, and
-//! withdrawing.
+//! The queue of ephemeral sequential nodes behind the fair mutex, the
+//! election and the read-write lock: joining it, finding our own node,
+//! parsing sequences, and withdrawing. Which node holds, and which one a
+//! waiter watches, is each recipe's [`QueueRules`].
 //!
 //! The rule for a create whose outcome is unknown (the connection dropped or
 //! the reply did not come in time): never create again in that session until
@@ -57,6 +58,12 @@ pub(crate) fn sequence(child: &str, marker: &str) -> std::result::Result<Option<
     else {
         return Ok(None);
     };
+    sequence_digits(digits)
+}
+
+/// The sequence a server appended to a node name (`0000000042`): `Ok(None)`
+/// for anything else, `Err(Wrapped)` for a sequence printed negative.
+pub(crate) fn sequence_digits(digits: &str) -> std::result::Result<Option<u64>, Wrapped> {
     if let Some(negative) = digits.strip_prefix('-') {
         if !negative.is_empty() && negative.bytes().all(|b| b.is_ascii_digit()) {
             return Err(Wrapped);
@@ -81,6 +88,48 @@ pub(crate) fn sorted_queue(
     }
     queue.sort();
     Ok(queue)
+}
+
+/// Where our node stands in a queue, after a listing.
+pub(crate) enum Standing {
+    /// It holds.
+    Holds,
+    /// It waits for this child (its name) to go.
+    Behind(String),
+    /// It is not in the listing: someone deleted it.
+    Missing,
+}
+
+/// The rules of one kind of queue: how its nodes are named, and which of
+/// them hold.
+pub(crate) trait QueueRules: Sync {
+    /// What Curator calls the lock name: our node is `_c_<uuid>-`, this and
+    /// the server's sequence (`lock-`, `latch-`, `__READ__`).
+    fn node_name(&self) -> String;
+
+    /// Where `own` stands among `children`. Only the name of the child to
+    /// watch outlives the call: a waiter must not keep the whole listing
+    /// while it waits (O(n²) memory).
+    fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped>;
+}
+
+/// A FIFO queue of `marker` nodes: the lowest sequence holds, every other
+/// node waits for its predecessor.
+struct Fifo<'a>(&'a str);
+
+impl QueueRules for Fifo<'_> {
+    fn node_name(&self) -> String {
+        format!("{}-", self.0)
+    }
+
+    fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
+        let mut queue = sorted_queue(children, self.0)?;
+        Ok(match queue.iter().position(|(_, n)| n == own) {
+            None => Standing::Missing,
+            Some(0) => Standing::Holds,
+            Some(p) => Standing::Behind(queue.swap_remove(p - 1).1),
+        })
+    }
 }
 
 fn wrapped(dir: &str) -> Error {
@@ -174,10 +223,9 @@ async fn find_ours(
         let stat = with_timeout("stat", timeout, session.client.check_stat(&node)).await;
         if let Some(stat) = triage_timed("stat", timeout, stat)? {
             if stat.ephemeral_owner == session.id {
-                let seq = sequence(&child, "lock")
-                    .ok()
-                    .flatten()
-                    .or_else(|| sequence(&child, "latch").ok().flatten())
+                let seq = child
+                    .strip_prefix(prefix)
+                    .and_then(|digits| sequence_digits(digits).ok().flatten())
                     .unwrap_or(u64::MAX);
                 ours.push((seq, node, stat.czxid));
             }
@@ -427,8 +475,7 @@ pub(crate) async fn join(
 
 /// Joins the queue of `marker` nodes in `dir` and waits for the head of it.
 ///
-/// Cancellation safe: a withdraw guard is armed before the create is sent
-/// and disarmed only once the node is ours to keep, or known not to exist.
+/// Cancellation safe: as [`join_queue`].
 pub(crate) async fn enter_queue(
     shared: &Shared,
     dir: &str,
@@ -436,9 +483,24 @@ pub(crate) async fn enter_queue(
     data: &[u8],
     wait: Wait,
 ) -> Result<Option<Acquired>> {
+    join_queue(shared, dir, &Fifo(marker), data, wait).await
+}
+
+/// Adds our node to the queue in `dir` and waits until `rules` say it holds,
+/// watching only the node they name.
+///
+/// Cancellation safe: a withdraw guard is armed before the create is sent
+/// and disarmed only once the node is ours to keep, or known not to exist.
+pub(crate) async fn join_queue(
+    shared: &Shared,
+    dir: &str,
+    rules: &dyn QueueRules,
+    data: &[u8],
+    wait: Wait,
+) -> Result<Option<Acquired>> {
     let deadline = wait.deadline();
     let timeout = shared.timeout;
-    let prefix = format!("_c_{}-{marker}-", uuid::Uuid::new_v4());
+    let prefix = format!("_c_{}-{}", uuid::Uuid::new_v4(), rules.node_name());
     'session: loop {
         shared.lifecycle.check_open()?;
         let session = shared.sessions.get().await?;
@@ -483,43 +545,37 @@ pub(crate) async fn enter_queue(
                     }
                 }
             };
-            // Only the predecessor's name outlives this block: a waiter must
-            // not keep the whole listing while it waits (O(n²) memory).
-            let (position, predecessor) = {
-                let Ok(queue) = sorted_queue(names, marker) else {
+            let standing = match rules.standing(names, &own_name) {
+                Ok(standing) => standing,
+                Err(Wrapped) => {
                     clean_up_now(undo, timeout).await;
                     return Err(wrapped(dir));
-                };
-                let position = queue.iter().position(|(_, n)| *n == own_name);
-                let predecessor = position
-                    .and_then(|p| p.checked_sub(1))
-                    .map(|p| format!("{dir}/{}", queue[p].1));
-                (position, predecessor)
-            };
-            let Some(position) = position else {
-                // Our node is gone (deleted by someone): queue again.
-                undo.disarm();
-                if passed(deadline) {
-                    return Ok(None);
                 }
-                continue 'session;
             };
-            if position == 0 {
-                undo.disarm();
-                return Ok(Some(Acquired {
-                    session,
-                    node,
-                    czxid,
-                    heard_at,
-                }));
-            }
+            let predecessor = match standing {
+                Standing::Missing => {
+                    // Our node is gone (deleted by someone): queue again.
+                    undo.disarm();
+                    if passed(deadline) {
+                        return Ok(None);
+                    }
+                    continue 'session;
+                }
+                Standing::Holds => {
+                    undo.disarm();
+                    return Ok(Some(Acquired {
+                        session,
+                        node,
+                        czxid,
+                        heard_at,
+                    }));
+                }
+                Standing::Behind(child) => format!("{dir}/{child}"),
+            };
             if wait == Wait::No || passed(deadline) {
                 clean_up_now(undo, timeout).await;
                 return Ok(None);
             }
-            let Some(predecessor) = predecessor else {
-                continue;
-            };
             let watched = with_timeout(
                 "watch",
                 timeout,

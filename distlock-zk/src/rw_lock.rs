@@ -1,24 +1,278 @@
-//! The ZooKeeper read-write lock, in Curator's InterProcessReadWriteLock layout.
+//! The read-write lock, in Curator's `InterProcessReadWriteLock` layout: one
+//! queue of read and write nodes in the lock's directory.
+//!
+//! Every acquisition, read or write, is its own ephemeral sequential node
+//! `_c_<uuid>-__READ__<seq10>` or `_c_<uuid>-__WRIT__<seq10>` (Curator's
+//! protected names), so every hold is its own session lease. The queue is
+//! every read and write node, ordered by the sequence after `__READ__` or
+//! `__WRIT__` (Curator's `fixForSorting`; the two kinds share the directory's
+//! counter, so the order is the order of creation).
+//!
+//! * A writer holds when its node is the lowest of the queue, and otherwise
+//!   watches its immediate predecessor, reader or writer (Curator's
+//!   `StandardLockInternalsDriver` with one lease).
+//! * A reader holds when no write node is before its own: a waiting writer
+//!   holds back every reader that comes after it (no writer starvation).
+//!   Otherwise it watches the **last** write node before its own. Curator's
+//!   reader watches the first one; while that one holds, the writers behind
+//!   it still block the reader, so a release would wake every reader for
+//!   nothing but another wait. The last writer is the one a reader must
+//!   outlast: it goes (released, or withdrawn) at most once, and a reader
+//!   woken by it finds the writers before it gone too, in the usual order of
+//!   things. Each waiter watches one node, and a release wakes only those
+//!   waiting for exactly that node.
+//!
+//! Both rules are Curator's, so a Curator `InterProcessReadWriteLock` on the
+//! same path takes part in the same queue; which node a waiter watches does
+//! not matter to the others.
+//!
+//! # Fencing
+//!
+//! A guard's token is the `czxid` of its node, as for the fair mutex.
+//! Claim: for two holds A and B of which at least one is a write, if A's
+//! node was created first (smaller `czxid`), B's hold began after A's node
+//! was gone. B's node is behind A's in the queue (the directory's counter
+//! grows with every create; and if the directory was removed and made again
+//! in between, it was empty, so A's node was gone already). A writer B holds
+//! only as the lowest node, a reader B only with no write node before it,
+//! and A is before B and is a write if B is a read: so the listing in
+//! which B saw itself holding, read after B's create in B's session (so at
+//! a later point of the server's order), no longer had A's node. Hence an
+//! earlier hold that conflicts has the smaller `czxid`: every write token is
+//! greater than every earlier read or write token, every read token greater
+//! than every earlier write token, and zxids are unique, so readers' tokens
+//! are distinct too. A hold that was lost (session expired, node deleted)
+//! counts as ended when its node went, which is when the next hold could
+//! begin.
 
+use std::fmt;
 use std::sync::Arc;
 
-use distlock_core::{Error, Name, ReadWriteLock, Result};
+use async_trait::async_trait;
+use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
+use crate::lease::guard;
 use crate::provider::Shared;
+use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
 
-/// The ZooKeeper read-write lock, in Curator's InterProcessReadWriteLock layout.
+/// Curator's `READ_LOCK_NAME`.
+const READ: &str = "__READ__";
+/// Curator's `WRITE_LOCK_NAME` (the same length as `READ`).
+const WRITE: &str = "__WRIT__";
+
+/// The read and write nodes among `children`, in queue order, as
+/// `(sequence, is_write, name)`; other children are not part of the queue.
+fn rw_queue(children: Vec<String>) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
+    let mut queue = Vec::with_capacity(children.len());
+    for child in children {
+        // Curator: a child containing `__WRIT__` is a writer.
+        let parsed = match child.rsplit_once(WRITE) {
+            Some((_, digits)) => Some((true, digits)),
+            None => child.rsplit_once(READ).map(|(_, digits)| (false, digits)),
+        };
+        let Some((write, digits)) = parsed else {
+            continue;
+        };
+        if let Some(seq) = sequence_digits(digits)? {
+            queue.push((seq, write, child));
+        }
+    }
+    queue.sort_unstable();
+    Ok(queue)
+}
+
+/// The queue rules of one side of the lock.
+struct Side {
+    write: bool,
+}
+
+impl QueueRules for Side {
+    fn node_name(&self) -> String {
+        (if self.write { WRITE } else { READ }).to_owned()
+    }
+
+    fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
+        let mut queue = rw_queue(children)?;
+        let Some(position) = queue.iter().position(|(_, _, n)| n == own) else {
+            return Ok(Standing::Missing);
+        };
+        let blocker = if self.write {
+            position.checked_sub(1)
+        } else {
+            queue[..position].iter().rposition(|(_, write, _)| *write)
+        };
+        Ok(match blocker {
+            None => Standing::Holds,
+            Some(i) => Standing::Behind(queue.swap_remove(i).2),
+        })
+    }
+}
+
+/// One side of a ZooKeeper read-write lock, as a [`Lock`].
+struct RwSide {
+    shared: Arc<Shared>,
+    name: Name,
+    dir: String,
+    side: Side,
+}
+
+impl fmt::Debug for RwSide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(if self.side.write {
+            "WriteLock"
+        } else {
+            "ReadLock"
+        })
+        .field("path", &self.dir)
+        .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Lock for RwSide {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let acquired = join_queue(&self.shared, &self.dir, &self.side, &[], wait).await?;
+        acquired
+            .map(|a| guard(&self.shared, &self.name, a, true))
+            .transpose()
+    }
+}
+
+/// A ZooKeeper read-write lock: its two sides.
+struct ZkRwLock {
+    name: Name,
+    read: Arc<dyn Lock>,
+    write: Arc<dyn Lock>,
+}
+
+impl fmt::Debug for ZkRwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkRwLock")
+            .field("read", &self.read)
+            .field("write", &self.write)
+            .finish()
+    }
+}
+
+impl ReadWriteLock for ZkRwLock {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn read(&self) -> Arc<dyn Lock> {
+        Arc::clone(&self.read)
+    }
+
+    fn write(&self) -> Arc<dyn Lock> {
+        Arc::clone(&self.write)
+    }
+}
+
+/// The read-write lock `name`, its nodes in `dir`.
 ///
 /// # Errors
 ///
-/// Not built yet.
+/// None so far: the provider checked the name and its options.
 pub(crate) fn rw_lock(
     shared: &Arc<Shared>,
     name: Name,
     dir: String,
 ) -> Result<Arc<dyn ReadWriteLock>> {
-    let _ = (shared, name, dir);
-    Err(Error::Unsupported {
-        backend: "zookeeper",
-        what: "the read-write lock yet",
-    })
+    let side = |write: bool, dir: String| -> Arc<dyn Lock> {
+        Arc::new(RwSide {
+            shared: Arc::clone(shared),
+            name: name.clone(),
+            dir,
+            side: Side { write },
+        })
+    };
+    let write = side(true, dir.clone());
+    let read = side(false, dir);
+    Ok(Arc::new(ZkRwLock { name, read, write }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn standing(write: bool, children: &[&str], own: &str) -> String {
+        let children = children.iter().map(|c| (*c).to_owned()).collect();
+        match (Side { write }).standing(children, own).unwrap() {
+            Standing::Holds => "holds".into(),
+            Standing::Behind(child) => child,
+            Standing::Missing => "missing".into(),
+        }
+    }
+
+    #[test]
+    fn readers_share_until_a_writer_queues_and_then_wait_for_the_last_writer_before_them() {
+        let children = [
+            "_c_r1-__READ__0000000001",
+            "_c_w1-__WRIT__0000000003",
+            "_c_r2-__READ__0000000002",
+            "_c_w2-__WRIT__0000000005",
+            "_c_r3-__READ__0000000004",
+            "_c_r4-__READ__0000000006",
+            "unrelated",
+            "_c_x-lock-0000000000",
+        ];
+        assert_eq!(
+            standing(false, &children, "_c_r1-__READ__0000000001"),
+            "holds"
+        );
+        assert_eq!(
+            standing(false, &children, "_c_r2-__READ__0000000002"),
+            "holds"
+        );
+        assert_eq!(
+            standing(false, &children, "_c_r3-__READ__0000000004"),
+            "_c_w1-__WRIT__0000000003"
+        );
+        assert_eq!(
+            standing(false, &children, "_c_r4-__READ__0000000006"),
+            "_c_w2-__WRIT__0000000005"
+        );
+        assert_eq!(
+            standing(false, &children, "_c_gone-__READ__0000000007"),
+            "missing"
+        );
+    }
+
+    #[test]
+    fn a_writer_holds_as_the_lowest_node_and_waits_for_its_predecessor() {
+        let children = [
+            "_c_w2-__WRIT__0000000005",
+            "_c_r2-__READ__0000000002",
+            "_c_w1-__WRIT__0000000003",
+            "_c_r1-__READ__0000000001",
+        ];
+        assert_eq!(
+            standing(true, &children, "_c_w1-__WRIT__0000000003"),
+            "_c_r2-__READ__0000000002"
+        );
+        assert_eq!(
+            standing(true, &children, "_c_w2-__WRIT__0000000005"),
+            "_c_w1-__WRIT__0000000003"
+        );
+        assert_eq!(
+            standing(true, &children[..1], "_c_w2-__WRIT__0000000005"),
+            "holds"
+        );
+    }
+
+    #[test]
+    fn a_wrapped_sequence_is_refused() {
+        let children = vec![
+            "_c_r1-__READ__0000000001".to_owned(),
+            "_c_w1-__WRIT__-2147483648".to_owned(),
+        ];
+        assert!((Side { write: false })
+            .standing(children, "_c_r1-__READ__0000000001")
+            .is_err());
+    }
 }
