@@ -1,5 +1,8 @@
-//! The conformance suite against real ZooKeeper: fair and unfair mutex on a
-//! standalone server, the fair mutex on a 3-node ensemble.
+//! The conformance suite against real ZooKeeper: every primitive that can
+//! act as a mutex (fair and unfair mutex, the write side of a read-write
+//! lock, a semaphore of one) and the read-write lock, semaphore, fair-order
+//! and election sections on a standalone server; the fair mutex on a 3-node
+//! ensemble.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -9,11 +12,12 @@ use distlock_core::{LeaseOptions, Lock, Provider};
 use distlock_zk::{ZkOptions, ZkProvider};
 use futures::future::BoxFuture;
 use test_support::conformance::Fixture;
+use test_support::primitives::Kind;
 use test_support::ZkCluster;
 
 struct Zk {
     hosts: String,
-    fair: bool,
+    kind: Kind,
 }
 
 fn ensemble() -> &'static ZkCluster {
@@ -22,17 +26,17 @@ fn ensemble() -> &'static ZkCluster {
 }
 
 impl Zk {
-    fn standalone(fair: bool) -> Self {
+    fn standalone(kind: Kind) -> Self {
         Zk {
             hosts: test_support::zookeeper::shared().connect_string(),
-            fair,
+            kind,
         }
     }
 
     fn ensemble() -> Self {
         Zk {
             hosts: ensemble().connect_string(),
-            fair: true,
+            kind: Kind::FairMutex,
         }
     }
 }
@@ -55,22 +59,50 @@ impl Fixture for Zk {
     ) -> distlock_core::Result<Arc<dyn Lock>> {
         // The session is the lease: ZooKeeper refuses other lease options
         // (tested in zookeeper.rs), so the suite's are not passed on.
-        if self.fair {
-            client.fair_mutex(name)
-        } else {
-            client.mutex(name)
-        }
+        self.kind.open(client, name, client.default_lease())
+    }
+
+    fn session(&self) -> bool {
+        true
     }
 }
 
 mod fair {
-    test_support::conformance_suite!(session super::Zk::standalone(true));
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(session super::Zk::standalone(Kind::FairMutex));
+    test_support::conformance_suite!(fair super::Zk::standalone(Kind::FairMutex));
 }
 
 mod unfair {
-    test_support::conformance_suite!(session super::Zk::standalone(false));
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(session super::Zk::standalone(Kind::Mutex));
 }
 
 mod ensemble_fair {
     test_support::conformance_suite!(session super::Zk::ensemble());
+}
+
+mod rw_write {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(session super::Zk::standalone(Kind::RwWrite));
+}
+
+mod rw_lock {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(rw session super::Zk::standalone(Kind::RwWrite));
+}
+
+mod semaphore_of_one {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(session super::Zk::standalone(Kind::Semaphore1));
+}
+
+mod semaphore {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(semaphore session super::Zk::standalone(Kind::Semaphore1));
+}
+
+mod election {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(election session super::Zk::standalone(Kind::Mutex));
 }

@@ -7,9 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_core::{Lock, Provider};
+use distlock_core::Provider;
 use distlock_zk::{ZkOptions, ZkProvider};
-use test_support::safety::{self, Workload};
+use test_support::safety::{self, Shape, Workload};
 use test_support::{unique_name, Proxy, ZkCluster};
 
 const CI: Duration = Duration::from_secs(10);
@@ -25,22 +25,17 @@ async fn clients(hosts: &[String], session: Duration) -> Vec<Arc<dyn Provider>> 
     out
 }
 
-fn fair(name: &str) -> impl Fn(&dyn Provider) -> Arc<dyn Lock> + '_ {
-    move |p| p.fair_mutex(name).unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ensemble_leader_killed_and_restarted() {
+async fn ensemble_leader_killed_and_restarted(shape: Shape) {
     let zk = ZkCluster::start(3);
     let hosts = zk.connect_string();
     let cluster = Arc::new(Mutex::new(zk));
     let name = unique_name("safety-leader");
     let clients = clients(&vec![hosts; 4], Duration::from_secs(4)).await;
-    let report = safety::run(
-        "zookeeper: ensemble leader kill -9, restart",
+    let report = safety::run_with(
+        &shape.scenario("zookeeper: ensemble leader kill -9, restart"),
         &clients,
         2,
-        fair(&name),
+        shape.maker(&name, None),
         Workload {
             work: Duration::from_millis(50),
             ..Workload::default()
@@ -75,8 +70,7 @@ async fn ensemble_leader_killed_and_restarted() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn session_expiry_of_a_blackholed_client() {
+async fn session_expiry_of_a_blackholed_client(shape: Shape) {
     let zk = test_support::zookeeper::shared();
     let proxy = Proxy::start(zk.addr(0));
     let name = unique_name("safety-expiry");
@@ -85,11 +79,16 @@ async fn session_expiry_of_a_blackholed_client() {
     // its critical sections.
     let hosts = vec![proxy.addr().to_string(), zk.connect_string()];
     let clients = clients(&hosts, Duration::from_millis(1000)).await;
-    let report = safety::run(
-        "zookeeper: client blackholed past its session timeout",
+    let report = safety::run_with(
+        &shape.scenario("zookeeper: client blackholed past its session timeout"),
         &clients,
-        1,
-        fair(&name),
+        // Two permits need more than two workers to be contended.
+        if matches!(shape, Shape::Semaphore(_)) {
+            2
+        } else {
+            1
+        },
+        shape.maker(&name, None),
         // Longer than the session timeout: a blackhole that starts inside a
         // critical section outlives the session before the write.
         Workload {
@@ -120,3 +119,6 @@ async fn session_expiry_of_a_blackholed_client() {
         "{report:?}"
     );
 }
+
+test_support::every_shape!(fair ensemble_leader_killed_and_restarted);
+test_support::every_shape!(fair session_expiry_of_a_blackholed_client);
