@@ -146,7 +146,13 @@ impl LeaveQueue {
             invocation.key(record);
         }
         invocation.arg(&self.id).arg("").arg(&self.keys.channel);
-        let reply: Result<i64> = conn.script("leave queue", timeout, &invocation).await;
+        let reply: Result<i64> = with_timeout(
+            "leave queue",
+            timeout,
+            conn.script("leave queue", timeout, &invocation),
+        )
+        .await
+        .and_then(|r| r);
         if matches!(reply, Err(Error::Connection { .. })) {
             // Nothing more can land from a dead connection: any other will do.
             *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
@@ -291,8 +297,15 @@ impl FairQueue {
                     )?);
                 }
             }
-            let attempt = Box::pin(self.attempt(&pinned, &id, &lease.token, queue, candidate));
-            let remaining = match attempt.await {
+            // Bounded by the response timeout even while the client
+            // reconnects (which may take its connect timeout): the caller's
+            // deadline is passed by one response timeout at most.
+            let attempt = with_timeout(
+                "acquire",
+                timeout,
+                Box::pin(self.attempt(&pinned, &id, &lease.token, queue, candidate)),
+            );
+            let remaining = match attempt.await.and_then(|r| r) {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
                     if let Some(guard) = in_queue.as_mut() {

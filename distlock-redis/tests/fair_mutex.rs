@@ -107,7 +107,7 @@ async fn waiters_over_several_providers_get_the_lock_in_arrival_order() {
     until_queue_gone(redis, &key, SLACK, "after every waiter left").await;
 }
 
-/// Sixteen waiters over four providers: each release wakes exactly one
+/// Sixty-four waiters over four providers: each release wakes exactly one
 /// waiter, on whichever provider it waits (not one per provider, not all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_hand_over_wakes_exactly_one_waiter_across_providers() {
@@ -126,7 +126,7 @@ async fn each_hand_over_wakes_exactly_one_waiter_across_providers() {
         .unwrap();
     let handed = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
-    const WAITERS: usize = 16;
+    const WAITERS: usize = 64;
     for i in 0..WAITERS {
         let lock = clients[i % 4].fair_mutex_with(&name, lease).unwrap();
         let handed = Arc::clone(&handed);
@@ -419,6 +419,46 @@ async fn a_lost_fair_acquire_reply_then_partition_leaves_nothing() {
         .expect("the lost acquisition's key was left for its whole TTL");
     g.release().await.unwrap();
     until_queue_gone(redis, &key, SLACK, "after the lost reply").await;
+}
+
+/// A fair acquire that queues (the lock is held) but whose reply is lost,
+/// then a partition until the waiter gives up: its entry must not stay in
+/// the queue, and the waiter behind it must not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_enqueue_reply_then_partition_leaves_no_entry() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("fair-lost-enqueue");
+    // Reconnects through the blackhole give up quickly.
+    let options = RedisOptions::new()
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(500));
+    let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let key = victim.lock_key(&name).unwrap();
+    let warm = victim.fair_mutex(&unique_name("warm-up")).unwrap();
+    warm.lock().await.unwrap().release().await.unwrap();
+    let holder = other.mutex_with(&name, long()).unwrap().lock().await.unwrap();
+    let lock = victim.fair_mutex_with(&name, long()).unwrap();
+    proxy.lose_reply_to(b"EVALSHA");
+    let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(1)).await });
+    until_queued(redis, &key, 1).await;
+    assert!(proxy.swallowed_bytes() > 0 || proxy.losing_replies());
+    proxy.cut();
+    proxy.set_blackhole(true);
+    let got = tokio::time::timeout(SLACK * 2, attempt)
+        .await
+        .expect("the acquisition outlived its timeout")
+        .unwrap();
+    match got {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("acquired a held lock"),
+        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+    }
+    proxy.heal();
+    // Gone well before the entry's own 30 s: the leave was retried.
+    until_queue_gone(redis, &key, SLACK * 2, "after the lost enqueue reply").await;
+    holder.release().await.unwrap();
 }
 
 /// Queue keys of another type are conflicts, and stay untouched.
