@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::validate_candidate;
 use distlock_core::{
-    Election, Error, LeaderInfo, LeaderStream, LeaseOptions, Leadership, Name, Result, Wait,
+    Election, Error, LeaderInfo, LeaderStream, Leadership, LeaseOptions, Name, Result, Wait,
 };
 use redis::Value;
 use tokio::time::{sleep_until, Instant};

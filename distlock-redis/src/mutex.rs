@@ -392,9 +392,7 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let acted = self
-            .run("release", &self.keys.release(&self.token))
-            .await?;
+        let acted = self.run("release", &self.keys.release(&self.token)).await?;
         // Released or not ours: either way no later command of this lease
         // needs the connection.
         self.unpin();

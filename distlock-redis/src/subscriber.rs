@@ -14,11 +14,14 @@
 //!   the others would only lose the race and cost a round trip each. A woken
 //!   waiter that was cancelled passes its wake-up on to the next.
 //! * Every message wakes every observer ([`Subscriber::observe`]); wake-ups
-//!   an observer has not consumed yet coalesce into one. When the connection drops, every waiter is woken to re-check
-//! (a message may have been missed) and the actor reconnects and resubscribes
-//! while anyone waits. The connection is opened at the first wait and then
-//! kept, so waits that come and go cost no reconnects. Waiters never depend on it alone: they also re-check at
-//! the holder's expiry and at a bounded interval.
+//!   an observer has not consumed yet coalesce into one.
+//!
+//! When the connection drops, every waiter and observer is woken to
+//! re-check (a message may have been missed) and the actor reconnects and
+//! resubscribes while anyone waits. The connection is opened at the first
+//! wait and then kept, so waits that come and go cost no reconnects. Waiters
+//! never depend on it alone: they also re-check at the holder's expiry and
+//! at a bounded interval.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

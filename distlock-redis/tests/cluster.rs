@@ -149,7 +149,12 @@ async fn fair_waiters_take_turns_in_arrival_order_across_masters() {
             let aux_key = format!("{{{key}}}:{aux}");
             assert_eq!(c.cli(&["CLUSTER", "KEYSLOT", &aux_key]), slot, "{aux_key}");
         }
-        let holder = a.fair_mutex_with(&name, long).unwrap().lock().await.unwrap();
+        let holder = a
+            .fair_mutex_with(&name, long)
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for w in 0..4 {
@@ -179,9 +184,7 @@ async fn fair_waiters_take_turns_in_arrival_order_across_masters() {
     }
 }
 
-async fn next(
-    seen: &mut distlock_core::LeaderStream,
-) -> Option<distlock_core::LeaderInfo> {
+async fn next(seen: &mut distlock_core::LeaderStream) -> Option<distlock_core::LeaderInfo> {
     use futures::StreamExt;
     tokio::time::timeout(std::time::Duration::from_secs(3), seen.next())
         .await

@@ -170,7 +170,12 @@ async fn bad_candidate_ids_are_typed_errors() {
     let name = unique_name("bad-id");
     let p = connect(&redis.url()).await;
     let election = p.election(&name).unwrap();
-    for bad in [String::new(), "x".repeat(257), "a\nb".into(), "\u{7f}".into()] {
+    for bad in [
+        String::new(),
+        "x".repeat(257),
+        "a\nb".into(),
+        "\u{7f}".into(),
+    ] {
         let r = election.campaign(&bad).await;
         assert!(matches!(r, Err(Error::InvalidOptions(_))), "{bad:?}: {r:?}");
     }

@@ -30,10 +30,7 @@ fn timeouts_key(lock_key: &str) -> String {
 }
 
 fn queue_len(redis: &RedisServer, lock_key: &str) -> usize {
-    redis
-        .cli(&["ZCARD", &queue_key(lock_key)])
-        .parse()
-        .unwrap()
+    redis.cli(&["ZCARD", &queue_key(lock_key)]).parse().unwrap()
 }
 
 /// Waits until the queue holds `n` entries.
@@ -49,11 +46,7 @@ async fn until_queued(redis: &RedisServer, lock_key: &str, n: usize) {
 async fn until_queue_gone(redis: &RedisServer, lock_key: &str, within: Duration, what: &str) {
     let deadline = Instant::now() + within;
     loop {
-        let left = redis.cli(&[
-            "EXISTS",
-            &queue_key(lock_key),
-            &timeouts_key(lock_key),
-        ]);
+        let left = redis.cli(&["EXISTS", &queue_key(lock_key), &timeouts_key(lock_key)]);
         if left == "0" {
             return;
         }
@@ -166,7 +159,12 @@ async fn a_stalled_waiter_does_not_block_the_queue_beyond_its_entry() {
     let lease = LeaseOptions::new(entry).unwrap();
     let a = connect(&url, RedisOptions::new()).await;
     let key = a.lock_key(&name).unwrap();
-    let holder = a.fair_mutex_with(&name, lease).unwrap().lock().await.unwrap();
+    let holder = a
+        .fair_mutex_with(&name, lease)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     // The stalled waiter, alone on a runtime of its own.
     let (queued_tx, queued_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -208,7 +206,10 @@ async fn a_stalled_waiter_does_not_block_the_queue_beyond_its_entry() {
     until_queued(redis, &key, 2).await;
     let released = Instant::now();
     holder.release().await.unwrap();
-    let got = tokio::time::timeout(SLACK * 2, waiter).await.unwrap().unwrap();
+    let got = tokio::time::timeout(SLACK * 2, waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         got.duration_since(released) < entry + Duration::from_millis(1200),
         "the waiter behind a stalled one waited {:?}",
@@ -216,7 +217,10 @@ async fn a_stalled_waiter_does_not_block_the_queue_beyond_its_entry() {
     );
     // The stalled one comes back, finds its entry gone, queues again and
     // gets the lock after the live waiter.
-    let stalled_got = tokio::time::timeout(SLACK * 3, done_rx).await.unwrap().unwrap();
+    let stalled_got = tokio::time::timeout(SLACK * 3, done_rx)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(stalled_got > got);
     stalled.join().unwrap();
     until_queue_gone(redis, &key, SLACK, "after the stall").await;
@@ -232,7 +236,12 @@ async fn a_waiter_left_behind_by_a_dropped_runtime_expires() {
     let lease = LeaseOptions::new(Duration::from_millis(600)).unwrap();
     let a = connect(&url, RedisOptions::new()).await;
     let key = a.lock_key(&name).unwrap();
-    let holder = a.fair_mutex_with(&name, lease).unwrap().lock().await.unwrap();
+    let holder = a
+        .fair_mutex_with(&name, lease)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     // A runtime that dies with its waiter queued: its cleanup never runs.
     let (dead_url, dead_name, dead_key) = (url.clone(), name.clone(), key.clone());
     std::thread::spawn(move || {
@@ -257,7 +266,11 @@ async fn a_waiter_left_behind_by_a_dropped_runtime_expires() {
     let waiter = tokio::spawn(async move { lock.lock_timeout(SLACK).await });
     until_queued(redis, &key, 2).await;
     holder.release().await.unwrap();
-    let g = waiter.await.unwrap().unwrap().expect("blocked by a dead waiter");
+    let g = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("blocked by a dead waiter");
     g.release().await.unwrap();
 }
 
@@ -312,22 +325,48 @@ async fn the_head_gets_in_after_a_silent_release_an_expiry_and_a_plain_release()
     let waiter = tokio::spawn(async move { f.lock_timeout(SLACK).await });
     until_queued(redis, &key, 1).await;
     let _ = redis.cli(&["DEL", &key]);
-    waiter.await.unwrap().unwrap().unwrap().release().await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // Raw holder that expires.
     let _ = redis.cli(&["SET", &key, "py", "PX", "400"]);
     let f = Arc::clone(&fair);
     let waiter = tokio::spawn(async move { f.lock_timeout(SLACK).await });
-    waiter.await.unwrap().unwrap().unwrap().release().await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // A plain holder's release wakes the fair head by id.
     let other = connect(&redis.url(), RedisOptions::new()).await;
-    let plain = other.mutex_with(&name, long()).unwrap().lock().await.unwrap();
+    let plain = other
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     let f = Arc::clone(&fair);
     let waiter = tokio::spawn(async move { f.lock_timeout(SLACK).await });
     until_queued(redis, &key, 1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = p.wakeups();
     plain.release().await.unwrap();
-    waiter.await.unwrap().unwrap().unwrap().release().await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     assert!(p.wakeups() > before, "the plain release woke nobody");
 }
 
@@ -368,8 +407,16 @@ async fn cancelled_and_timed_out_waiters_leave_no_entry() {
     middle.abort();
     until_queued(redis, &key, 2).await;
     holder.release().await.unwrap();
-    tokio::time::timeout(SLACK, first).await.unwrap().unwrap().unwrap();
-    tokio::time::timeout(SLACK, last).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(SLACK, first)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(SLACK, last)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     until_queue_gone(redis, &key, SLACK, "at the end").await;
 }
 
@@ -438,7 +485,12 @@ async fn a_lost_enqueue_reply_then_partition_leaves_no_entry() {
     let key = victim.lock_key(&name).unwrap();
     let warm = victim.fair_mutex(&unique_name("warm-up")).unwrap();
     warm.lock().await.unwrap().release().await.unwrap();
-    let holder = other.mutex_with(&name, long()).unwrap().lock().await.unwrap();
+    let holder = other
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     let lock = victim.fair_mutex_with(&name, long()).unwrap();
     proxy.lose_reply_to(b"EVALSHA");
     let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(1)).await });
