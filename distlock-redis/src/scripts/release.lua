@@ -9,7 +9,8 @@
 -- The hand-over: the queue's expired entries are dropped, then the message
 -- on the channel is 'to:<id>' of the first live fair waiter (exactly that
 -- waiter wakes), or 'released' when nobody queues (one plain waiter of each
--- provider wakes). A queue key of another type is left alone.
+-- provider wakes). A queue key of another type is left alone. Called with
+-- KEYS[1] only, it is the plain compare-and-delete with 'released'.
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
@@ -19,7 +20,8 @@ if KEYS[4] then
   redis.call('DEL', KEYS[4])
 end
 local head = nil
-if redis.call('TYPE', KEYS[2])['ok'] == 'zset' and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
+if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
+    and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
