@@ -234,3 +234,29 @@ async fn close_ends_leadership_and_observation() {
     assert!(end, "the closed provider's observer did not report Closed");
     assert!(own.next().await.is_none());
 }
+
+/// An observer that is not polled while the leader changes several times
+/// sees the latest leader, not each one in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_that_falls_behind_sees_the_latest() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("behind");
+    let p = connect(&redis.url()).await;
+    let election = p.election(&name).unwrap();
+    let mut seen = election.observe();
+    assert_eq!(next(&mut seen).await, None);
+    for id in ["one", "two"] {
+        election.campaign(id).await.unwrap().resign().await.unwrap();
+    }
+    let last = election.campaign("three").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        next(&mut seen).await,
+        Some(LeaderInfo {
+            id: "three".into(),
+            term: last.term()
+        })
+    );
+    last.resign().await.unwrap();
+    assert_eq!(next(&mut seen).await, None);
+}

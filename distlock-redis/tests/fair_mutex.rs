@@ -531,3 +531,28 @@ async fn a_queue_key_of_another_type_is_a_conflict() {
     g.release().await.unwrap();
     assert_eq!(redis.cli(&["GET", &queue_key(&key)]), "x");
 }
+
+/// Closing a provider with a waiter queued: the waiter gets `Closed` and
+/// its entry goes at once, not at its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_with_a_queued_waiter_leaves_no_entry() {
+    let redis = test_support::redis::shared();
+    let holder_client = connect(&redis.url(), RedisOptions::new()).await;
+    let closing = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("close-queued");
+    let key = closing.lock_key(&name).unwrap();
+    let holder = holder_client
+        .fair_mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let lock = closing.fair_mutex_with(&name, long()).unwrap();
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    until_queued(redis, &key, 1).await;
+    closing.close().await.unwrap();
+    let r = tokio::time::timeout(SLACK, waiter).await.unwrap().unwrap();
+    assert!(matches!(r, Err(distlock_core::Error::Closed)), "{r:?}");
+    until_queue_gone(redis, &key, SLACK, "after close").await;
+    holder.release().await.unwrap();
+}
