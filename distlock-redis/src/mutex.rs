@@ -222,8 +222,15 @@ impl Lock for RedisMutex {
                 }),
             )?;
             // Boxed: the attempt's state is large, and a waiter should not
-            // carry it while it sleeps between attempts.
-            let remaining = match Box::pin(self.attempt(&pinned, &lease.token)).await {
+            // carry it while it sleeps between attempts. Bounded by the
+            // response timeout even while the client reconnects (which may
+            // take its connect timeout), so a deadline is passed by one
+            // response timeout at most.
+            let attempt = Box::pin(self.attempt(&pinned, &lease.token));
+            let remaining = match with_timeout("acquire", timeout, attempt)
+                .await
+                .and_then(|r| r)
+            {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
                     tracing::debug!(

@@ -556,3 +556,50 @@ async fn close_with_a_queued_waiter_leaves_no_entry() {
     until_queue_gone(redis, &key, SLACK, "after close").await;
     holder.release().await.unwrap();
 }
+
+/// A waiter (fair or plain) whose connection is cut and blackholed keeps
+/// its deadline within a response timeout or so, although the client's
+/// reconnects may each take the 5 s connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_through_a_partition_keeps_the_deadline() {
+    let redis = test_support::redis::shared();
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    for fair in [true, false] {
+        let proxy = Proxy::start(redis.addr());
+        let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+        let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
+        let name = unique_name("deadline");
+        let holder = other
+            .mutex_with(&name, long())
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let lock = if fair {
+            victim.fair_mutex_with(&name, long()).unwrap()
+        } else {
+            victim.mutex_with(&name, long()).unwrap()
+        };
+        let started = Instant::now();
+        let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(1)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.set_blackhole(true);
+        proxy.cut();
+        let got = tokio::time::timeout(SLACK * 3, attempt)
+            .await
+            .unwrap()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(2200),
+            "fair {fair}: a 1 s wait took {took:?}"
+        );
+        match got {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("acquired a held lock"),
+            Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+        }
+        proxy.heal();
+        holder.release().await.unwrap();
+    }
+}
