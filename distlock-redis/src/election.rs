@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::validate_candidate;
+use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{
     Election, Error, LeaderInfo, LeaderStream, Leadership, LeaseOptions, Name, Result, Wait,
 };
@@ -74,9 +74,13 @@ async fn current(shared: &Shared, keys: &Keys) -> Result<(Option<LeaderInfo>, Op
     };
     let timeout = shared.options.response_timeout;
     let conn = shared.conn()?.pin(timeout).await?;
-    let reply: Vec<Value> = conn
-        .script("leader", timeout, &ELECT_LEADER.key(record))
-        .await?;
+    let invocation = ELECT_LEADER.key(record);
+    let reply: Vec<Value> = with_timeout(
+        "leader",
+        timeout,
+        conn.script("leader", timeout, &invocation),
+    )
+    .await??;
     let conflict = || Error::Conflict {
         what: format!("redis key {record:?}"),
         expected: "election leader record (\"<term> <candidate>\")",
