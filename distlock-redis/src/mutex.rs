@@ -423,6 +423,37 @@ mod tests {
         assert_eq!(crc16(b"123456789"), 0x31C3);
     }
 
+    #[test]
+    fn fair_and_election_keys_share_the_slot_and_stay_apart() {
+        let name = Name::new("orders/42").unwrap();
+        let k = Keys::new("app:", &name);
+        assert_eq!(k.queue, "{app:orders/42}:fair:queue");
+        assert_eq!(k.timeouts, "{app:orders/42}:fair:timeouts");
+        assert_eq!(k.record, None);
+        let e = Keys::election("app:", &name);
+        assert_eq!(e.lock, "{app:orders/42}:elect");
+        assert_eq!(e.record.as_deref(), Some("{app:orders/42}:elect:leader"));
+        let slot_of = slot(&k.lock);
+        for key in [
+            &k.queue,
+            &k.timeouts,
+            &e.lock,
+            &e.fence,
+            &e.channel,
+            &e.queue,
+            &e.timeouts,
+        ] {
+            assert_eq!(slot(key), slot_of, "{key}");
+        }
+        for (mine, theirs) in [
+            (&e.lock, &k.lock),
+            (&e.fence, &k.fence),
+            (&e.channel, &k.channel),
+        ] {
+            assert_ne!(mine, theirs);
+        }
+    }
+
     /// CRC16/XMODEM as Redis Cluster computes it.
     fn crc16(data: &[u8]) -> u16 {
         let mut crc: u16 = 0;
