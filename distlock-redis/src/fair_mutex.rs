@@ -1,24 +1,411 @@
-//! The Redis fair (FIFO) mutex.
+//! The Redis fair (FIFO) mutex: the plain mutex's lock key and fencing
+//! counter, with a queue of waiters whose entries expire unless refreshed.
+//!
+//! * **Queue.** `{lock}:fair:queue` (zset: waiter id → arrival number) and
+//!   `{lock}:fair:timeouts` (zset: waiter id → expiry in server ms). Every
+//!   call of `fair_acquire.lua` drops the entries whose expiry has passed,
+//!   then takes the lock if it is free and no live waiter is ahead, else
+//!   adds or refreshes our entry. A waiter refreshes it every third of its
+//!   TTL (the lease TTL) while it waits, so a waiter that dies (or stalls)
+//!   holds the queue up only until its own entry expires; dead entries
+//!   expire side by side, never one after another. Both keys expire with
+//!   their last entry.
+//! * **Hand-over.** A release (fair or plain, `release.lua`) publishes
+//!   `to:<id>` of the first live waiter on the lock's channel; the shared
+//!   subscriber of each provider wakes only the local waiter with that id,
+//!   so one release wakes one waiter across all providers, which then takes
+//!   the lock with one script call.
+//! * **No lost hand-over.** A waiter also re-checks at the holder's PTTL (an
+//!   expiry publishes nothing), at the expiry of a waiter queued ahead of it
+//!   while the lock is free (a dead head), and every re-check interval (a
+//!   redis-py release publishes nothing).
+//! * **Plain acquirers barge.** A plain mutex (or redis-py) takes the free
+//!   lock without looking at the queue; the queue's order holds among fair
+//!   waiters only.
+//! * **A waiter that lost its place** (its entry expired while its process
+//!   was paused or cut off) is queued again at the back by its next call,
+//!   and keeps waiting.
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use distlock_core::{Error, LeaseOptions, Lock, Name, Result};
+use async_trait::async_trait;
+use distlock_core::backend::{
+    with_timeout, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
+};
+use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
+use tokio::time::{sleep_until, Instant};
 
+use crate::conn::Pinned;
+use crate::mutex::{new_token, pause_before_retry, Keys, RedisLease, UndoAttempt};
 use crate::provider::Shared;
+use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
 
 /// The Redis fair (FIFO) mutex.
 ///
 /// # Errors
 ///
-/// Not built yet.
+/// None today; the signature leaves room for checks of the lease.
 pub(crate) fn fair_mutex(
     shared: &Arc<Shared>,
     name: Name,
     lease: LeaseOptions,
 ) -> Result<Arc<dyn Lock>> {
-    let _ = (shared, name, lease);
-    Err(Error::Unsupported {
-        backend: "redis",
-        what: "the fair mutex yet (use mutex, or the ZooKeeper or in-process fair mutex)",
-    })
+    Ok(Arc::new(RedisFairMutex {
+        queue: FairQueue {
+            shared: Arc::clone(shared),
+            keys: Arc::new(Keys::new(&shared.options.prefix, &name)),
+            name,
+            lease,
+        },
+    }))
+}
+
+/// A Redis fair mutex.
+pub(crate) struct RedisFairMutex {
+    queue: FairQueue,
+}
+
+impl fmt::Debug for RedisFairMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisFairMutex")
+            .field("name", &self.queue.name)
+            .field("key", &self.queue.keys.lock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Lock for RedisFairMutex {
+    fn name(&self) -> &Name {
+        &self.queue.name
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        self.queue.acquire(wait, None).await
+    }
+}
+
+/// A lock taken in arrival order: the fair mutex, and (on keys of its own,
+/// with a leader record) the election.
+pub(crate) struct FairQueue {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Name,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) lease: LeaseOptions,
+}
+
+enum Attempt {
+    Acquired(u64),
+    /// Not ours: wait at most this long before looking again (`None`: no
+    /// bound from the server); our 0-based place (-1: not queued); `added`
+    /// when the call added our entry (the first call, or ours had expired).
+    Waiting {
+        wait: Option<Duration>,
+        position: i64,
+        added: bool,
+    },
+    /// The lock already holds this attempt's token (a resent script).
+    AlreadyOurs,
+}
+
+/// Leaves the queue: removes our entry and, if that frees the way, wakes
+/// the next waiter. Sent on the connection of the last attempt, so it
+/// reaches the server after it; retried until our entry would have expired
+/// by itself.
+struct LeaveQueue {
+    shared: Arc<Shared>,
+    keys: Arc<Keys>,
+    id: String,
+    conn: Mutex<Option<Pinned>>,
+    /// When our entry expires by itself (plus a response timeout).
+    expires: Mutex<Instant>,
+}
+
+impl LeaveQueue {
+    fn sent_on(&self, conn: &Pinned, expires: Instant) {
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+        *self.expires.lock().unwrap_or_else(PoisonError::into_inner) = expires;
+    }
+
+    async fn leave_once(&self) -> Result<()> {
+        let timeout = self.shared.options.response_timeout;
+        let current = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let conn = match current {
+            Some(conn) => conn,
+            None => self.shared.conn()?.pin(timeout).await?,
+        };
+        let mut invocation = FAIR_LEAVE.key(&self.keys.lock);
+        invocation.key(&self.keys.queue).key(&self.keys.timeouts);
+        if let Some(record) = &self.keys.record {
+            invocation.key(record);
+        }
+        invocation.arg(&self.id).arg("").arg(&self.keys.channel);
+        let reply: Result<i64> = with_timeout(
+            "leave queue",
+            timeout,
+            conn.script("leave queue", timeout, &invocation),
+        )
+        .await
+        .and_then(|r| r);
+        if matches!(reply, Err(Error::Connection { .. })) {
+            // Nothing more can land from a dead connection: any other will do.
+            *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+        reply.map(drop)
+    }
+}
+
+#[async_trait]
+impl Cleanup for LeaveQueue {
+    async fn clean_up(&self) -> Result<()> {
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.leave_once().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let expires = *self.expires.lock().unwrap_or_else(PoisonError::into_inner);
+                    if !e.is_retryable() || Instant::now() + pause >= expires {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+}
+
+impl FairQueue {
+    /// How long a waiter's entry lives unless refreshed: one lease TTL (a
+    /// dead waiter costs the queue no more than a dead holder would).
+    fn entry_ttl(&self) -> Duration {
+        self.lease.ttl()
+    }
+
+    async fn attempt(
+        &self,
+        conn: &Pinned,
+        id: &str,
+        token: &str,
+        queue: bool,
+        candidate: Option<&str>,
+    ) -> Result<Attempt> {
+        let timeout = self.shared.options.response_timeout;
+        let keys = &self.keys;
+        let mut invocation = FAIR_ACQUIRE.key(&keys.lock);
+        invocation
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.timeouts);
+        if let Some(record) = &keys.record {
+            invocation.key(record);
+        }
+        invocation
+            .arg(id)
+            .arg(token)
+            .arg(self.lease.ttl_millis())
+            .arg(u64::try_from(self.entry_ttl().as_millis()).unwrap_or(u64::MAX))
+            .arg(if queue { "1" } else { "0" })
+            .arg(&keys.channel)
+            .arg(candidate.unwrap_or(""));
+        let reply: Vec<i64> = conn.script("acquire", timeout, &invocation).await?;
+        let bad = || Error::server("redis", "fair acquire script returned an unknown reply");
+        let (status, value) = match reply.as_slice() {
+            [status, value, ..] => (*status, *value),
+            _ => return Err(bad()),
+        };
+        match status {
+            1 => u64::try_from(value)
+                .map(Attempt::Acquired)
+                .map_err(|_| Error::server("redis", "acquire script returned a negative token")),
+            0 => Ok(Attempt::Waiting {
+                wait: u64::try_from(value).ok().map(Duration::from_millis),
+                position: reply.get(2).copied().unwrap_or(-1),
+                added: reply.get(3) == Some(&1),
+            }),
+            2 => Ok(Attempt::AlreadyOurs),
+            -1 => Err(conflict(&keys.lock, "lock (a string key)")),
+            -3 => Err(Error::Exhausted {
+                name: keys.fence.clone(),
+            }),
+            -4 => Err(conflict(&keys.queue, "fair queue (sorted sets)")),
+            _ => Err(conflict(&keys.fence, "fencing counter")),
+        }
+    }
+
+    /// Waits in the queue for the lock; with `candidate`, the lock is an
+    /// election's lease and the leader record is written with it.
+    pub(crate) async fn acquire(
+        &self,
+        wait: Wait,
+        candidate: Option<&str>,
+    ) -> Result<Option<LockGuard>> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let shared = &self.shared;
+        shared.lifecycle.check_open()?;
+        let deadline = wait.deadline();
+        let timeout = shared.options.response_timeout;
+        let queue = wait != Wait::No;
+        let id = new_token();
+        let entry_ttl = self.entry_ttl();
+        let waited = Instant::now();
+        let leave = Arc::new(LeaveQueue {
+            shared: Arc::clone(shared),
+            keys: Arc::clone(&self.keys),
+            id: id.clone(),
+            conn: Mutex::new(None),
+            expires: Mutex::new(waited),
+        });
+        // Armed before the first attempt that may queue us, disarmed only
+        // when the lock is ours (the acquire removed our entry).
+        let mut in_queue: Option<CleanupGuard> = None;
+        let mut queued = false;
+        let mut subscription = None;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let started = Instant::now();
+            let pinned = match shared.conn()?.pin(timeout).await {
+                Ok(pinned) => pinned,
+                Err(e) if e.is_retryable() && queue => {
+                    if pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
+            let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
+            let mut undo = CleanupGuard::arm(
+                "undo acquire",
+                Arc::new(UndoAttempt {
+                    lease: Arc::clone(&lease),
+                    expires: started + self.lease.ttl() + timeout,
+                }),
+            )?;
+            if queue {
+                leave.sent_on(&pinned, started + entry_ttl + timeout);
+                if in_queue.is_none() {
+                    in_queue = Some(CleanupGuard::arm(
+                        "leave queue",
+                        Arc::clone(&leave) as Arc<dyn Cleanup>,
+                    )?);
+                }
+            }
+            // Bounded by the response timeout even while the client
+            // reconnects (which may take its connect timeout): the caller's
+            // deadline is passed by one response timeout at most.
+            let attempt = with_timeout(
+                "acquire",
+                timeout,
+                Box::pin(self.attempt(&pinned, &id, &lease.token, queue, candidate)),
+            );
+            let remaining = match attempt.await.and_then(|r| r) {
+                Ok(Attempt::Acquired(token)) => {
+                    undo.disarm();
+                    if let Some(guard) = in_queue.as_mut() {
+                        guard.disarm();
+                    }
+                    tracing::debug!(
+                        name = %self.name,
+                        token,
+                        waited_us = waited.elapsed().as_micros(),
+                        "distlock redis fair lock acquired"
+                    );
+                    let parts = GuardParts {
+                        name: self.name.clone(),
+                        fencing_token: token,
+                        signal: LeaseSignal::new(),
+                        terms: LeaseTerms::Ttl(self.lease),
+                        acquired_at: started,
+                        lifecycle: Arc::clone(&shared.lifecycle),
+                    };
+                    return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
+                }
+                Ok(Attempt::Waiting {
+                    wait,
+                    position,
+                    added,
+                }) => {
+                    undo.disarm();
+                    if added && queued {
+                        tracing::debug!(
+                            name = %self.name,
+                            position,
+                            "distlock redis fair waiter lost its place (its entry expired); queued again at the back"
+                        );
+                    }
+                    queued |= position >= 0;
+                    wait
+                }
+                Ok(Attempt::AlreadyOurs) => {
+                    // Give the lock back (that wakes the next waiter) and
+                    // queue again with a fresh token.
+                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                    continue;
+                }
+                // Unknown outcome while waiting: `undo` gives back the lock
+                // if the attempt took it; our entry stays (or expires).
+                Err(e) if e.is_retryable() && queue => {
+                    drop(undo);
+                    if pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                // `in_queue`, dropped armed, leaves in the background.
+                Err(e) => return Err(e),
+            };
+            pause = Duration::from_millis(20);
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                if let Some(mut guard) = in_queue.take() {
+                    // If this times out the drop finishes it in the
+                    // background; the entry expires by itself anyway.
+                    let _ = with_timeout("leave queue", timeout, guard.run_now()).await;
+                }
+                return Ok(None);
+            }
+            if subscription.is_none() {
+                // Subscribe, then look again at once: a hand-over between
+                // the attempt and the subscription is not missed.
+                subscription = Some(
+                    shared
+                        .subscriber
+                        .subscribe_as(self.keys.channel.clone(), id.clone())
+                        .await,
+                );
+                continue;
+            }
+            // The next look: a hand-over message, the holder's expiry (or a
+            // dead head's), the heartbeat that keeps our entry, the re-check
+            // interval, the caller's deadline.
+            let mut wake = now + shared.options.recheck_interval.min(entry_ttl / 3);
+            if let Some(left) = remaining {
+                wake = wake.min(now + left + Duration::from_millis(1));
+            }
+            if let Some(d) = deadline {
+                wake = wake.min(d);
+            }
+            if let Some(sub) = &mut subscription {
+                tokio::select! {
+                    () = sub.changed() => {}
+                    () = sleep_until(wake) => {}
+                    () = shared.lifecycle.closed() => return Err(Error::Closed),
+                }
+            }
+        }
+    }
+}
+
+fn conflict(key: &str, expected: &'static str) -> Error {
+    Error::Conflict {
+        what: format!("redis key {key:?}"),
+        expected,
+    }
 }

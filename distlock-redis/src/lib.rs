@@ -39,14 +39,73 @@
 //!
 //! | key | what |
 //! |---|---|
-//! | `PREFIX NAME` | the lock: value = owner token, TTL = lease |
+//! | `PREFIX NAME` | the lock (plain and fair mutex): value = owner token, TTL = lease |
 //! | `{PREFIX NAME}:fence` | fencing counter (`INCR`, floored at the server's `TIME` in µs) |
-//! | `{PREFIX NAME}:released` | pub/sub channel of release messages |
+//! | `{PREFIX NAME}:released` | pub/sub channel of release and hand-over messages |
+//! | `{PREFIX NAME}:fair:queue` | fair waiters: zset waiter id → arrival number |
+//! | `{PREFIX NAME}:fair:timeouts` | fair waiters' entry expiry: zset waiter id → server ms |
+//! | `{PREFIX NAME}:elect` | an election's lease: value = leader's token, TTL = lease |
+//! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |
+//! | `{PREFIX NAME}:elect:fence` | the election's term counter (as `:fence`) |
+//! | `{PREFIX NAME}:elect:queue`, `…:elect:timeouts` | candidates, as the fair queue |
+//! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
 //!
 //! The prefix is empty by default, so the lock key is the name itself.
 //! Auxiliary keys wrap the lock key in a hash tag, so in Redis Cluster they
 //! share its slot (names and prefixes never contain braces).
+//!
+//! Scripts (`src/scripts/*.lua`, each opening with its keys, arguments and
+//! replies): `acquire` (plain), `fair_acquire` (fair mutex and election),
+//! `release` and `extend` (every lease of this kind), `fair_leave` (a fair
+//! waiter or candidate leaving), `elect_leader` (reading the leader record).
+//!
+//! # The fair mutex
+//!
+//! The fair mutex takes **the plain mutex's lock key and fencing counter**,
+//! so a plain mutex, a fair mutex and a redis-py `Lock` of one name exclude
+//! each other, and fencing tokens increase across all of them. Fair waiters
+//! queue in arrival order at the server; **plain acquirers (and redis-py)
+//! may barge** ahead of the queue: they take the free lock without looking
+//! at it.
+//!
+//! * **A dead waiter never blocks the queue.** Each entry expires one lease
+//!   TTL after its waiter last refreshed it; waiters refresh every third of
+//!   that (or every re-check interval, if shorter) with the same script that
+//!   tries the lock, and every such call first drops expired entries. Dead
+//!   entries expire side by side, so several dead waiters cost the queue one
+//!   entry TTL, not one each; the queue keys themselves expire with their
+//!   last entry. A waiter whose entry lapsed (a paused process, a long
+//!   partition) is **queued again at the back** by its next call and keeps
+//!   waiting.
+//! * **One wake-up per hand-over.** A release (fair or plain) drops expired
+//!   entries and publishes `to:<waiter id>` of the first live waiter on the
+//!   release channel (`released` when nobody queues). The shared subscriber
+//!   of each provider wakes only its own waiter with that id, so one release
+//!   wakes one waiter across every provider; that waiter takes the lock with
+//!   one script call. Plain waiters are not woken by a hand-over: they look
+//!   again at the holder's expiry and every re-check interval.
+//! * **No hand-over is lost for good.** A release that publishes nothing (an
+//!   expiry, redis-py) or a hand-over to a waiter that just died is covered
+//!   by the waiters' own re-checks: at the holder's `PTTL`, at the expiry of
+//!   a dead head while the lock is free, and every re-check interval.
+//! * **Cancellation.** A waiter that times out or is dropped removes its
+//!   entry (`fair_leave`, on the connection of its last attempt, retried
+//!   until the entry would have expired anyway), and an attempt whose reply
+//!   was lost is undone as the plain mutex's is.
+//!
+//! # Leader election
+//!
+//! An election is the fair queue's machinery on keys of its own
+//! (`{PREFIX NAME}:elect…`: same slot as the mutex of that name, but a
+//! different thing). Candidates queue in campaign order; the winner's
+//! acquire writes the leader record next to the lease and publishes
+//! `elected`; the watchdog extends both, a resignation or a dropped
+//! [`Leadership`](distlock_core::Leadership) deletes both and hands over.
+//! The term is the election's fencing token. `observe()` re-reads the record
+//! on every message of the election's channel and when the record expires
+//! (an expiry publishes nothing); an observer that falls behind sees the
+//! latest leader.
 //!
 //! # Working with redis-py
 //!

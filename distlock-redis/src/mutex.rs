@@ -26,16 +26,52 @@ pub(crate) struct Keys {
     pub(crate) fence: String,
     /// `{lock}:released`, the release channel.
     pub(crate) channel: String,
+    /// `{lock}:fair:queue`, the fair waiters (zset id -> arrival number).
+    pub(crate) queue: String,
+    /// `{lock}:fair:timeouts`, their entries' expiry (zset id -> server ms).
+    pub(crate) timeouts: String,
+    /// A key that lives and dies with the lock (an election's leader
+    /// record): set by the acquire, extended and deleted with the lock.
+    pub(crate) record: Option<String>,
 }
 
 impl Keys {
+    /// The mutex's (plain and fair) keys.
     pub(crate) fn new(prefix: &str, name: &Name) -> Keys {
         let lock = format!("{prefix}{name}");
         Keys {
             fence: format!("{{{lock}}}:fence"),
             channel: format!("{{{lock}}}:released"),
+            queue: format!("{{{lock}}}:fair:queue"),
+            timeouts: format!("{{{lock}}}:fair:timeouts"),
+            record: None,
             lock,
         }
+    }
+
+    /// An election's keys: its own lease key, counter, queue and channel,
+    /// in the same slot as the mutex of the same name but apart from it.
+    pub(crate) fn election(prefix: &str, name: &Name) -> Keys {
+        let base = format!("{{{prefix}{name}}}:elect");
+        Keys {
+            fence: format!("{base}:fence"),
+            channel: format!("{base}:events"),
+            queue: format!("{base}:queue"),
+            timeouts: format!("{base}:timeouts"),
+            record: Some(format!("{base}:leader")),
+            lock: base,
+        }
+    }
+
+    /// The release script with its keys (the hand-over reads the queue).
+    pub(crate) fn release<'a>(&'a self, token: &'a str) -> redis::ScriptInvocation<'a> {
+        let mut invocation = RELEASE.key(&self.lock);
+        invocation.key(&self.queue).key(&self.timeouts);
+        if let Some(record) = &self.record {
+            invocation.key(record);
+        }
+        invocation.arg(token).arg(&self.channel);
+        invocation
     }
 }
 
@@ -66,7 +102,7 @@ enum Attempt {
 }
 
 /// 128 random bits as 32 hex digits (the shape of redis-py's tokens).
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
@@ -77,11 +113,11 @@ fn new_token() -> String {
 /// the attempt asked for would have expired by itself; once the attempt's
 /// connection is known dead (nothing more can land from it), another
 /// connection is as good.
-struct UndoAttempt {
-    lease: Arc<RedisLease>,
+pub(crate) struct UndoAttempt {
+    pub(crate) lease: Arc<RedisLease>,
     /// When the attempt was sent plus its TTL and a response timeout: after
     /// this the key is gone anyway.
-    expires: Instant,
+    pub(crate) expires: Instant,
 }
 
 #[async_trait]
@@ -140,7 +176,7 @@ impl RedisMutex {
 
 /// Sleeps before another attempt after a retryable failure while waiting;
 /// `false` when that would pass the deadline.
-async fn pause_before_retry(deadline: Option<Instant>, pause: &mut Duration) -> bool {
+pub(crate) async fn pause_before_retry(deadline: Option<Instant>, pause: &mut Duration) -> bool {
     let until = Instant::now() + *pause;
     if deadline.is_some_and(|d| d <= until) {
         return false;
@@ -177,15 +213,7 @@ impl Lock for RedisMutex {
                 }
                 Err(e) => return Err(e),
             };
-            // A fresh token per attempt: an undo still running for an
-            // earlier attempt can never delete a later one's key.
-            let lease = Arc::new(RedisLease {
-                shared: Arc::clone(shared),
-                keys: Arc::clone(&self.keys),
-                token: new_token(),
-                name: self.name.clone(),
-                conn: Mutex::new(Some(pinned.clone())),
-            });
+            let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
             let mut undo = CleanupGuard::arm(
                 "undo acquire",
                 Arc::new(UndoAttempt {
@@ -194,8 +222,15 @@ impl Lock for RedisMutex {
                 }),
             )?;
             // Boxed: the attempt's state is large, and a waiter should not
-            // carry it while it sleeps between attempts.
-            let remaining = match Box::pin(self.attempt(&pinned, &lease.token)).await {
+            // carry it while it sleeps between attempts. Bounded by the
+            // response timeout even while the client reconnects (which may
+            // take its connect timeout), so a deadline is passed by one
+            // response timeout at most.
+            let attempt = Box::pin(self.attempt(&pinned, &lease.token));
+            let remaining = match with_timeout("acquire", timeout, attempt)
+                .await
+                .and_then(|r| r)
+            {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
                     tracing::debug!(
@@ -278,12 +313,31 @@ impl Lock for RedisMutex {
 pub(crate) struct RedisLease {
     shared: Arc<Shared>,
     keys: Arc<Keys>,
-    token: String,
+    pub(crate) token: String,
     name: Name,
     conn: Mutex<Option<Pinned>>,
 }
 
 impl RedisLease {
+    /// The lease of one acquire attempt, with a fresh token, pinned to the
+    /// attempt's connection.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        keys: &Arc<Keys>,
+        name: &Name,
+        pinned: &Pinned,
+    ) -> Arc<RedisLease> {
+        // A fresh token per attempt: an undo still running for an earlier
+        // attempt can never delete a later one's key.
+        Arc::new(RedisLease {
+            shared: Arc::clone(shared),
+            keys: Arc::clone(keys),
+            token: new_token(),
+            name: name.clone(),
+            conn: Mutex::new(Some(pinned.clone())),
+        })
+    }
+
     async fn pinned(&self) -> Result<Pinned> {
         let current = self
             .conn
@@ -335,25 +389,17 @@ impl RedisLease {
 impl LeaseBackend for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let acted = self
-            .run(
-                "extend",
-                EXTEND.key(&self.keys.lock).arg(&self.token).arg(ms),
-            )
-            .await?;
+        let mut invocation = EXTEND.key(&self.keys.lock);
+        if let Some(record) = &self.keys.record {
+            invocation.key(record);
+        }
+        invocation.arg(&self.token).arg(ms);
+        let acted = self.run("extend", &invocation).await?;
         self.owned(acted)
     }
 
     async fn release(&self) -> Result<()> {
-        let acted = self
-            .run(
-                "release",
-                RELEASE
-                    .key(&self.keys.lock)
-                    .arg(&self.token)
-                    .arg(&self.keys.channel),
-            )
-            .await?;
+        let acted = self.run("release", &self.keys.release(&self.token)).await?;
         // Released or not ours: either way no later command of this lease
         // needs the connection.
         self.unpin();
@@ -375,6 +421,37 @@ mod tests {
         assert_eq!(slot(&k.lock), slot(&k.channel));
         // The reference value of the Redis Cluster spec: "123456789" -> 0x31C3.
         assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn fair_and_election_keys_share_the_slot_and_stay_apart() {
+        let name = Name::new("orders/42").unwrap();
+        let k = Keys::new("app:", &name);
+        assert_eq!(k.queue, "{app:orders/42}:fair:queue");
+        assert_eq!(k.timeouts, "{app:orders/42}:fair:timeouts");
+        assert_eq!(k.record, None);
+        let e = Keys::election("app:", &name);
+        assert_eq!(e.lock, "{app:orders/42}:elect");
+        assert_eq!(e.record.as_deref(), Some("{app:orders/42}:elect:leader"));
+        let slot_of = slot(&k.lock);
+        for key in [
+            &k.queue,
+            &k.timeouts,
+            &e.lock,
+            &e.fence,
+            &e.channel,
+            &e.queue,
+            &e.timeouts,
+        ] {
+            assert_eq!(slot(key), slot_of, "{key}");
+        }
+        for (mine, theirs) in [
+            (&e.lock, &k.lock),
+            (&e.fence, &k.fence),
+            (&e.channel, &k.channel),
+        ] {
+            assert_ne!(mine, theirs);
+        }
     }
 
     /// CRC16/XMODEM as Redis Cluster computes it.

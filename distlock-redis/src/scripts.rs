@@ -11,3 +11,9 @@ pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_acquire.lua")));
+pub(crate) static FAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_leave.lua")));
+pub(crate) static ELECT_LEADER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/elect_leader.lua")));

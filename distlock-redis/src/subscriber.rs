@@ -3,14 +3,25 @@
 //!
 //! A single actor task owns the connection and a reference count per channel:
 //! the first waiter on a lock subscribes to its channel, the last one to leave
-//! unsubscribes. A release message wakes one waiter of the provider (as
-//! Redisson does), not all of them: the others would only lose the race and
-//! cost a round trip each. A woken waiter that was cancelled passes its
-//! wake-up on to the next. When the connection drops, every waiter is woken to re-check
-//! (a message may have been missed) and the actor reconnects and resubscribes
-//! while anyone waits. The connection is opened at the first wait and then
-//! kept, so waits that come and go cost no reconnects. Waiters never depend on it alone: they also re-check at
-//! the holder's expiry and at a bounded interval.
+//! unsubscribes. Messages are dispatched by payload:
+//!
+//! * `to:<waiter id>` (a fair hand-over) wakes exactly the waiter of this
+//!   provider registered with that id ([`Subscriber::subscribe_as`]), and
+//!   nobody if it waits elsewhere: one wake-up per hand-over across all
+//!   providers.
+//! * Any other payload (`released`, …) wakes one plain waiter of the
+//!   provider ([`Subscriber::subscribe`]; as Redisson does), not all of them:
+//!   the others would only lose the race and cost a round trip each. A woken
+//!   waiter that was cancelled passes its wake-up on to the next.
+//! * Every message wakes every observer ([`Subscriber::observe`]); wake-ups
+//!   an observer has not consumed yet coalesce into one.
+//!
+//! When the connection drops, every waiter and observer is woken to
+//! re-check (a message may have been missed) and the actor reconnects and
+//! resubscribes while anyone waits. The connection is opened at the first
+//! wait and then kept, so waits that come and go cost no reconnects. Waiters
+//! never depend on it alone: they also re-check at the holder's expiry and
+//! at a bounded interval.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,12 +32,27 @@ use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+/// What a subscription listens for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Any message not addressed to a waiter id: one plain waiter wakes.
+    Plain,
+    /// Only `to:<id>` messages for this id.
+    Id(String),
+    /// Every message (observer number, unique per subscriber).
+    Observer(u64),
+}
+
+/// The payload prefix of a message addressed to one waiter.
+pub(crate) const ADDRESSED: &str = "to:";
+
 enum Command {
     Subscribe {
         channel: String,
+        kind: Kind,
         reply: oneshot::Sender<Arc<Notify>>,
     },
-    Unsubscribe(String),
+    Unsubscribe(String, Kind),
     /// The provider was closed: drop the connection and end.
     ShutDown,
 }
@@ -34,7 +60,8 @@ enum Command {
 /// Counters for tests and benches.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    /// Release messages received for a channel with waiters: each wakes one.
+    /// Messages delivered to a waiter (plain or by id): each wakes one.
+    /// Observer wake-ups are not counted.
     pub(crate) messages: AtomicU64,
     /// Pub/sub connections opened.
     pub(crate) connections: AtomicU64,
@@ -45,6 +72,7 @@ pub(crate) struct Stats {
 pub(crate) struct Subscriber {
     tx: mpsc::UnboundedSender<Command>,
     pub(crate) stats: Arc<Stats>,
+    observers: Arc<AtomicU64>,
 }
 
 /// A waiter's interest in one channel; unsubscribes when dropped.
@@ -54,6 +82,7 @@ pub(crate) struct Subscriber {
 /// subscribe command is matched by exactly one unsubscribe.
 pub(crate) struct Subscription {
     channel: String,
+    kind: Kind,
     wake: Option<Arc<Notify>>,
     tx: mpsc::UnboundedSender<Command>,
     sent: bool,
@@ -74,9 +103,10 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         if self.sent {
-            let _ = self
-                .tx
-                .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
+            let _ = self.tx.send(Command::Unsubscribe(
+                std::mem::take(&mut self.channel),
+                self.kind.clone(),
+            ));
         }
     }
 }
@@ -88,7 +118,11 @@ impl Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         tokio::spawn(run(client, timeout, rx, Arc::clone(&stats)));
-        Subscriber { tx, stats }
+        Subscriber {
+            tx,
+            stats,
+            observers: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// Ends the actor and its connection (the provider was closed); later
@@ -102,14 +136,40 @@ impl Subscriber {
     /// subscription (or the attempt failed: the waiter then relies on its
     /// timers).
     pub(crate) async fn subscribe(&self, channel: String) -> Subscription {
+        self.register(channel, Kind::Plain).await
+    }
+
+    /// Registers a waiter known by `id` on `channel`: it is woken only by a
+    /// `to:<id>` message (and by a reconnect), and a wake-up that comes while
+    /// it is not waiting is kept for its next [`Subscription::changed`].
+    pub(crate) async fn subscribe_as(&self, channel: String, id: String) -> Subscription {
+        self.register(channel, Kind::Id(id)).await
+    }
+
+    /// Registers an observer of `channel`: woken by every message (and by a
+    /// reconnect); wake-ups not consumed yet coalesce into one.
+    pub(crate) async fn observe(&self, channel: String) -> Subscription {
+        let n = self.observers.fetch_add(1, Ordering::Relaxed);
+        self.register(channel, Kind::Observer(n)).await
+    }
+
+    async fn register(&self, channel: String, kind: Kind) -> Subscription {
         let (reply, answer) = oneshot::channel();
         let mut subscription = Subscription {
             channel: channel.clone(),
+            kind: kind.clone(),
             wake: None,
             tx: self.tx.clone(),
             sent: false,
         };
-        subscription.sent = self.tx.send(Command::Subscribe { channel, reply }).is_ok();
+        subscription.sent = self
+            .tx
+            .send(Command::Subscribe {
+                channel,
+                kind,
+                reply,
+            })
+            .is_ok();
         if subscription.sent {
             subscription.wake = answer.await.ok();
         }
@@ -119,7 +179,12 @@ impl Subscriber {
 
 struct Channel {
     refs: usize,
+    /// Plain waiters share one: a message wakes one of them.
     wake: Arc<Notify>,
+    /// Waiters by id, each with its own.
+    ids: HashMap<String, Arc<Notify>>,
+    /// Observers, each with its own.
+    observers: HashMap<u64, Arc<Notify>>,
 }
 
 struct Actor {
@@ -134,6 +199,10 @@ impl Actor {
     fn wake_all(&self) {
         for ch in self.channels.values() {
             ch.wake.notify_waiters();
+            // Kept as a permit: a waiter busy with a request re-checks after.
+            for wake in ch.ids.values().chain(ch.observers.values()) {
+                wake.notify_one();
+            }
         }
     }
 
@@ -174,16 +243,22 @@ impl Actor {
         self.wake_all();
     }
 
-    async fn subscribe(&mut self, channel: String) -> Arc<Notify> {
+    async fn subscribe(&mut self, channel: String, kind: Kind) -> Arc<Notify> {
         let entry = self
             .channels
             .entry(channel.clone())
             .or_insert_with(|| Channel {
                 refs: 0,
                 wake: Arc::new(Notify::new()),
+                ids: HashMap::new(),
+                observers: HashMap::new(),
             });
         entry.refs += 1;
-        let rx = Arc::clone(&entry.wake);
+        let rx = match kind {
+            Kind::Plain => Arc::clone(&entry.wake),
+            Kind::Id(id) => Arc::clone(entry.ids.entry(id).or_default()),
+            Kind::Observer(n) => Arc::clone(entry.observers.entry(n).or_default()),
+        };
         if entry.refs > 1 {
             return rx;
         }
@@ -201,10 +276,19 @@ impl Actor {
         rx
     }
 
-    async fn unsubscribe(&mut self, channel: String) {
+    async fn unsubscribe(&mut self, channel: String, kind: Kind) {
         let Some(entry) = self.channels.get_mut(&channel) else {
             return;
         };
+        match kind {
+            Kind::Plain => {}
+            Kind::Id(id) => {
+                entry.ids.remove(&id);
+            }
+            Kind::Observer(n) => {
+                entry.observers.remove(&n);
+            }
+        }
         entry.refs -= 1;
         if entry.refs > 0 {
             return;
@@ -219,7 +303,23 @@ impl Actor {
     }
 
     fn deliver(&self, msg: &redis::Msg) {
-        if let Some(ch) = self.channels.get(msg.get_channel_name()) {
+        let Some(ch) = self.channels.get(msg.get_channel_name()) else {
+            return;
+        };
+        for wake in ch.observers.values() {
+            wake.notify_one();
+        }
+        let payload: String = msg.get_payload().unwrap_or_default();
+        if let Some(id) = payload.strip_prefix(ADDRESSED) {
+            // For one waiter, perhaps of another provider: nobody else.
+            if let Some(wake) = ch.ids.get(id) {
+                self.stats.messages.fetch_add(1, Ordering::Relaxed);
+                wake.notify_one();
+            }
+            return;
+        }
+        // Only plain waiters count: observers are not waiters.
+        if ch.refs > ch.ids.len() + ch.observers.len() {
             self.stats.messages.fetch_add(1, Ordering::Relaxed);
             ch.wake.notify_one();
         }
@@ -252,12 +352,14 @@ async fn run(
         tokio::select! {
             command = commands.recv() => match command {
                 None | Some(Command::ShutDown) => return,
-                Some(Command::Subscribe { channel, reply }) => {
-                    let wake = actor.subscribe(channel).await;
+                Some(Command::Subscribe { channel, kind, reply }) => {
+                    let wake = actor.subscribe(channel, kind).await;
                     // A waiter cancelled meanwhile unsubscribes on its own.
                     let _ = reply.send(wake);
                 }
-                Some(Command::Unsubscribe(channel)) => actor.unsubscribe(channel).await,
+                Some(Command::Unsubscribe(channel, kind)) => {
+                    actor.unsubscribe(channel, kind).await;
+                }
             },
             msg = next_message(&mut actor.conn) => match msg {
                 Some(msg) => actor.deliver(&msg),

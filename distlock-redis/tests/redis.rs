@@ -464,25 +464,6 @@ async fn ids_are_unique_across_clients_and_increasing_per_generator() {
     test_support::conformance::ids_unique_and_increasing(clients).await;
 }
 
-#[tokio::test]
-async fn fair_mutex_and_election_are_typed_unsupported_for_now() {
-    let locks = connect(&test_support::redis::shared().url(), RedisOptions::new()).await;
-    assert!(matches!(
-        locks.fair_mutex("x"),
-        Err(Error::Unsupported {
-            backend: "redis",
-            ..
-        })
-    ));
-    assert!(matches!(
-        locks.election("x"),
-        Err(Error::Unsupported {
-            backend: "redis",
-            ..
-        })
-    ));
-}
-
 fn evalsha_calls(redis: &RedisServer) -> u64 {
     let stats = redis.cli(&["INFO", "commandstats"]);
     stats

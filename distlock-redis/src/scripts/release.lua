@@ -1,11 +1,38 @@
 -- Release a distlock mutex: delete the lock key only if it still holds our
--- token (redis-py's LUA_RELEASE_SCRIPT semantics), then wake waiters.
--- KEYS[1] lock key; ARGV[1] owner token, ARGV[2] release channel
+-- token (redis-py's LUA_RELEASE_SCRIPT semantics), then hand over.
+-- KEYS[1] lock key, KEYS[2] fair queue ({…}:fair:queue, zset waiter id ->
+--         arrival), KEYS[3] fair queue deadlines ({…}:fair:timeouts, zset
+--         waiter id -> expiry in server ms), KEYS[4] (optional) a key that
+--         lives and dies with the lock (an election's leader record)
+-- ARGV[1] owner token, ARGV[2] release channel
 -- Returns 1 when released, 0 when the lock is not ours (nothing changed).
+-- The hand-over: the queue's expired entries are dropped, then the message
+-- on the channel is 'to:<id>' of the first live fair waiter (exactly that
+-- waiter wakes), or 'released' when nobody queues (one plain waiter of each
+-- provider wakes). A queue key of another type is left alone. Called with
+-- KEYS[1] only, it is the plain compare-and-delete with 'released'.
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'released')
+if KEYS[4] then
+  redis.call('DEL', KEYS[4])
+end
+local head = nil
+if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
+    and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+    redis.call('ZREM', KEYS[2], dead)
+    redis.call('ZREM', KEYS[3], dead)
+  end
+  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+end
+if head then
+  redis.call('PUBLISH', ARGV[2], 'to:' .. head)
+else
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
 return 1
