@@ -241,8 +241,9 @@ impl RedisProvider {
         Ok(Keys::new(&self.shared.options.prefix, &Name::new(name)?).lock)
     }
 
-    /// Release messages the shared subscriber has delivered to waiters so
-    /// far (for benches and tests: one per wake-up of a name's waiters).
+    /// Wake-ups the shared subscriber has delivered to waiters so far (for
+    /// benches and tests): a release message that woke a waiter of a name,
+    /// or a hand-over addressed to one fair waiter.
     #[must_use]
     pub fn wakeups(&self) -> u64 {
         self.shared
