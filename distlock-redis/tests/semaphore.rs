@@ -235,6 +235,12 @@ async fn one_release_wakes_one_waiter() {
     .await;
     // Let every waiter finish its attempt after subscribing.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // A stray message: the waiter it wakes tries, fails and waits again,
+    // so the subscriber's next wake-up goes to another waiter than the
+    // first in line (which must then hand it over).
+    let channel = format!("{{{}}}:sem:released", holder.lock_key(&name).unwrap());
+    redis.cli(&["PUBLISH", &channel, "stray"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let queue = scores(redis, &k.queue);
     let first = queue
         .iter()
