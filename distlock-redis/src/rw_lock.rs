@@ -64,8 +64,8 @@ pub(crate) struct Recipe {
 impl Recipe {
     /// The recipe of `side` of `name`: `{lock}:rw:…` keys for a read-write
     /// lock's sides, `{lock}:sem:…` for a semaphore.
-    pub(crate) fn new(shared: &Arc<Shared>, name: &Name, side: Side) -> Recipe {
-        let lock = Keys::new(&shared.options.prefix, name).lock;
+    pub(crate) fn new(shared: &Arc<Shared>, name: Name, side: Side) -> Recipe {
+        let lock = Keys::new(&shared.options.prefix, &name).lock;
         let kind = if matches!(side, Side::Permit(_)) {
             "sem"
         } else {
@@ -75,7 +75,7 @@ impl Recipe {
         let first = if kind == "sem" { "permits" } else { "writer" };
         let channel = key("released");
         Recipe {
-            name: name.clone(),
+            name,
             keys: [
                 key(first),
                 key(if kind == "sem" { "holders" } else { "readers" }),
@@ -457,7 +457,12 @@ impl Lock for Queued {
             if subscription.is_none() {
                 // Subscribe, then try again at once: a release between the
                 // attempt and the subscription is not missed.
-                subscription = Some(shared.subscriber.subscribe(self.recipe.channel.clone()).await);
+                subscription = Some(
+                    shared
+                        .subscriber
+                        .subscribe(self.recipe.channel.clone())
+                        .await,
+                );
                 continue;
             }
             let mut wake = now + shared.options.recheck_interval;
@@ -504,7 +509,11 @@ impl Cleanup for Undo {
     async fn clean_up(&self) -> Result<()> {
         let mut pause = Duration::from_millis(20);
         loop {
-            match self.lease.release_as(self.hold, self.member.as_deref()).await {
+            match self
+                .lease
+                .release_as(self.hold, self.member.as_deref())
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(e) if e.is_retryable() && Instant::now() + pause < self.expires => {
                     tokio::time::sleep(pause).await;
@@ -650,7 +659,7 @@ pub(crate) fn rw_lock(
     let side = |side| {
         Arc::new(Queued {
             shared: Arc::clone(shared),
-            recipe: Arc::new(Recipe::new(shared, &name, side)),
+            recipe: Arc::new(Recipe::new(shared, name.clone(), side)),
             lease,
         })
     };
@@ -677,6 +686,9 @@ mod tests {
         drop(first);
         assert!(!second.pass_on());
         drop(second);
-        assert!(!local_queues().contains_key(&key), "empty queues are removed");
+        assert!(
+            !local_queues().contains_key(&key),
+            "empty queues are removed"
+        );
     }
 }

@@ -59,7 +59,7 @@ pub(crate) fn semaphore(
     Ok(Arc::new(RedisSemaphore {
         inner: Queued {
             shared: Arc::clone(shared),
-            recipe: Arc::new(Recipe::new(shared, &name, Side::Permit(permits))),
+            recipe: Arc::new(Recipe::new(shared, name, Side::Permit(permits))),
             lease,
         },
         permits,

@@ -79,7 +79,12 @@ async fn readers_share_and_a_writer_excludes(options: RedisOptions) {
         "a writer got in beside a reader"
     );
     r2.release().await.unwrap();
-    let w = rwb.write().try_lock().await.unwrap().expect("free for a writer");
+    let w = rwb
+        .write()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free for a writer");
     assert!(w.fencing_token() > last_read);
     assert!(rwa.read().try_lock().await.unwrap().is_none());
     assert!(rwa.write().try_lock().await.unwrap().is_none());
@@ -132,10 +137,17 @@ async fn a_waiting_writer_holds_back_new_readers() {
     reader.release().await.unwrap();
     let w = writer.await.unwrap().unwrap().expect("the writer got in");
     assert!(w.fencing_token() > read_token);
-    assert!(!late_reader.is_finished(), "a reader got in beside the writer");
+    assert!(
+        !late_reader.is_finished(),
+        "a reader got in beside the writer"
+    );
     let write_token = w.fencing_token();
     w.release().await.unwrap();
-    let r = late_reader.await.unwrap().unwrap().expect("the reader behind");
+    let r = late_reader
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the reader behind");
     assert!(r.fencing_token() > write_token);
     r.release().await.unwrap();
     nothing_left(redis, &k).await;
@@ -237,7 +249,12 @@ async fn cancelled_acquisitions_leave_nothing() {
     let proxy = Proxy::start(redis.addr());
     proxy.set_delay(Duration::from_micros(700));
     let mut rng = fastrand::Rng::with_seed(7);
-    for (size, blocked) in [(None, false), (Some(4), false), (None, true), (Some(4), true)] {
+    for (size, blocked) in [
+        (None, false),
+        (Some(4), false),
+        (None, true),
+        (Some(4), true),
+    ] {
         let name = unique_name("rw-cancel");
         let mut options = RedisOptions::new();
         if let Some(size) = size {
@@ -302,8 +319,15 @@ async fn a_cancelled_waiting_writer_leaves_the_queue_and_lets_readers_in() {
     .await;
     writer.abort();
     let started = Instant::now();
-    let r2 = held_back.await.unwrap().unwrap().expect("the reader got in");
-    assert!(started.elapsed() < Duration::from_secs(2), "waited for the entry to expire");
+    let r2 = held_back
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the reader got in");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "waited for the entry to expire"
+    );
     reader.release().await.unwrap();
     r2.release().await.unwrap();
     nothing_left(redis, &k).await;
@@ -386,10 +410,7 @@ async fn close_releases_held_shares_and_ends_waiters() {
         Err(distlock_core::Error::Closed)
     ));
     tokio::time::timeout(SLACK, lost).await.unwrap();
-    assert!(matches!(
-        a.rw_lock("x"),
-        Err(distlock_core::Error::Closed)
-    ));
+    assert!(matches!(a.rw_lock("x"), Err(distlock_core::Error::Closed)));
     nothing_left(redis, &k).await;
 }
 
@@ -417,7 +438,14 @@ async fn on_a_cluster_the_keys_share_one_slot_and_the_lock_works() {
         let write = b.rw_lock(&name).unwrap().write();
         let writer = tokio::spawn(async move { write.lock_timeout(SLACK).await });
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(a.rw_lock(&name).unwrap().read().try_lock().await.unwrap().is_none());
+        assert!(a
+            .rw_lock(&name)
+            .unwrap()
+            .read()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none());
         let last = r1.fencing_token().max(r2.fencing_token());
         r1.release().await.unwrap();
         r2.release().await.unwrap();

@@ -107,8 +107,7 @@ async fn never_more_than_n_holders_under_contention() {
         t.await.unwrap();
     }
     assert_eq!(most.load(Ordering::SeqCst), 3, "no contention happened");
-    let tokens = tokens.lock().unwrap();
-    let distinct: HashSet<_> = tokens.iter().collect();
+    let distinct: HashSet<u64> = tokens.lock().unwrap().iter().copied().collect();
     assert_eq!(distinct.len(), 80, "fencing tokens repeated");
     nothing_left(redis, &keys(&clients[0], &name)).await;
 }
@@ -123,7 +122,10 @@ async fn tokens_increase_and_try_when_full_gets_nothing() {
     let a = sem.try_lock().await.unwrap().unwrap();
     let b = sem.try_lock().await.unwrap().unwrap();
     assert!(b.fencing_token() > a.fencing_token());
-    assert!(sem.try_lock().await.unwrap().is_none(), "a third permit of 2");
+    assert!(
+        sem.try_lock().await.unwrap().is_none(),
+        "a third permit of 2"
+    );
     let timed = Instant::now();
     assert!(sem
         .lock_timeout(Duration::from_millis(300))
@@ -188,18 +190,32 @@ async fn another_number_of_permits_while_held_is_a_mismatch() {
             Some(t) => sem.lock_timeout(t).await,
         };
         match got {
-            Err(Error::PermitsMismatch { name: n, held, asked }) => {
+            Err(Error::PermitsMismatch {
+                name: n,
+                held,
+                asked,
+            }) => {
                 assert_eq!((n.as_str(), held, asked), (name.as_str(), 2, 3));
             }
             other => panic!("expected a mismatch, got {other:?}"),
         }
     }
-    assert_eq!(redis.cli(&["ZCARD", &k.holders]), "1", "the mismatch changed holders");
+    assert_eq!(
+        redis.cli(&["ZCARD", &k.holders]),
+        "1",
+        "the mismatch changed holders"
+    );
     assert_eq!(redis.cli(&["GET", &k.permits]), "2");
     assert_eq!(redis.cli(&["EXISTS", &k.queue]), "0", "the mismatch queued");
     g.release().await.unwrap();
     // Nothing held: the next holder's number applies.
-    let g3 = b.semaphore(&name, 3).unwrap().try_lock().await.unwrap().unwrap();
+    let g3 = b
+        .semaphore(&name, 3)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(redis.cli(&["GET", &k.permits]), "3");
     g3.release().await.unwrap();
     nothing_left(redis, &k).await;
@@ -220,7 +236,12 @@ async fn one_release_wakes_one_waiter() {
     )
     .await;
     let k = keys(&holder, &name);
-    let g = holder.semaphore_with(&name, 1, long()).unwrap().lock().await.unwrap();
+    let g = holder
+        .semaphore_with(&name, 1, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     let mut waiters = Vec::new();
     for _ in 0..5 {
         let sem = waiting.semaphore_with(&name, 1, long()).unwrap();
@@ -239,7 +260,7 @@ async fn one_release_wakes_one_waiter() {
     // so the subscriber's next wake-up goes to another waiter than the
     // first in line (which must then hand it over).
     let channel = format!("{{{}}}:sem:released", holder.lock_key(&name).unwrap());
-    redis.cli(&["PUBLISH", &channel, "stray"]);
+    assert_eq!(redis.cli(&["PUBLISH", &channel, "stray"]), "1");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let queue = scores(redis, &k.queue);
     let first = queue
@@ -257,7 +278,10 @@ async fn one_release_wakes_one_waiter() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(waiting.wakeups() - before, 1, "one release message");
     let after = scores(redis, &k.alive);
-    assert!(!after.contains_key(&first), "the first in line did not get in");
+    assert!(
+        !after.contains_key(&first),
+        "the first in line did not get in"
+    );
     assert_eq!(after.len(), 4);
     for (member, score) in &after {
         assert_eq!(
@@ -288,7 +312,12 @@ async fn cancelled_acquisitions_leave_nothing() {
     let proxy = Proxy::start(redis.addr());
     proxy.set_delay(Duration::from_micros(700));
     let mut rng = fastrand::Rng::with_seed(5);
-    for (size, full) in [(None, false), (Some(4), false), (None, true), (Some(4), true)] {
+    for (size, full) in [
+        (None, false),
+        (Some(4), false),
+        (None, true),
+        (Some(4), true),
+    ] {
         let name = unique_name("sem-cancel");
         let mut options = RedisOptions::new();
         if let Some(size) = size {
@@ -406,10 +435,20 @@ async fn on_a_cluster_the_keys_share_one_slot_and_permits_hold() {
         let g1 = a.semaphore(&name, 2).unwrap().lock().await.unwrap();
         let g2 = b.semaphore(&name, 2).unwrap().lock().await.unwrap();
         assert!(g2.fencing_token() > g1.fencing_token());
-        assert!(a.semaphore(&name, 2).unwrap().try_lock().await.unwrap().is_none());
+        assert!(a
+            .semaphore(&name, 2)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none());
         assert!(matches!(
             b.semaphore(&name, 5).unwrap().try_lock().await,
-            Err(Error::PermitsMismatch { held: 2, asked: 5, .. })
+            Err(Error::PermitsMismatch {
+                held: 2,
+                asked: 5,
+                ..
+            })
         ));
         let sem = b.semaphore(&name, 2).unwrap();
         let waiter = tokio::spawn(async move { sem.lock_timeout(SLACK).await });
