@@ -454,3 +454,107 @@ async fn on_a_cluster_the_keys_share_one_slot_and_the_lock_works() {
         w.release().await.unwrap();
     }
 }
+
+/// One release message lets every reader queued behind a writer in: the
+/// woken first one hands on to the next local waiter once admitted, so none
+/// of them waits for its re-check (set to 20 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_release_lets_every_waiting_reader_in_at_once() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("rw-cascade");
+    let a = connect(&redis.url(), RedisOptions::new()).await;
+    let b = connect(
+        &redis.url(),
+        RedisOptions::new().recheck_interval(Duration::from_secs(20)),
+    )
+    .await;
+    let k = keys(&a, &name);
+    let w = a
+        .rw_lock_with(&name, long())
+        .unwrap()
+        .write()
+        .lock()
+        .await
+        .unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let read = b.rw_lock_with(&name, long()).unwrap().read();
+        readers.push(tokio::spawn(
+            async move { read.lock_timeout(SLACK * 4).await },
+        ));
+    }
+    eventually("four readers queue", || {
+        redis.cli(&["ZCARD", &k.queue]) == "4"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = b.wakeups();
+    let released = Instant::now();
+    w.release().await.unwrap();
+    let mut guards = Vec::new();
+    for r in readers {
+        guards.push(r.await.unwrap().unwrap().expect("a reader got in"));
+    }
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "readers waited for their re-check"
+    );
+    assert_eq!(b.wakeups() - before, 1, "one release message");
+    assert_eq!(redis.cli(&["ZCARD", &k.readers]), "4");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    nothing_left(redis, &k).await;
+}
+
+/// A read share is its own lease: the watchdog keeps it past its TTL,
+/// `extend()` works with manual renewal, and a share taken away fires
+/// `lost()` at the next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_shares_renew_extend_and_report_loss() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("rw-renew");
+    let a = connect(&redis.url(), RedisOptions::new()).await;
+    let k = keys(&a, &name);
+    let ttl = Duration::from_millis(600);
+    let watched = a
+        .rw_lock_with(&name, LeaseOptions::new(ttl).unwrap())
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let manual = a
+        .rw_lock_with(&name, LeaseOptions::manual(ttl).unwrap())
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    manual.extend(Duration::from_secs(3)).await.unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(watched.is_held() && manual.is_held());
+    assert_eq!(redis.cli(&["ZCARD", &k.readers]), "2", "a share expired");
+    assert!(a
+        .rw_lock(&name)
+        .unwrap()
+        .write()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
+    // Someone takes the watched share away: its next renewal notices.
+    let lost = watched.lost();
+    let members = redis.cli(&["ZRANGE", &k.readers, "0", "-1"]);
+    for m in members.lines() {
+        assert_eq!(redis.cli(&["ZREM", &k.readers, m]), "1");
+    }
+    tokio::time::timeout(SLACK, lost)
+        .await
+        .expect("lost() never fired");
+    assert!(matches!(
+        manual.extend(ttl).await,
+        Err(distlock_core::Error::NotHeld { .. })
+    ));
+    nothing_left(redis, &k).await;
+}
