@@ -558,3 +558,22 @@ async fn read_shares_renew_extend_and_report_loss() {
     ));
     nothing_left(redis, &k).await;
 }
+
+/// An exhausted fencing counter is a typed error that takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_counter_is_a_typed_error() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("rw-exhausted");
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let k = keys(&locks, &name);
+    let fence = format!("{{{}}}:rw:fence", locks.lock_key(&name).unwrap());
+    let rw = locks.rw_lock(&name).unwrap();
+    assert_eq!(redis.cli(&["SET", &fence, "9007199254740991"]), "OK");
+    for side in [rw.read(), rw.write()] {
+        assert!(matches!(
+            side.try_lock().await,
+            Err(distlock_core::Error::Exhausted { .. })
+        ));
+    }
+    nothing_left(redis, &k).await;
+}

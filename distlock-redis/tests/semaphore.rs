@@ -460,3 +460,28 @@ async fn on_a_cluster_the_keys_share_one_slot_and_permits_hold() {
         g3.release().await.unwrap();
     }
 }
+
+/// Bad state on the server is a typed error that takes nothing: an
+/// exhausted fencing counter, a key of the wrong type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_counter_or_a_foreign_key_is_a_typed_error() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("sem-bad");
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let k = keys(&locks, &name);
+    let fence = format!("{{{}}}:sem:fence", locks.lock_key(&name).unwrap());
+    let sem = locks.semaphore(&name, 2).unwrap();
+    assert_eq!(redis.cli(&["SET", &fence, "9007199254740991"]), "OK");
+    assert!(matches!(sem.try_lock().await, Err(Error::Exhausted { .. })));
+    assert_eq!(redis.cli(&["EXISTS", &k.holders]), "0");
+    assert_eq!(redis.cli(&["DEL", &fence]), "1");
+    assert_eq!(redis.cli(&["SET", &k.holders, "not a zset"]), "OK");
+    assert!(matches!(
+        sem.lock_timeout(Duration::from_millis(200)).await,
+        Err(Error::Conflict { .. })
+    ));
+    assert_eq!(redis.cli(&["DEL", &k.holders]), "1");
+    let g = sem.try_lock().await.unwrap().unwrap();
+    g.release().await.unwrap();
+    nothing_left(redis, &k).await;
+}
