@@ -353,6 +353,10 @@ impl Lock for Queued {
         // on the connection of the latest attempt that may have queued us,
         // so it lands after that attempt.
         let mut place: Option<CleanupGuard> = None;
+        // The queue guards of attempts whose outcome is unknown: such an
+        // attempt may still land on its connection, so its own guard (on
+        // that connection) runs when we leave, whatever the outcome.
+        let mut unknown: Vec<CleanupGuard> = Vec::new();
         let mut pause = Duration::from_millis(20);
         loop {
             let started = Instant::now();
@@ -436,6 +440,7 @@ impl Lock for Queued {
                 // the attempt landed; `place` stays for the queue entry.
                 Err(e) if e.is_retryable() && queue => {
                     drop(undo);
+                    unknown.extend(place.take());
                     if pause_before_retry(deadline, &mut pause).await {
                         continue;
                     }

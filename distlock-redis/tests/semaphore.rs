@@ -485,3 +485,62 @@ async fn an_exhausted_counter_or_a_foreign_key_is_a_typed_error() {
     g.release().await.unwrap();
     nothing_left(redis, &k).await;
 }
+
+/// A waiter's attempt lands (it queues) but its reply is lost, then a
+/// partition outlasts the wait: its queue entry goes when the connection
+/// heals, not when the entry would expire (about 10 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_while_queueing_leaves_no_entry() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("sem-lost-queue");
+    let victim = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new()
+            .response_timeout(Duration::from_millis(300))
+            .recheck_interval(Duration::from_secs(5)),
+    )
+    .await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let k = keys(&victim, &name);
+    let warm = victim
+        .semaphore(&unique_name("warm-up"), 1)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    let held = other.semaphore(&name, 1).unwrap().lock().await.unwrap();
+    let sem = victim.semaphore_with(&name, 1, long()).unwrap();
+    proxy.lose_reply_to(b"EVALSHA");
+    let attempt = tokio::spawn(async move { sem.lock_timeout(Duration::from_secs(2)).await });
+    eventually("the waiter queues", || {
+        redis.cli(&["ZCARD", &k.queue]) == "1"
+    })
+    .await;
+    assert!(proxy.swallowed_bytes() > 0, "no reply was lost");
+    proxy.cut();
+    proxy.set_blackhole(true);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    proxy.heal();
+    let got = tokio::time::timeout(SLACK * 2, attempt)
+        .await
+        .expect("the acquisition outlived its timeout")
+        .unwrap();
+    match got {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("acquired a permit that is held"),
+        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+    }
+    let left_at = Instant::now();
+    eventually("the queue entry goes", || {
+        redis.cli(&["EXISTS", &k.queue]) == "0"
+    })
+    .await;
+    assert!(
+        left_at.elapsed() < Duration::from_secs(4),
+        "the entry had to expire"
+    );
+    held.release().await.unwrap();
+    nothing_left(redis, &k).await;
+}
