@@ -107,6 +107,61 @@
 //! (an expiry publishes nothing); an observer that falls behind sees the
 //! latest leader.
 //!
+//! ## Read-write lock and semaphore keys
+//!
+//! Both are "holders plus a queue", all keys hash-tagged on the lock key
+//! (one Cluster slot); `K` stands for `PREFIX NAME`:
+//!
+//! | read-write lock | semaphore | what |
+//! |---|---|---|
+//! | `{K}:rw:writer` | `{K}:sem:permits` | the writer (value = token, `PX` = lease) / the number of permits the holders were admitted under (kept while holders exist) |
+//! | `{K}:rw:readers` | `{K}:sem:holders` | sorted set: one member per read share / permit (its token), scored by its expiry in server ms |
+//! | `{K}:rw:queue` | `{K}:sem:queue` | sorted set: waiters (`r:…`/`w:…` for the lock) scored by arrival (server µs): the FIFO order |
+//! | `{K}:rw:alive` | `{K}:sem:alive` | sorted set: the same waiters scored by the expiry of their entry |
+//! | `{K}:rw:fence` | `{K}:sem:fence` | fencing counter (as the mutex's) |
+//! | `{K}:rw:released` | `{K}:sem:released` | pub/sub channel |
+//!
+//! * **Scripts** (`rw_acquire`/`sem_acquire`, `…_release`, `…_extend`):
+//!   every script first purges expired holders (`TIME` of the server) and
+//!   dead waiters (entries whose `alive` score passed). An acquire admits a
+//!   writer when nobody holds and no live waiter is queued ahead of it; a
+//!   reader when no writer holds and no writer is queued ahead of it (so once
+//!   a writer waits, later readers queue behind it); a permit when holders +
+//!   waiters ahead < permits. Admitted: the fencing token (`INCR`, floored
+//!   at `TIME` in µs, as the mutex's: every token of a name is unique and
+//!   above every earlier one), the hold, and the waiter leaves the queue.
+//!   Not admitted and waiting: the waiter enters (or keeps its place in) the
+//!   queue and refreshes its entry, which lives 2 × re-check interval +
+//!   response timeout (a crashed waiter holds nobody back longer); the
+//!   script returns the earliest expiry that could change the answer. A
+//!   semaphore asked with another number of permits while holders exist
+//!   fails with `PermitsMismatch` and changes nothing. Extend re-scores the
+//!   token only while it is a member (the writer: compare-and-`PEXPIRE`);
+//!   release removes it. The zsets carry a `PEXPIREAT` at their last score,
+//!   so nothing outlives its holders and waiters (only the fence counter
+//!   stays, as for the mutex).
+//! * **Cancellation**: each attempt has a fresh token; a cancelled, failed or
+//!   timed-out acquisition releases the attempt's token and takes its
+//!   waiter out of the queue, on the attempt's connection (so after it),
+//!   retried until the lease or entry would have expired anyway.
+//! * **Wake-ups**: a release publishes when someone may now get in (the
+//!   writer left, the last reader left, a permit was freed, a queued waiter
+//!   left). Each provider's shared subscriber wakes **one** of its local
+//!   waiters per message, and that waiter hands the wake-up to the local
+//!   waiter first in the server's queue (without a round trip); a waiter
+//!   admitted while more could follow (a reader, or a permit still free)
+//!   wakes the next local one. Across processes, every provider with
+//!   waiters on the name gets the message and wakes its first in line (one
+//!   script run each; only the global first is admitted, FIFO). Waiters also
+//!   re-check at the earliest expiry the script reported and every re-check
+//!   interval.
+//! * **Fairness**: FIFO among waiters for both (as the in-process backend);
+//!   an acquisition that does not wait (`try_lock`) counts every live
+//!   waiter as ahead of it (a reader: every queued writer), so a waiter is
+//!   never starved by newcomers.
+//!   A waiter that cannot reach the server for longer than its entry lives
+//!   loses its place and queues again at the end.
+//!
 //! # Working with redis-py
 //!
 //! A distlock mutex and a redis-py `Lock` on the same key (`Lock(r,

@@ -17,3 +17,15 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fair_leave.lua")));
 pub(crate) static ELECT_LEADER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/elect_leader.lua")));
+pub(crate) static RW_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_acquire.lua")));
+pub(crate) static RW_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_release.lua")));
+pub(crate) static RW_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_extend.lua")));
+pub(crate) static SEM_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/sem_acquire.lua")));
+pub(crate) static SEM_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/sem_release.lua")));
+pub(crate) static SEM_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/sem_extend.lua")));
