@@ -8,9 +8,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_core::{LeaseOptions, Lock, Provider};
+use distlock_core::{LeaseOptions, Provider};
 use distlock_redis::{RedisOptions, RedisProvider};
-use test_support::safety::{self, Workload};
+use test_support::safety::{self, Shape, Workload};
 use test_support::{unique_name, Proxy, RedisServer};
 
 const CI: Duration = Duration::from_secs(8);
@@ -24,10 +24,6 @@ async fn clients(urls: &[String], options: &RedisOptions) -> Vec<Arc<dyn Provide
         out.push(Arc::new(p) as Arc<dyn Provider>);
     }
     out
-}
-
-fn mutex(name: &str, lease: LeaseOptions) -> impl Fn(&dyn Provider) -> Arc<dyn Lock> + '_ {
-    move |p| p.mutex_with(name, lease).unwrap()
 }
 
 fn options() -> RedisOptions {
@@ -44,19 +40,18 @@ async fn on_server(server: &Arc<Mutex<RedisServer>>, action: fn(&mut RedisServer
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_and_restart_with_persistence() {
+async fn kill_and_restart_with_persistence(shape: Shape) {
     let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let url = redis.url();
     let server = Arc::new(Mutex::new(redis));
     let name = unique_name("safety-kill");
     let lease = LeaseOptions::new(Duration::from_secs(1)).unwrap();
     let clients = clients(&vec![url; 4], &options()).await;
-    let report = safety::run(
-        "redis: kill -9 and restart (appendonly)",
+    let report = safety::run_with(
+        &shape.scenario("redis: kill -9 and restart (appendonly)"),
         &clients,
         2,
-        mutex(&name, lease),
+        shape.maker(&name, Some(lease)),
         // Critical sections long enough for faults to land inside them.
         Workload {
             work: Duration::from_millis(600),
@@ -85,18 +80,17 @@ async fn kill_and_restart_with_persistence() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_paused_past_the_ttl() {
+async fn server_paused_past_the_ttl(shape: Shape) {
     let redis = RedisServer::start();
     let url = redis.url();
     let name = unique_name("safety-pause");
     let lease = LeaseOptions::new(Duration::from_millis(800)).unwrap();
     let clients = clients(&vec![url; 4], &options()).await;
-    let report = safety::run(
-        "redis: SIGSTOP past the TTL, SIGCONT",
+    let report = safety::run_with(
+        &shape.scenario("redis: SIGSTOP past the TTL, SIGCONT"),
         &clients,
         2,
-        mutex(&name, lease),
+        shape.maker(&name, Some(lease)),
         // Longer than the TTL: only the watchdog keeps the lease, so a
         // pause inside a critical section loses it before the write.
         Workload {
@@ -127,8 +121,7 @@ async fn server_paused_past_the_ttl() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_cuts_and_delays_through_the_proxy() {
+async fn connection_cuts_and_delays_through_the_proxy(shape: Shape) {
     let redis = RedisServer::start();
     let proxies: Vec<Proxy> = (0..4).map(|_| Proxy::start(redis.addr())).collect();
     let urls: Vec<String> = proxies
@@ -143,11 +136,11 @@ async fn connection_cuts_and_delays_through_the_proxy() {
         acquire_timeout: Duration::from_millis(400),
         ..Workload::default()
     };
-    let report = safety::run(
-        "redis: connection cuts, delays up to 400 ms, random cancellation",
+    let report = safety::run_with(
+        &shape.scenario("redis: connection cuts, delays up to 400 ms, random cancellation"),
         &clients,
         2,
-        mutex(&name, lease),
+        shape.maker(&name, Some(lease)),
         workload,
         safety::scenario_duration(CI),
         |until| async move {
@@ -178,8 +171,7 @@ async fn connection_cuts_and_delays_through_the_proxy() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holder_stalled_past_its_ttl_with_the_watchdog_starved() {
+async fn holder_stalled_past_its_ttl_with_the_watchdog_starved(shape: Shape) {
     let redis = test_support::redis::shared();
     let name = unique_name("safety-stall");
     let lease = LeaseOptions::new(Duration::from_millis(500)).unwrap();
@@ -188,11 +180,11 @@ async fn holder_stalled_past_its_ttl_with_the_watchdog_starved() {
         stall: Some(Duration::from_millis(1200)),
         ..Workload::default()
     };
-    let report = safety::run(
-        "redis: holder stalled 1.2 s past a 0.5 s TTL, watchdog starved",
+    let report = safety::run_with(
+        &shape.scenario("redis: holder stalled 1.2 s past a 0.5 s TTL, watchdog starved"),
         &clients,
         2,
-        mutex(&name, lease),
+        shape.maker(&name, Some(lease)),
         workload,
         safety::scenario_duration(CI),
         |until| async move {
@@ -221,3 +213,8 @@ fn fastrand_seed(seed: u64) -> impl FnMut() -> u64 {
         x
     }
 }
+
+test_support::every_shape!(kill_and_restart_with_persistence);
+test_support::every_shape!(server_paused_past_the_ttl);
+test_support::every_shape!(connection_cuts_and_delays_through_the_proxy);
+test_support::every_shape!(holder_stalled_past_its_ttl_with_the_watchdog_starved);

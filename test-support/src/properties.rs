@@ -64,6 +64,8 @@ pub fn check(
                 client.fair_mutex(&name).map(|_| ()),
                 client.election(&name).map(|_| ()),
                 client.id_generator(&name, 1).map(|_| ()),
+                client.rw_lock(&name).map(|_| ()),
+                client.semaphore(&name, 3).map(|_| ()),
             ];
             for r in results {
                 match r {
@@ -71,8 +73,6 @@ pub fn check(
                     Err(Error::InvalidName { .. }) => {
                         prop_assert!(!valid, "rejected valid name {name:?}");
                     }
-                    // A backend may not offer a primitive: still typed.
-                    Err(Error::Unsupported { .. }) => prop_assert!(valid),
                     Err(e) => prop_assert!(false, "{name:?}: untyped rejection {e:?}"),
                 }
             }

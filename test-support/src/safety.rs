@@ -361,7 +361,7 @@ pub enum Shape {
     Mutex,
     /// The fair mutex.
     FairMutex,
-    /// A read-write lock, 80% reads.
+    /// A read-write lock, half reads (so that every scenario has writes to check).
     ReadWrite,
     /// A semaphore of this many permits.
     Semaphore(u32),
@@ -405,7 +405,7 @@ impl Shape {
                 }
                 Shape::ReadWrite => Subject::ReadWrite {
                     lock: p.rw_lock_with(name, lease).expect("rw lock"),
-                    reads_percent: 80,
+                    reads_percent: 50,
                 },
                 Shape::Semaphore(n) => {
                     Subject::Semaphore(p.semaphore_with(name, n, lease).expect("semaphore"))
@@ -903,7 +903,7 @@ mod tests {
 
 /// Writes three `#[tokio::test]`s for a scenario function
 /// `async fn name(shape: Shape)`, in a module of its name: `mutex` (the
-/// unfair mutex, or with `fair` the fair mutex), `rw_lock` (80% reads) and
+/// unfair mutex, or with `fair` the fair mutex), `rw_lock` (half reads) and
 /// `semaphore` (2 permits).
 ///
 /// ```text
