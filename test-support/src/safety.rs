@@ -793,6 +793,43 @@ pub fn publish(report: &Report) {
     }
 }
 
+/// Writes three `#[tokio::test]`s for a scenario function
+/// `async fn name(shape: Shape)`, in a module of its name: `mutex` (the
+/// unfair mutex, or with `fair` the fair mutex), `rw_lock` (half reads) and
+/// `semaphore` (2 permits).
+///
+/// ```text
+/// test_support::every_shape!(server_paused_past_the_ttl);
+/// test_support::every_shape!(fair session_expiry_of_a_blackholed_client);
+/// ```
+#[macro_export]
+macro_rules! every_shape {
+    (fair $name:ident) => {
+        $crate::every_shape!(@ $name, $crate::safety::Shape::FairMutex);
+    };
+    ($name:ident) => {
+        $crate::every_shape!(@ $name, $crate::safety::Shape::Mutex);
+    };
+    (@ $name:ident, $mutex:expr) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mutex() {
+                super::$name($mutex).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rw_lock() {
+                super::$name($crate::safety::Shape::ReadWrite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn semaphore() {
+                super::$name($crate::safety::Shape::Semaphore(2)).await;
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -899,41 +936,4 @@ mod tests {
         let caught = std::panic::catch_unwind(|| assert_lost_before_next(&report));
         assert!(caught.is_err(), "a late lost() passed");
     }
-}
-
-/// Writes three `#[tokio::test]`s for a scenario function
-/// `async fn name(shape: Shape)`, in a module of its name: `mutex` (the
-/// unfair mutex, or with `fair` the fair mutex), `rw_lock` (half reads) and
-/// `semaphore` (2 permits).
-///
-/// ```text
-/// test_support::every_shape!(server_paused_past_the_ttl);
-/// test_support::every_shape!(fair session_expiry_of_a_blackholed_client);
-/// ```
-#[macro_export]
-macro_rules! every_shape {
-    (fair $name:ident) => {
-        $crate::every_shape!(@ $name, $crate::safety::Shape::FairMutex);
-    };
-    ($name:ident) => {
-        $crate::every_shape!(@ $name, $crate::safety::Shape::Mutex);
-    };
-    (@ $name:ident, $mutex:expr) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mutex() {
-                super::$name($mutex).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rw_lock() {
-                super::$name($crate::safety::Shape::ReadWrite).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn semaphore() {
-                super::$name($crate::safety::Shape::Semaphore(2)).await;
-            }
-        }
-    };
 }
