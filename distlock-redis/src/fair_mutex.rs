@@ -6,7 +6,8 @@
 //!   call of `fair_acquire.lua` drops the entries whose expiry has passed,
 //!   then takes the lock if it is free and no live waiter is ahead, else
 //!   adds or refreshes our entry. A waiter refreshes it every third of its
-//!   TTL (the lease TTL) while it waits, so a waiter that dies (or stalls)
+//!   TTL (2 re-check intervals + a response timeout, 3 s by default, or the
+//!   lease TTL if shorter) while it waits, so a waiter that dies (or stalls)
 //!   holds the queue up only until its own entry expires; dead entries
 //!   expire side by side, never one after another. Both keys expire with
 //!   their last entry.
@@ -182,10 +183,14 @@ impl Cleanup for LeaveQueue {
 }
 
 impl FairQueue {
-    /// How long a waiter's entry lives unless refreshed: one lease TTL (a
-    /// dead waiter costs the queue no more than a dead holder would).
+    /// How long a waiter's entry lives unless refreshed: two re-check
+    /// intervals and a response timeout (as the read-write lock's and the
+    /// semaphore's queues), or the lease TTL if shorter. A waiter refreshes
+    /// it at least every third of that, so a dead waiter holds the queue up
+    /// for seconds, never for a long lease.
     fn entry_ttl(&self) -> Duration {
-        self.lease.ttl()
+        let options = &self.shared.options;
+        (options.recheck_interval * 2 + options.response_timeout).min(self.lease.ttl())
     }
 
     async fn attempt(

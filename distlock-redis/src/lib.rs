@@ -69,9 +69,10 @@
 //! may barge** ahead of the queue: they take the free lock without looking
 //! at it.
 //!
-//! * **A dead waiter never blocks the queue.** Each entry expires one lease
-//!   TTL after its waiter last refreshed it; waiters refresh every third of
-//!   that (or every re-check interval, if shorter) with the same script that
+//! * **A dead waiter never blocks the queue.** Each entry expires 2 re-check
+//!   intervals + a response timeout (3 s by default; the lease TTL if
+//!   shorter) after its waiter last refreshed it; waiters refresh every third
+//!   of that (or every re-check interval, if shorter) with the same script that
 //!   tries the lock, and every such call first drops expired entries. Dead
 //!   entries expire side by side, so several dead waiters cost the queue one
 //!   entry TTL, not one each; the queue keys themselves expire with their
