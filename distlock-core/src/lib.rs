@@ -20,6 +20,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Primitives
+//!
+//! A [`Provider`] hands out, by name: mutexes and fair mutexes ([`Lock`]),
+//! read-write locks ([`ReadWriteLock`], whose two sides are [`Lock`]s),
+//! counting semaphores ([`Semaphore`], a [`Lock`] of N holders), leader
+//! elections ([`Election`]) and id generators ([`IdGenerator`]). Every
+//! backend offers every primitive.
+//!
 //! # Semantics shared by every backend
 //!
 //! * A [`LockGuard`] owns the lease. [`LockGuard::release`] releases and
