@@ -5,20 +5,20 @@
 //! the crate docs' key layout): holders with their own tokens and expiries,
 //! a FIFO queue of waiters whose entries expire unless refreshed, and a
 //! fencing counter. One Lua script decides an attempt atomically (purging
-//! expired holders and dead waiters first); a waiter sleeps until a release
-//! message, a local hand-over, the earliest expiry the script reported, or
-//! the recheck interval.
+//! expired holders and dead waiters first); a waiter sleeps until a wake-up
+//! addressed to it, the earliest expiry the script reported, or the recheck
+//! interval.
 //!
-//! Wake-ups: the shared subscriber wakes one local waiter per release
-//! message; that waiter hands the wake-up to the provider's waiter that is
-//! first in the server's queue (the only one that can be admitted when
-//! anyone queued can), without a round trip. A waiter admitted while more
-//! may get in (a reader, or a permit still free) wakes the next local one.
+//! Wake-ups: every script that changes who may get in (a release, a waiter
+//! leaving, a purge of expired holders or dead waiters) compares the queued
+//! waiters an attempt would admit before and after, and publishes
+//! `to:<waiter id>` for each one newly let in. A waiter subscribes under its
+//! queue id ([`Subscriber::subscribe_as`](crate::subscriber::Subscriber)),
+//! so the message wakes exactly that waiter on whichever provider it waits:
+//! one wake-up per admission across all providers.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,7 +27,6 @@ use distlock_core::backend::{
 };
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 use redis::{Script, ScriptInvocation};
-use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 use crate::conn::Pinned;
@@ -55,10 +54,9 @@ pub(crate) struct Recipe {
     pub(crate) keys: [String; 5],
     pub(crate) channel: String,
     pub(crate) side: Side,
-    /// The last script argument: `r`, `w` or the number of permits.
+    /// The script argument after the channel: `r`, `w` or the number of
+    /// permits.
     mode: String,
-    /// The key of this provider's local wake-up queue for the channel.
-    local: String,
 }
 
 impl Recipe {
@@ -83,7 +81,6 @@ impl Recipe {
                 key("alive"),
                 key("fence"),
             ],
-            local: format!("{:p}\n{channel}", Arc::as_ptr(shared)),
             channel,
             side,
             mode: match side {
@@ -138,90 +135,6 @@ fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// Each provider's waiters of one channel, in the server queue's order
-/// (ticket, then arrival here). Keyed by provider and channel.
-type LocalQueues = HashMap<String, BTreeMap<(u64, u64), Arc<Notify>>>;
-
-static LOCAL: LazyLock<Mutex<LocalQueues>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-static LOCAL_SEQ: AtomicU64 = AtomicU64::new(0);
-
-fn local_queues() -> std::sync::MutexGuard<'static, LocalQueues> {
-    LOCAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A waiter's place in its provider's local queue of a channel; leaves it
-/// when dropped.
-struct LocalPlace {
-    key: String,
-    slot: Option<(u64, u64)>,
-    wake: Arc<Notify>,
-}
-
-impl LocalPlace {
-    fn new(key: &str) -> LocalPlace {
-        LocalPlace {
-            key: key.to_owned(),
-            slot: None,
-            wake: Arc::new(Notify::new()),
-        }
-    }
-
-    /// Takes (or moves to) the place of `ticket`, the server queue's score.
-    fn set_ticket(&mut self, ticket: u64) {
-        if ticket == 0 || self.slot.is_some_and(|(t, _)| t == ticket) {
-            return;
-        }
-        self.leave();
-        let slot = (ticket, LOCAL_SEQ.fetch_add(1, Ordering::Relaxed));
-        local_queues()
-            .entry(self.key.clone())
-            .or_default()
-            .insert(slot, Arc::clone(&self.wake));
-        self.slot = Some(slot);
-    }
-
-    /// Hands a wake-up to the local waiter first in line when that is not
-    /// this one; `true` when handed over.
-    fn pass_on(&self) -> bool {
-        let Some(mine) = self.slot else {
-            return false;
-        };
-        let queues = local_queues();
-        match queues.get(&self.key).and_then(BTreeMap::first_key_value) {
-            Some((first, wake)) if *first != mine => {
-                wake.notify_one();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn leave(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let mut queues = local_queues();
-            if let Some(queue) = queues.get_mut(&self.key) {
-                queue.remove(&slot);
-                if queue.is_empty() {
-                    queues.remove(&self.key);
-                }
-            }
-        }
-    }
-
-    /// Wakes the local waiter first in line of `key`, if any.
-    fn wake_first(key: &str) {
-        if let Some((_, wake)) = local_queues().get(key).and_then(BTreeMap::first_key_value) {
-            wake.notify_one();
-        }
-    }
-}
-
-impl Drop for LocalPlace {
-    fn drop(&mut self) {
-        self.leave();
-    }
-}
-
 /// A queued acquisition: the read or write side of a read-write lock, or a
 /// semaphore.
 pub(crate) struct Queued {
@@ -241,15 +154,11 @@ impl fmt::Debug for Queued {
 }
 
 enum Attempt {
-    /// Admitted with this fencing token; `more`: another waiter may be
-    /// admitted too.
-    Acquired { token: u64, more: bool },
-    /// Not admitted; re-check within `recheck` (an expiry that may change
-    /// the answer); `ticket`: the place in the queue (0: not queued).
-    Waiting {
-        recheck: Option<Duration>,
-        ticket: u64,
-    },
+    /// Admitted with this fencing token.
+    Acquired(u64),
+    /// Not admitted; re-check within this (an expiry that may change the
+    /// answer).
+    Waiting(Option<Duration>),
     /// The attempt token already holds: a resent attempt, its fencing token
     /// unknown.
     AlreadyOurs,
@@ -289,21 +198,18 @@ impl Queued {
             .arg(member)
             .arg(if queue { "1" } else { "0" })
             .arg(u64::try_from(self.entry_ttl().as_millis()).unwrap_or(u64::MAX))
-            .arg(&recipe.mode);
-        let (status, value, extra): (i64, i64, i64) = conn
+            .arg(&recipe.mode)
+            .arg(&recipe.channel);
+        let (status, value): (i64, i64) = conn
             .script("acquire", self.shared.options.response_timeout, &invocation)
             .await?;
         match status {
             1 => u64::try_from(value)
-                .map(|token| Attempt::Acquired {
-                    token,
-                    more: extra == 1,
-                })
+                .map(Attempt::Acquired)
                 .map_err(|_| Error::server("redis", "acquire script returned a negative token")),
-            0 => Ok(Attempt::Waiting {
-                recheck: u64::try_from(value).ok().map(Duration::from_millis),
-                ticket: u64::try_from(extra).unwrap_or(0),
-            }),
+            0 => Ok(Attempt::Waiting(
+                u64::try_from(value).ok().map(Duration::from_millis),
+            )),
             2 => Ok(Attempt::AlreadyOurs),
             -1 => Err(recipe.conflict(value)),
             -3 => Err(Error::Exhausted {
@@ -348,7 +254,6 @@ impl Lock for Queued {
         let member = format!("{}{}", self.recipe.member_prefix(), new_token());
         let waited = Instant::now();
         let mut subscription = None;
-        let mut local = LocalPlace::new(&self.recipe.local);
         // Takes our entry out of the server's queue unless disarmed; always
         // on the connection of the latest attempt that may have queued us,
         // so it lands after that attempt.
@@ -399,16 +304,12 @@ impl Lock for Queued {
             // Boxed: the attempt's state is large, and a waiter should not
             // carry it while it sleeps between attempts.
             let result = Box::pin(self.attempt(&pinned, &lease.token, &member, queue)).await;
-            let (recheck, ticket) = match result {
-                Ok(Attempt::Acquired { token, more }) => {
+            let recheck = match result {
+                Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
                     if let Some(mut place) = place.take() {
                         // The script took us out of the queue.
                         place.disarm();
-                    }
-                    drop(local);
-                    if more {
-                        LocalPlace::wake_first(&self.recipe.local);
                     }
                     tracing::debug!(
                         name = %self.recipe.name,
@@ -428,9 +329,9 @@ impl Lock for Queued {
                     // On error (closed meanwhile) the guard released itself.
                     return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
                 }
-                Ok(Attempt::Waiting { recheck, ticket }) => {
+                Ok(Attempt::Waiting(recheck)) => {
                     undo.disarm();
-                    (recheck, ticket)
+                    recheck
                 }
                 Ok(Attempt::AlreadyOurs) => {
                     let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
@@ -451,7 +352,6 @@ impl Lock for Queued {
                 Err(e) => return Err(e),
             };
             pause = Duration::from_millis(20);
-            local.set_ticket(ticket);
             let now = Instant::now();
             if !queue || deadline.is_some_and(|d| now >= d) {
                 if let Some(mut place) = place.take() {
@@ -460,12 +360,13 @@ impl Lock for Queued {
                 return Ok(None);
             }
             if subscription.is_none() {
-                // Subscribe, then try again at once: a release between the
-                // attempt and the subscription is not missed.
+                // Subscribe under our queue id, then try again at once: a
+                // wake-up between the attempt and the subscription is not
+                // missed.
                 subscription = Some(
                     shared
                         .subscriber
-                        .subscribe(self.recipe.channel.clone())
+                        .subscribe_as(self.recipe.channel.clone(), member.clone())
                         .await,
                 );
                 continue;
@@ -477,20 +378,15 @@ impl Lock for Queued {
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }
+            // The next look: a wake-up addressed to us (a script let us in,
+            // or the subscriber reconnected), the earliest expiry, the
+            // re-check interval (which also refreshes our queue entry), the
+            // caller's deadline.
             if let Some(sub) = &mut subscription {
-                loop {
-                    tokio::select! {
-                        () = sub.changed() => {
-                            // Not first in line here: the first one tries.
-                            if local.pass_on() {
-                                continue;
-                            }
-                        }
-                        () = local.wake.notified() => {}
-                        () = sleep_until(wake) => {}
-                        () = shared.lifecycle.closed() => return Err(Error::Closed),
-                    }
-                    break;
+                tokio::select! {
+                    () = sub.changed() => {}
+                    () = sleep_until(wake) => {}
+                    () = shared.lifecycle.closed() => return Err(Error::Closed),
                 }
             }
         }
@@ -673,27 +569,4 @@ pub(crate) fn rw_lock(
         write: side(Side::Write),
         name,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn local_queue_hands_wake_ups_to_the_first_in_line() {
-        let key = format!("test\n{}", new_token());
-        let mut second = LocalPlace::new(&key);
-        let mut first = LocalPlace::new(&key);
-        second.set_ticket(20);
-        first.set_ticket(10);
-        assert!(second.pass_on(), "the second in line must hand over");
-        assert!(!first.pass_on(), "the first in line keeps its wake-up");
-        drop(first);
-        assert!(!second.pass_on());
-        drop(second);
-        assert!(
-            !local_queues().contains_key(&key),
-            "empty queues are removed"
-        );
-    }
 }

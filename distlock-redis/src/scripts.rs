@@ -1,5 +1,7 @@
 //! The Lua scripts, kept in `.lua` files and run by EVALSHA (loaded on
-//! NOSCRIPT by the client).
+//! NOSCRIPT by the client). The read-write lock's and the semaphore's
+//! acquire and release scripts start with their `…_wake.lua` prelude (who may
+//! get in, and the addressed wake-ups).
 
 use std::sync::LazyLock;
 
@@ -17,15 +19,31 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fair_leave.lua")));
 pub(crate) static ELECT_LEADER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/elect_leader.lua")));
-pub(crate) static RW_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_acquire.lua")));
-pub(crate) static RW_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_release.lua")));
+pub(crate) static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/rw_wake.lua"),
+        include_str!("scripts/rw_acquire.lua")
+    ))
+});
+pub(crate) static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/rw_wake.lua"),
+        include_str!("scripts/rw_release.lua")
+    ))
+});
 pub(crate) static RW_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/rw_extend.lua")));
-pub(crate) static SEM_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sem_acquire.lua")));
-pub(crate) static SEM_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sem_release.lua")));
+pub(crate) static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sem_wake.lua"),
+        include_str!("scripts/sem_acquire.lua")
+    ))
+});
+pub(crate) static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sem_wake.lua"),
+        include_str!("scripts/sem_release.lua")
+    ))
+});
 pub(crate) static SEM_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/sem_extend.lua")));

@@ -295,12 +295,17 @@ async fn cancelled_acquisitions_leave_nothing() {
 }
 
 /// Cancelled while queued: the entry goes at once (not at its expiry), and
-/// the reader it held back gets in.
+/// the reader it held back gets in, woken by the leaving writer's script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiting_writer_leaves_the_queue_and_lets_readers_in() {
     let redis = test_support::redis::shared();
     let name = unique_name("rw-cancel-writer");
-    let a = connect(&redis.url(), RedisOptions::new()).await;
+    // Long re-checks: only the leaving writer's hand-over lets the reader in.
+    let a = connect(
+        &redis.url(),
+        RedisOptions::new().recheck_interval(Duration::from_secs(20)),
+    )
+    .await;
     let b = connect(&redis.url(), RedisOptions::new()).await;
     let k = keys(&a, &name);
     let reader = a.rw_lock(&name).unwrap().read().lock().await.unwrap();
@@ -317,6 +322,8 @@ async fn a_cancelled_waiting_writer_leaves_the_queue_and_lets_readers_in() {
         redis.cli(&["ZCARD", &k.queue]) == "2"
     })
     .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = a.wakeups();
     writer.abort();
     let started = Instant::now();
     let r2 = held_back
@@ -328,6 +335,7 @@ async fn a_cancelled_waiting_writer_leaves_the_queue_and_lets_readers_in() {
         started.elapsed() < Duration::from_secs(2),
         "waited for the entry to expire"
     );
+    assert_eq!(a.wakeups() - before, 1, "one hand-over to the reader");
     reader.release().await.unwrap();
     r2.release().await.unwrap();
     nothing_left(redis, &k).await;
@@ -455,19 +463,24 @@ async fn on_a_cluster_the_keys_share_one_slot_and_the_lock_works() {
     }
 }
 
-/// One release message lets every reader queued behind a writer in: the
-/// woken first one hands on to the next local waiter once admitted, so none
-/// of them waits for its re-check (set to 20 s here).
+/// A writer's release lets every reader queued behind it in, each woken by
+/// exactly one message addressed to it, on whichever of 4 providers it
+/// waits (nobody waits for a re-check: 20 s here). A writer queued behind
+/// them is not woken until the last of them leaves, and then once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writers_release_lets_every_waiting_reader_in_at_once() {
+async fn a_writers_release_wakes_each_waiting_reader_once_across_providers() {
     let redis = test_support::redis::shared();
     let name = unique_name("rw-cascade");
     let a = connect(&redis.url(), RedisOptions::new()).await;
-    let b = connect(
-        &redis.url(),
-        RedisOptions::new().recheck_interval(Duration::from_secs(20)),
-    )
-    .await;
+    let mut waiting = Vec::new();
+    for pool in [None, Some(2), None, Some(3)] {
+        let mut options = RedisOptions::new().recheck_interval(Duration::from_secs(20));
+        if let Some(size) = pool {
+            options = options.pool_size(size);
+        }
+        waiting.push(connect(&redis.url(), options).await);
+    }
+    let wakeups = |c: &[RedisProvider]| c.iter().map(RedisProvider::wakeups).sum::<u64>();
     let k = keys(&a, &name);
     let w = a
         .rw_lock_with(&name, long())
@@ -477,18 +490,25 @@ async fn a_writers_release_lets_every_waiting_reader_in_at_once() {
         .await
         .unwrap();
     let mut readers = Vec::new();
-    for _ in 0..4 {
-        let read = b.rw_lock_with(&name, long()).unwrap().read();
+    for (i, p) in waiting.iter().enumerate() {
+        let read = p.rw_lock_with(&name, long()).unwrap().read();
         readers.push(tokio::spawn(
             async move { read.lock_timeout(SLACK * 4).await },
         ));
+        eventually("the reader queues", || {
+            redis.cli(&["ZCARD", &k.queue]) == (i + 1).to_string()
+        })
+        .await;
     }
-    eventually("four readers queue", || {
-        redis.cli(&["ZCARD", &k.queue]) == "4"
+    let write = waiting[1].rw_lock_with(&name, long()).unwrap().write();
+    let next_writer = tokio::spawn(async move { write.lock_timeout(SLACK * 4).await });
+    eventually("the writer queues behind them", || {
+        redis.cli(&["ZCARD", &k.queue]) == "5"
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = b.wakeups();
+    // Let every waiter finish its attempt after subscribing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = wakeups(&waiting);
     let released = Instant::now();
     w.release().await.unwrap();
     let mut guards = Vec::new();
@@ -499,11 +519,33 @@ async fn a_writers_release_lets_every_waiting_reader_in_at_once() {
         released.elapsed() < Duration::from_secs(3),
         "readers waited for their re-check"
     );
-    assert_eq!(b.wakeups() - before, 1, "one release message");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        wakeups(&waiting) - before,
+        4,
+        "one wake-up per reader let in, none for the writer"
+    );
     assert_eq!(redis.cli(&["ZCARD", &k.readers]), "4");
+    assert_eq!(
+        redis.cli(&["ZCARD", &k.queue]),
+        "1",
+        "the writer still waits"
+    );
+    let before = wakeups(&waiting);
+    let last = guards.pop().unwrap();
     for g in guards {
         g.release().await.unwrap();
     }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(wakeups(&waiting), before, "woken while a reader holds");
+    last.release().await.unwrap();
+    let g = next_writer
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the writer got in");
+    assert_eq!(wakeups(&waiting) - before, 1, "the writer woken once");
+    g.release().await.unwrap();
     nothing_left(redis, &k).await;
 }
 

@@ -1,6 +1,7 @@
 //! The Redis counting semaphore on a real redis-server (and a real
 //! Cluster): never over N, fencing tokens, reclaimed permits, permits
-//! mismatch, cancellation, one wake-up per release, lost replies.
+//! mismatch, cancellation, one wake-up per release across providers, lost
+//! replies.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -221,86 +222,104 @@ async fn another_number_of_permits_while_held_is_a_mismatch() {
     nothing_left(redis, &k).await;
 }
 
-/// One release wakes one waiter of a provider, not all: the release message
-/// is delivered once and only the waiter first in line re-runs its script
-/// (the others' queue entries are not refreshed). FIFO: it is the first.
+/// One release wakes exactly one waiter across all providers: the first in
+/// line (FIFO), by a message addressed to it; nobody else re-runs its script
+/// (the others' queue entries are not refreshed). A stray plain message on
+/// the channel wakes nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_release_wakes_one_waiter() {
+async fn one_release_wakes_exactly_one_waiter_across_providers() {
     let redis = test_support::redis::shared();
     let name = unique_name("sem-wake");
     let holder = connect(&redis.url(), RedisOptions::new()).await;
     // Long re-checks: only wake-ups make waiters try again.
-    let waiting = connect(
-        &redis.url(),
-        RedisOptions::new().recheck_interval(Duration::from_secs(20)),
-    )
-    .await;
+    let mut waiting = Vec::new();
+    for pool in [None, Some(2), None, Some(3)] {
+        let mut options = RedisOptions::new().recheck_interval(Duration::from_secs(20));
+        if let Some(size) = pool {
+            options = options.pool_size(size);
+        }
+        waiting.push(connect(&redis.url(), options).await);
+    }
+    let wakeups = |c: &[RedisProvider]| c.iter().map(RedisProvider::wakeups).sum::<u64>();
     let k = keys(&holder, &name);
-    let g = holder
-        .semaphore_with(&name, 1, long())
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
+    let sem = holder.semaphore_with(&name, 2, long()).unwrap();
+    let mut held = vec![sem.lock().await.unwrap(), sem.lock().await.unwrap()];
     let mut waiters = Vec::new();
-    for _ in 0..5 {
-        let sem = waiting.semaphore_with(&name, 1, long()).unwrap();
+    for i in 0..8 {
+        let sem = waiting[i % 4].semaphore_with(&name, 2, long()).unwrap();
         waiters.push(tokio::spawn(async move {
             sem.lock_timeout(Duration::from_secs(30)).await
         }));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        eventually("the waiter queues", || {
+            redis.cli(&["ZCARD", &k.queue]) == (i + 1).to_string()
+        })
+        .await;
     }
-    eventually("five waiters queue", || {
-        redis.cli(&["ZCARD", &k.queue]) == "5"
-    })
-    .await;
     // Let every waiter finish its attempt after subscribing.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // A stray message: the waiter it wakes tries, fails and waits again,
-    // so the subscriber's next wake-up goes to another waiter than the
-    // first in line (which must then hand it over).
     let channel = format!("{{{}}}:sem:released", holder.lock_key(&name).unwrap());
-    assert_eq!(redis.cli(&["PUBLISH", &channel, "stray"]), "1");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let queue = scores(redis, &k.queue);
-    let first = queue
-        .iter()
-        .min_by_key(|(_, s)| s.parse::<u64>().unwrap())
-        .map(|(m, _)| m.clone())
-        .unwrap();
-    let alive = scores(redis, &k.alive);
-    let before = waiting.wakeups();
-    g.release().await.unwrap();
-    eventually("a waiter gets the permit", || {
-        redis.cli(&["ZCARD", &k.holders]) == "1"
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(waiting.wakeups() - before, 1, "one release message");
-    let after = scores(redis, &k.alive);
-    assert!(
-        !after.contains_key(&first),
-        "the first in line did not get in"
-    );
-    assert_eq!(after.len(), 4);
-    for (member, score) in &after {
+    let before = wakeups(&waiting);
+    assert_eq!(redis.cli(&["PUBLISH", &channel, "stray"]), "4");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(wakeups(&waiting), before, "a stray message woke a waiter");
+    let by_arrival = |redis: &RedisServer| {
+        let mut queue: Vec<(u64, String)> = scores(redis, &k.queue)
+            .into_iter()
+            .map(|(m, s)| (s.parse().unwrap(), m))
+            .collect();
+        queue.sort();
+        queue.into_iter().map(|(_, m)| m).collect::<Vec<_>>()
+    };
+    for round in 0..2u64 {
+        let queue = by_arrival(redis);
+        let alive = scores(redis, &k.alive);
+        let before = wakeups(&waiting);
+        held.pop().unwrap().release().await.unwrap();
+        eventually("a waiter gets the permit", || {
+            redis.cli(&["ZCARD", &k.queue]) == (7 - round).to_string()
+                && redis.cli(&["ZCARD", &k.holders]) == "2"
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(
-            alive.get(member),
-            Some(score),
-            "a waiter that was not first in line tried again"
+            wakeups(&waiting) - before,
+            1,
+            "one wake-up across the providers"
         );
-    }
-    // Closing ends the four waiters and releases the winner's permit.
-    waiting.close().await.unwrap();
-    let mut won = 0;
-    for w in waiters {
-        match w.await.unwrap() {
-            Ok(Some(_)) => won += 1,
-            Err(Error::Closed) => {}
-            other => panic!("unexpected outcome {other:?}"),
+        let after = scores(redis, &k.alive);
+        assert!(
+            !after.contains_key(&queue[0]),
+            "the first in line did not get in"
+        );
+        assert_eq!(by_arrival(redis), queue[1..], "the queue order changed");
+        for (member, score) in &after {
+            assert_eq!(
+                alive.get(member),
+                Some(score),
+                "a waiter that was not first in line tried again"
+            );
         }
     }
-    assert_eq!(won, 1);
+    // The two first to queue won (FIFO); the six others still wait.
+    let finished: Vec<bool> = waiters
+        .iter()
+        .map(tokio::task::JoinHandle::is_finished)
+        .collect();
+    assert_eq!(
+        finished,
+        [true, true, false, false, false, false, false, false]
+    );
+    let mut winners = Vec::new();
+    for (i, w) in waiters.into_iter().enumerate() {
+        if i < 2 {
+            winners.push(w.await.unwrap().unwrap().expect("a winner"));
+        } else {
+            w.abort();
+        }
+    }
+    for g in winners {
+        g.release().await.unwrap();
+    }
     nothing_left(redis, &k).await;
 }
 

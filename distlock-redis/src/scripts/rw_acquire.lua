@@ -7,104 +7,111 @@
 -- KEYS[5] fencing counter ({lock}:rw:fence)
 -- ARGV[1] attempt token, ARGV[2] lease TTL ms, ARGV[3] waiter ("r:…"/"w:…"),
 -- ARGV[4] '1' to queue up when not admitted, ARGV[5] queue entry TTL ms,
--- ARGV[6] 'r' or 'w'
+-- ARGV[6] 'r' or 'w', ARGV[7] the release channel ({lock}:rw:released)
 -- Admission: a writer when no writer holds, no reader holds and no live
 -- waiter is queued ahead of it; a reader when no writer holds and no live
 -- writer is queued ahead of it (a reader not queued: none queued at all).
--- Returns {1, fencing token, 1 if another waiter may get in too (a reader)}
---         {0, ms until the earliest expiry that may change the answer or -1,
---             this waiter's queue ticket (0 when not queued)}
---         {2, 0, 0} the attempt token already holds (a resent attempt)
---         {-1, index of the key of the wrong type, 0}
---         {-2, 0, 0} the fencing counter is not an integer
---         {-3, 0, 0} the fencing counter is exhausted (2^53)
+-- Returns {1, fencing token}
+--         {0, ms until the earliest expiry that may change the answer or -1}
+--         {2, 0} the attempt token already holds (a resent attempt)
+--         {-1, index of the key of the wrong type}
+--         {-2, 0} the fencing counter is not an integer
+--         {-3, 0} the fencing counter is exhausted (2^53)
 -- Expired readers and dead waiters (entries not refreshed) are purged first.
+-- Wake-ups: every queued waiter this call lets in (a purge that unblocked
+-- the queue) gets 'to:<its id>' on the channel (rw_wake.lua). An admission
+-- itself lets nobody new in: the readers queued behind an admitted reader
+-- were already let in (and woken) with it.
 local function typed(key, want)
   local t = redis.call('TYPE', key)['ok']
   return t == 'none' or t == want
 end
-if not typed(KEYS[1], 'string') then return {-1, 1, 0} end
+if not typed(KEYS[1], 'string') then return {-1, 1} end
 for i = 2, 4 do
-  if not typed(KEYS[i], 'zset') then return {-1, i, 0} end
+  if not typed(KEYS[i], 'zset') then return {-1, i} end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-  redis.call('ZREM', KEYS[3], dead)
-  redis.call('ZREM', KEYS[4], dead)
-end
-local function expire_with_last(zset, other)
-  local top = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
-  if top[2] then
-    local at = string.format('%.0f', tonumber(top[2]) + 1)
-    redis.call('PEXPIREAT', zset, at)
-    if other then redis.call('PEXPIREAT', other, at) end
+local before = admissible()
+local function attempt()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+    redis.call('ZREM', KEYS[3], dead)
+    redis.call('ZREM', KEYS[4], dead)
   end
-end
-local writer = redis.call('GET', KEYS[1])
-if ARGV[6] == 'w' then
-  if writer == ARGV[1] then return {2, 0, 0} end
-elseif redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  return {2, 0, 0}
-end
-local rank = redis.call('ZRANK', KEYS[3], ARGV[3])
-local ahead = {}
-if rank == false then
-  ahead = redis.call('ZRANGE', KEYS[3], 0, -1)
-elseif rank > 0 then
-  ahead = redis.call('ZRANGE', KEYS[3], 0, rank - 1)
-end
-local admit = not writer
-if admit then
+  local function expire_with_last(zset, other)
+    local top = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
+    if top[2] then
+      local at = string.format('%.0f', tonumber(top[2]) + 1)
+      redis.call('PEXPIREAT', zset, at)
+      if other then redis.call('PEXPIREAT', other, at) end
+    end
+  end
+  local writer = redis.call('GET', KEYS[1])
   if ARGV[6] == 'w' then
-    admit = #ahead == 0 and redis.call('ZCARD', KEYS[2]) == 0
-  else
-    for _, m in ipairs(ahead) do
-      if string.sub(m, 1, 2) == 'w:' then
-        admit = false
-        break
+    if writer == ARGV[1] then return {2, 0} end
+  elseif redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+    return {2, 0}
+  end
+  local rank = redis.call('ZRANK', KEYS[3], ARGV[3])
+  local ahead = {}
+  if rank == false then
+    ahead = redis.call('ZRANGE', KEYS[3], 0, -1)
+  elseif rank > 0 then
+    ahead = redis.call('ZRANGE', KEYS[3], 0, rank - 1)
+  end
+  local admit = not writer
+  if admit then
+    if ARGV[6] == 'w' then
+      admit = #ahead == 0 and redis.call('ZCARD', KEYS[2]) == 0
+    else
+      for _, m in ipairs(ahead) do
+        if string.sub(m, 1, 2) == 'w:' then
+          admit = false
+          break
+        end
       end
     end
   end
-end
-if admit then
-  local token = redis.pcall('INCR', KEYS[5])
-  if type(token) == 'table' then
-    if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0, 0} end
-    return {-2, 0, 0}
+  if admit then
+    local token = redis.pcall('INCR', KEYS[5])
+    if type(token) == 'table' then
+      if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
+      return {-2, 0}
+    end
+    if token < now_us then
+      redis.call('SET', KEYS[5], string.format('%.0f', now_us))
+      token = now_us
+    end
+    if token >= 9007199254740992 then return {-3, 0} end
+    if ARGV[6] == 'w' then
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    else
+      redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+      expire_with_last(KEYS[2])
+    end
+    if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
+      redis.call('ZREM', KEYS[4], ARGV[3])
+    end
+    return {1, token}
   end
-  if token < now_us then
-    redis.call('SET', KEYS[5], string.format('%.0f', now_us))
-    token = now_us
+  if ARGV[4] == '1' then
+    redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[3])
+    redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), ARGV[3])
+    expire_with_last(KEYS[4], KEYS[3])
   end
-  if token >= 9007199254740992 then return {-3, 0, 0} end
-  if ARGV[6] == 'w' then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  else
-    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
-    expire_with_last(KEYS[2])
+  local recheck = -1
+  local function consider(ms)
+    if ms >= 0 and (recheck < 0 or ms < recheck) then recheck = ms end
   end
-  if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
-    redis.call('ZREM', KEYS[4], ARGV[3])
-  end
-  if ARGV[6] == 'w' then return {1, token, 0} end
-  return {1, token, 1}
+  if writer then consider(redis.call('PTTL', KEYS[1])) end
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if first[2] then consider(tonumber(first[2]) - now) end
+  first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if first[2] then consider(tonumber(first[2]) - now) end
+  return {0, recheck}
 end
-if ARGV[4] == '1' then
-  redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[3])
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), ARGV[3])
-  expire_with_last(KEYS[4], KEYS[3])
-end
-local ticket = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[3]) or '0')
-local recheck = -1
-local function consider(ms)
-  if ms >= 0 and (recheck < 0 or ms < recheck) then recheck = ms end
-end
-if writer then consider(redis.call('PTTL', KEYS[1])) end
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if first[2] then consider(tonumber(first[2]) - now) end
-first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-if first[2] then consider(tonumber(first[2]) - now) end
-return {0, recheck, ticket}
+local reply = attempt()
+wake_newly(before, admissible(), ARGV[7], ARGV[3])
+return reply

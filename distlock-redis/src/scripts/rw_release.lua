@@ -3,11 +3,17 @@
 -- ARGV[2] waiter to take out of the queue ('' for none), ARGV[3] the release
 -- channel ({lock}:rw:released), ARGV[4] 'r' or 'w'
 -- Returns 1 when the hold was ours and is released, 0 otherwise.
--- Publishes on the channel when someone may now get in: the writer left, the
--- last reader left, or a queued waiter left (those behind it move up).
+-- Expired readers and dead waiters are purged first. Wake-ups: every queued
+-- waiter that may get in now and could not before this call (the writer
+-- left, the last reader left, a waiter ahead left or died) gets
+-- 'to:<its id>' on the channel (rw_wake.lua): a writer's release wakes the
+-- run of readers at the head of the queue, one message each; a waiter that
+-- leaves while it could have got in hands over to whoever may now.
+local before = admissible()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+purge_dead(now)
 local released = 0
 if ARGV[1] ~= '' then
   if ARGV[4] == 'w' then
@@ -19,12 +25,9 @@ if ARGV[1] ~= '' then
     released = redis.call('ZREM', KEYS[2], ARGV[1])
   end
 end
-local left = 0
 if ARGV[2] ~= '' then
-  left = redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[2])
 end
-if left == 1 or (released == 1 and (ARGV[4] == 'w' or redis.call('ZCARD', KEYS[2]) == 0)) then
-  redis.call('PUBLISH', ARGV[3], 'released')
-end
+wake_newly(before, admissible(), ARGV[3], '')
 return released

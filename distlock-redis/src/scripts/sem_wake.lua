@@ -1,0 +1,43 @@
+-- Prepended to sem_acquire.lua and sem_release.lua: who may get in, and the
+-- wake-ups. KEYS as sem_acquire.lua.
+-- The waiters an attempt would admit right now, in queue order: the first
+-- (permits - holders) of the queue, permits being the number the holders
+-- were admitted under (`permits`, the caller's, when nobody holds).
+-- Computed on the keys as they stand (expired holders and dead waiters count
+-- until purged). Nobody when the queue is not a sorted set.
+local function admissible(permits)
+  if redis.call('TYPE', KEYS[3])['ok'] ~= 'zset' then return {} end
+  local held = redis.pcall('ZCARD', KEYS[2])
+  if type(held) ~= 'number' then return {} end
+  local under = permits
+  if held > 0 then
+    local stored = redis.pcall('GET', KEYS[1])
+    if type(stored) == 'string' then under = tonumber(stored) or permits end
+  end
+  local room = under - held
+  if room <= 0 then return {} end
+  return redis.call('ZRANGE', KEYS[3], 0, room - 1)
+end
+-- Publishes 'to:<id>' on the channel for every waiter in `after` that was not
+-- in `before` (nor `me`, the caller): one wake-up per waiter that this script
+-- let in, addressed to it, whichever provider it waits on.
+local function wake_newly(before, after, channel, me)
+  local was = {}
+  for _, m in ipairs(before) do was[m] = true end
+  for _, m in ipairs(after) do
+    if not was[m] and m ~= me then
+      redis.call('PUBLISH', channel, 'to:' .. m)
+    end
+  end
+end
+-- Drops dead waiters (entries not refreshed in time) from the queue.
+local function purge_dead(now)
+  if redis.call('TYPE', KEYS[4])['ok'] ~= 'zset'
+      or redis.call('TYPE', KEYS[3])['ok'] ~= 'zset' then
+    return
+  end
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+    redis.call('ZREM', KEYS[3], dead)
+    redis.call('ZREM', KEYS[4], dead)
+  end
+end
