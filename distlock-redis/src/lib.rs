@@ -120,7 +120,7 @@
 //! | `{K}:rw:queue` | `{K}:sem:queue` | sorted set: waiters (`r:…`/`w:…` for the lock) scored by arrival (server µs): the FIFO order |
 //! | `{K}:rw:alive` | `{K}:sem:alive` | sorted set: the same waiters scored by the expiry of their entry |
 //! | `{K}:rw:fence` | `{K}:sem:fence` | fencing counter (as the mutex's) |
-//! | `{K}:rw:released` | `{K}:sem:released` | pub/sub channel |
+//! | `{K}:rw:released` | `{K}:sem:released` | pub/sub channel of wake-ups addressed to one waiter (`to:<waiter id>`) |
 //!
 //! * **Scripts** (`rw_acquire`/`sem_acquire`, `…_release`, `…_extend`):
 //!   every script first purges expired holders (`TIME` of the server) and
@@ -145,17 +145,23 @@
 //!   timed-out acquisition releases the attempt's token and takes its
 //!   waiter out of the queue, on the attempt's connection (so after it),
 //!   retried until the lease or entry would have expired anyway.
-//! * **Wake-ups**: a release publishes when someone may now get in (the
-//!   writer left, the last reader left, a permit was freed, a queued waiter
-//!   left). Each provider's shared subscriber wakes **one** of its local
-//!   waiters per message, and that waiter hands the wake-up to the local
-//!   waiter first in the server's queue (without a round trip); a waiter
-//!   admitted while more could follow (a reader, or a permit still free)
-//!   wakes the next local one. Across processes, every provider with
-//!   waiters on the name gets the message and wakes its first in line (one
-//!   script run each; only the global first is admitted, FIFO). Waiters also
-//!   re-check at the earliest expiry the script reported and every re-check
-//!   interval.
+//! * **Wake-ups**: every acquire and release script compares the queued
+//!   waiters an attempt would admit (none while a writer holds; the head
+//!   writer once no reader holds; the run of readers at the head of the
+//!   queue; the first permits − holders waiters) before and after its
+//!   changes, and publishes `to:<waiter id>` for each waiter it newly let in:
+//!   a release (a writer's wakes the run of readers queued behind it, one
+//!   message each; the last reader's wakes the head writer; a permit wakes
+//!   the next waiter), a waiter leaving the queue (it hands over if it was
+//!   one that could have got in, or if it held the ones behind back), and a
+//!   purge of expired holders or dead waiters noticed by any script. An
+//!   admission lets nobody new in (the ones it could free were let in with
+//!   it). Waiters subscribe under their queue id, so each message wakes
+//!   exactly that waiter on whichever provider it waits: one wake-up per
+//!   admission across all providers. An expiry publishes nothing by itself:
+//!   waiters also re-check at the earliest expiry their script reported
+//!   (a holder, a waiter's entry) and every re-check interval, which also
+//!   covers a wake-up lost with the pub/sub connection.
 //! * **Fairness**: FIFO among waiters for both (as the in-process backend);
 //!   an acquisition that does not wait (`try_lock`) counts every live
 //!   waiter as ahead of it (a reader: every queued writer), so a waiter is
