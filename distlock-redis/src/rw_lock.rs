@@ -302,8 +302,14 @@ impl Lock for Queued {
                 }
             }
             // Boxed: the attempt's state is large, and a waiter should not
-            // carry it while it sleeps between attempts.
-            let result = Box::pin(self.attempt(&pinned, &lease.token, &member, queue)).await;
+            // carry it while it sleeps between attempts. Bounded by the
+            // response timeout even while the client reconnects (which may
+            // take its connect timeout), as the mutex's: a deadline is passed
+            // by one response timeout at most.
+            let attempt = Box::pin(self.attempt(&pinned, &lease.token, &member, queue));
+            let result = with_timeout("acquire", timeout, attempt)
+                .await
+                .and_then(|r| r);
             let recheck = match result {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();

@@ -619,3 +619,48 @@ async fn an_exhausted_counter_is_a_typed_error() {
     }
     nothing_left(redis, &k).await;
 }
+
+/// A queued reader or writer whose connection is cut and blackholed keeps
+/// its deadline within a response timeout or so, although the client's
+/// reconnects may each take the 5 s connect timeout (as the mutex's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_through_a_partition_keeps_the_deadline() {
+    let redis = test_support::redis::shared();
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    for write in [true, false] {
+        let proxy = Proxy::start(redis.addr());
+        let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+        let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
+        let name = unique_name("rw-deadline");
+        let holder = other
+            .rw_lock_with(&name, long())
+            .unwrap()
+            .write()
+            .lock()
+            .await
+            .unwrap();
+        let rw = victim.rw_lock_with(&name, long()).unwrap();
+        let side = if write { rw.write() } else { rw.read() };
+        let started = Instant::now();
+        let attempt = tokio::spawn(async move { side.lock_timeout(Duration::from_secs(1)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.set_blackhole(true);
+        proxy.cut();
+        let got = tokio::time::timeout(SLACK * 3, attempt)
+            .await
+            .unwrap()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(2200),
+            "write {write}: a 1 s wait took {took:?}"
+        );
+        match got {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("acquired a held lock"),
+            Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+        }
+        proxy.heal();
+        holder.release().await.unwrap();
+    }
+}

@@ -563,3 +563,44 @@ async fn a_lost_reply_while_queueing_leaves_no_entry() {
     held.release().await.unwrap();
     nothing_left(redis, &k).await;
 }
+
+/// A queued waiter whose connection is cut and blackholed keeps its
+/// deadline within a response timeout or so, although the client's
+/// reconnects may each take the 5 s connect timeout (as the mutex's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_through_a_partition_keeps_the_deadline() {
+    let redis = test_support::redis::shared();
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let proxy = Proxy::start(redis.addr());
+    let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+    let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let name = unique_name("sem-deadline");
+    let holder = other
+        .semaphore_with(&name, 1, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let sem = victim.semaphore_with(&name, 1, long()).unwrap();
+    let started = Instant::now();
+    let attempt = tokio::spawn(async move { sem.lock_timeout(Duration::from_secs(1)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set_blackhole(true);
+    proxy.cut();
+    let got = tokio::time::timeout(SLACK * 3, attempt)
+        .await
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2200),
+        "a 1 s wait took {took:?}"
+    );
+    match got {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("acquired a held permit"),
+        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
+    }
+    proxy.heal();
+    holder.release().await.unwrap();
+}
