@@ -2,6 +2,7 @@
 //! deadpool pool, or a Cluster connection.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::Result;
@@ -9,6 +10,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, FromRedisValue, ScriptInvocation};
 
 use crate::error::{from_redis, map_pool};
+use crate::provider::Shared;
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -101,5 +103,61 @@ impl Pinned {
             Pinned::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         };
         result.map_err(|e| from_redis(operation, timeout, e))
+    }
+}
+
+/// The connection a sequence of commands keeps (a lease's renewals and
+/// release, a waiter's leave): the one it was given, replaced only when
+/// found dead. Nothing more can land from a dead connection, so the
+/// sequence still reaches the server in the order it was sent.
+pub(crate) struct Sticky {
+    conn: Mutex<Option<Pinned>>,
+}
+
+impl Sticky {
+    /// Keeps `conn`, or pins one at the first command.
+    pub(crate) fn new(conn: Option<&Pinned>) -> Self {
+        Sticky {
+            conn: Mutex::new(conn.cloned()),
+        }
+    }
+
+    /// Keeps `conn` from now on.
+    pub(crate) fn keep(&self, conn: &Pinned) {
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+    }
+
+    /// Lets the kept connection go (the next command pins another).
+    pub(crate) fn let_go(&self) {
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Runs a script on the kept connection (pinning one of the provider's
+    /// first if none is kept); a connection error lets the connection go.
+    pub(crate) async fn script<T: FromRedisValue>(
+        &self,
+        shared: &Shared,
+        operation: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let timeout = shared.options.response_timeout;
+        let current = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let pinned = match current {
+            Some(pinned) => pinned,
+            None => {
+                let pinned = shared.conn()?.pin(timeout).await?;
+                self.keep(&pinned);
+                pinned
+            }
+        };
+        let reply = pinned.script(operation, timeout, invocation).await;
+        if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
+            self.let_go();
+        }
+        reply
     }
 }

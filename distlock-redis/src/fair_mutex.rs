@@ -38,7 +38,7 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
-use crate::conn::Pinned;
+use crate::conn::{Pinned, Sticky};
 use crate::mutex::{new_token, pause_before_retry, Keys, RedisLease, UndoAttempt};
 use crate::provider::Shared;
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
@@ -119,28 +119,19 @@ struct LeaveQueue {
     shared: Arc<Shared>,
     keys: Arc<Keys>,
     id: String,
-    conn: Mutex<Option<Pinned>>,
+    conn: Sticky,
     /// When our entry expires by itself (plus a response timeout).
     expires: Mutex<Instant>,
 }
 
 impl LeaveQueue {
     fn sent_on(&self, conn: &Pinned, expires: Instant) {
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+        self.conn.keep(conn);
         *self.expires.lock().unwrap_or_else(PoisonError::into_inner) = expires;
     }
 
     async fn leave_once(&self) -> Result<()> {
         let timeout = self.shared.options.response_timeout;
-        let current = self
-            .conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let conn = match current {
-            Some(conn) => conn,
-            None => self.shared.conn()?.pin(timeout).await?,
-        };
         let mut invocation = FAIR_LEAVE.key(&self.keys.lock);
         invocation.key(&self.keys.queue).key(&self.keys.timeouts);
         if let Some(record) = &self.keys.record {
@@ -150,14 +141,10 @@ impl LeaveQueue {
         let reply: Result<i64> = with_timeout(
             "leave queue",
             timeout,
-            conn.script("leave queue", timeout, &invocation),
+            self.conn.script(&self.shared, "leave queue", &invocation),
         )
         .await
         .and_then(|r| r);
-        if matches!(reply, Err(Error::Connection { .. })) {
-            // Nothing more can land from a dead connection: any other will do.
-            *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        }
         reply.map(drop)
     }
 }
@@ -264,7 +251,7 @@ impl FairQueue {
             shared: Arc::clone(shared),
             keys: Arc::clone(&self.keys),
             id: id.clone(),
-            conn: Mutex::new(None),
+            conn: Sticky::new(None),
             expires: Mutex::new(waited),
         });
         // Armed before the first attempt that may queue us, disarmed only

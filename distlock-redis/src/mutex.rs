@@ -3,7 +3,7 @@
 //! shared subscriber.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,7 +13,7 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
-use crate::conn::Pinned;
+use crate::conn::{Pinned, Sticky};
 use crate::provider::Shared;
 use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
 
@@ -315,7 +315,7 @@ pub(crate) struct RedisLease {
     keys: Arc<Keys>,
     pub(crate) token: String,
     name: Name,
-    conn: Mutex<Option<Pinned>>,
+    conn: Sticky,
 }
 
 impl RedisLease {
@@ -334,30 +334,8 @@ impl RedisLease {
             keys: Arc::clone(keys),
             token: new_token(),
             name: name.clone(),
-            conn: Mutex::new(Some(pinned.clone())),
+            conn: Sticky::new(Some(pinned)),
         })
-    }
-
-    async fn pinned(&self) -> Result<Pinned> {
-        let current = self
-            .conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(conn) = current {
-            return Ok(conn);
-        }
-        let conn = self
-            .shared
-            .conn()?
-            .pin(self.shared.options.response_timeout)
-            .await?;
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
-        Ok(conn)
-    }
-
-    fn unpin(&self) {
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// Runs a compare-and-act script; `true` when it acted.
@@ -366,14 +344,11 @@ impl RedisLease {
         operation: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<bool> {
-        let conn = self.pinned().await?;
-        let reply: Result<i64> = conn
-            .script(operation, self.shared.options.response_timeout, invocation)
-            .await;
-        if matches!(reply, Err(Error::Connection { .. })) {
-            self.unpin();
-        }
-        Ok(reply? == 1)
+        let reply: i64 = self
+            .conn
+            .script(&self.shared, operation, invocation)
+            .await?;
+        Ok(reply == 1)
     }
 
     fn owned(&self, acted: bool) -> Result<()> {
@@ -402,7 +377,7 @@ impl LeaseBackend for RedisLease {
         let acted = self.run("release", &self.keys.release(&self.token)).await?;
         // Released or not ours: either way no later command of this lease
         // needs the connection.
-        self.unpin();
+        self.conn.let_go();
         self.owned(acted)
     }
 }

@@ -18,7 +18,7 @@
 //! one wake-up per admission across all providers.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +29,7 @@ use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, ReadWriteLock, R
 use redis::{Script, ScriptInvocation};
 use tokio::time::{sleep_until, Instant};
 
-use crate::conn::Pinned;
+use crate::conn::{Pinned, Sticky};
 use crate::mutex::Keys;
 use crate::provider::Shared;
 use crate::scripts::{RW_ACQUIRE, RW_EXTEND, RW_RELEASE, SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE};
@@ -232,7 +232,7 @@ impl Queued {
             shared: Arc::clone(&self.shared),
             recipe: Arc::clone(&self.recipe),
             token,
-            conn: Mutex::new(Some(conn.clone())),
+            conn: Sticky::new(Some(conn)),
         })
     }
 }
@@ -439,46 +439,21 @@ pub(crate) struct QueuedLease {
     shared: Arc<Shared>,
     recipe: Arc<Recipe>,
     token: String,
-    conn: Mutex<Option<Pinned>>,
+    conn: Sticky,
 }
 
 impl QueuedLease {
-    async fn pinned(&self) -> Result<Pinned> {
-        let current = self
-            .conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(conn) = current {
-            return Ok(conn);
-        }
-        let conn = self
-            .shared
-            .conn()?
-            .pin(self.shared.options.response_timeout)
-            .await?;
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
-        Ok(conn)
-    }
-
-    fn unpin(&self) {
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    }
-
     /// Runs a compare-and-act script; `true` when it acted.
     async fn run(
         &self,
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<bool> {
-        let conn = self.pinned().await?;
-        let reply: Result<i64> = conn
-            .script(operation, self.shared.options.response_timeout, invocation)
-            .await;
-        if matches!(reply, Err(Error::Connection { .. })) {
-            self.unpin();
-        }
-        Ok(reply? == 1)
+        let reply: i64 = self
+            .conn
+            .script(&self.shared, operation, invocation)
+            .await?;
+        Ok(reply == 1)
     }
 
     /// Releases the hold (when `hold`) and takes `member` out of the queue;
@@ -518,7 +493,7 @@ impl LeaseBackend for QueuedLease {
         let acted = self.release_as(true, None).await?;
         // Released or not ours: either way no later command of this lease
         // needs the connection.
-        self.unpin();
+        self.conn.let_go();
         self.owned(acted)
     }
 }
