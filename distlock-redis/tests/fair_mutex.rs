@@ -516,6 +516,45 @@ async fn a_lost_enqueue_reply_then_partition_leaves_no_entry() {
     holder.release().await.unwrap();
 }
 
+/// A queue entry without a deadline (left by a deadline key that expired
+/// first, or by hand) cannot hold the queue up: it is dropped as dead by the
+/// next acquire, release or leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_without_a_deadline_does_not_block_the_queue() {
+    let redis = test_support::redis::shared();
+    let p = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("orphan-entry");
+    let key = p.lock_key(&name).unwrap();
+    let _ = redis.cli(&["ZADD", &queue_key(&key), "0", "ghost"]);
+    let lock = p.fair_mutex_with(&name, long()).unwrap();
+    let g = lock
+        .lock_timeout(Duration::from_secs(2))
+        .await
+        .unwrap()
+        .expect("a waiter without a deadline blocked the queue");
+    // Behind a holder: an orphan put ahead of a queued live waiter is
+    // dropped by the release, whose hand-over goes to the live waiter (a
+    // hand-over to the orphan would wake nobody: the waiter would get in
+    // only at its re-check).
+    let waiter = p.fair_mutex_with(&name, long()).unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(5)).await });
+    until_queued(redis, &key, 1).await;
+    let _ = redis.cli(&["ZADD", &queue_key(&key), "-1", "ghost"]);
+    let before = p.wakeups();
+    g.release().await.unwrap();
+    let next = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the waiter never got the lock");
+    assert!(
+        p.wakeups() > before,
+        "the hand-over went to the entry without a deadline"
+    );
+    assert_eq!(redis.cli(&["ZSCORE", &queue_key(&key), "ghost"]), "");
+    next.release().await.unwrap();
+}
+
 /// Queue keys of another type are conflicts, and stay untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_key_of_another_type_is_a_conflict() {

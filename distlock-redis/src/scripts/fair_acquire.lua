@@ -44,7 +44,13 @@ local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[2] then
   return {2, 0}
 end
+-- An entry without a deadline (its deadline key expired first, or was
+-- changed by hand) could never expire: it is dropped as dead.
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+while head and not redis.call('ZSCORE', KEYS[4], head) do
+  redis.call('ZREM', KEYS[3], head)
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
 if not holder and (head == nil or head == ARGV[1]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'table' then

@@ -34,6 +34,10 @@ if (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('ZREM', KEYS[3], dead)
   end
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  while head and not redis.call('ZSCORE', KEYS[3], head) do
+    redis.call('ZREM', KEYS[2], head)
+    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  end
   if head then
     redis.call('PUBLISH', ARGV[3], 'to:' .. head)
   elseif released == 1 then

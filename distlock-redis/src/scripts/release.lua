@@ -29,6 +29,10 @@ if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
     redis.call('ZREM', KEYS[3], dead)
   end
   head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  while head and not redis.call('ZSCORE', KEYS[3], head) do
+    redis.call('ZREM', KEYS[2], head)
+    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  end
 end
 if head then
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)
