@@ -624,26 +624,12 @@ async fn waiting_through_a_partition_keeps_the_deadline() {
         } else {
             victim.mutex_with(&name, long()).unwrap()
         };
-        let started = Instant::now();
-        let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(1)).await });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        proxy.set_blackhole(true);
-        proxy.cut();
-        let got = tokio::time::timeout(SLACK * 3, attempt)
-            .await
-            .unwrap()
-            .unwrap();
-        let took = started.elapsed();
-        assert!(
-            took < Duration::from_millis(2200),
-            "fair {fair}: a 1 s wait took {took:?}"
-        );
-        match got {
-            Ok(None) => {}
-            Ok(Some(_)) => panic!("acquired a held lock"),
-            Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
-        }
-        proxy.heal();
+        test_support::proxy::wait_keeps_its_deadline_through_a_partition(
+            &proxy,
+            lock,
+            &format!("fair {fair}"),
+        )
+        .await;
         holder.release().await.unwrap();
     }
 }

@@ -582,25 +582,7 @@ async fn waiting_through_a_partition_keeps_the_deadline() {
         .await
         .unwrap();
     let sem = victim.semaphore_with(&name, 1, long()).unwrap();
-    let started = Instant::now();
-    let attempt = tokio::spawn(async move { sem.lock_timeout(Duration::from_secs(1)).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    proxy.set_blackhole(true);
-    proxy.cut();
-    let got = tokio::time::timeout(SLACK * 3, attempt)
-        .await
-        .unwrap()
-        .unwrap();
-    let took = started.elapsed();
-    assert!(
-        took < Duration::from_millis(2200),
-        "a 1 s wait took {took:?}"
-    );
-    match got {
-        Ok(None) => {}
-        Ok(Some(_)) => panic!("acquired a held permit"),
-        Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
-    }
-    proxy.heal();
+    test_support::proxy::wait_keeps_its_deadline_through_a_partition(&proxy, sem, "semaphore")
+        .await;
     holder.release().await.unwrap();
 }

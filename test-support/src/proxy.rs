@@ -328,3 +328,39 @@ async fn pump(
         }
     }
 }
+
+/// Starts `lock.lock_timeout(1 s)` while the lock is held elsewhere, then
+/// partitions its client (blackhole and cut through `proxy`) 200 ms in: the
+/// wait must end within 2.2 s, without the lock and with at most a retryable
+/// error, however long the client's reconnection takes. Heals the proxy.
+///
+/// # Panics
+///
+/// When the wait overran, acquired, or failed with another error; `what`
+/// names the case.
+pub async fn wait_keeps_its_deadline_through_a_partition(
+    proxy: &Proxy,
+    lock: Arc<dyn distlock_core::Lock>,
+    what: &str,
+) {
+    let started = std::time::Instant::now();
+    let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(1)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set_blackhole(true);
+    proxy.cut();
+    let got = tokio::time::timeout(Duration::from_secs(15), attempt)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the wait hung"))
+        .expect("the waiting task");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2200),
+        "{what}: a 1 s wait took {took:?}"
+    );
+    match got {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("{what}: acquired a held lock"),
+        Err(e) => assert!(e.is_retryable(), "{what}: untyped failure: {e:?}"),
+    }
+    proxy.heal();
+}
