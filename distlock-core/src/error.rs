@@ -80,6 +80,23 @@ pub enum Error {
         asked: u32,
     },
 
+    /// Fewer replicas than asked acknowledged a write in time (Redis `WAIT`,
+    /// the provider's `wait_replicas` option). An acquisition that was not
+    /// acknowledged was undone (nothing is held); a renewal that was not is
+    /// counted as failed (the lease runs to its last acknowledged expiry).
+    /// Retryable: the replicas may catch up.
+    #[error("{what}: {acked} of {wanted} replicas acknowledged within {after:?}")]
+    NotReplicated {
+        /// What was not acknowledged (`lock "name"` and the step).
+        what: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+        /// How long the server waited for them.
+        after: Duration,
+    },
+
     /// An operation did not finish within its configured time.
     #[error("{operation} timed out after {after:?}")]
     Timeout {
@@ -130,10 +147,13 @@ pub enum Error {
 
 impl Error {
     /// A retry of the same operation may succeed (connection trouble,
-    /// timeouts).
+    /// timeouts, replicas not acknowledging yet).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Connection { .. } | Error::Timeout { .. } | Error::NotReplicated { .. }
+        )
     }
 
     /// The operation ran out of time.

@@ -5,11 +5,12 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::Result;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, FromRedisValue, ScriptInvocation};
+use distlock_core::{Error, Result};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{from_redis, map_pool};
+use crate::options::WaitReplicas;
 use crate::provider::Shared;
 
 #[derive(Clone)]
@@ -79,6 +80,32 @@ impl Conn {
         })
     }
 
+    /// Runs one command followed by the provider's `WAIT` (if `wait` is
+    /// set) in one pipeline; returns the command's reply (the client's own
+    /// error) and the replicas that acknowledged (`None` without `wait`).
+    pub(crate) async fn query_acked<T: FromRedisValue>(
+        &self,
+        timeout: Duration,
+        cmd: &Cmd,
+        wait: Option<WaitReplicas>,
+    ) -> Result<redis::RedisResult<(T, Option<u32>)>> {
+        let Some(wait) = wait else {
+            return Ok(self.query(timeout, cmd).await?.map(|reply| (reply, None)));
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone()).add_command(wait_cmd(wait));
+        let reply: redis::RedisResult<(T, i64)> = match self {
+            Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Conn::Pool(p) => {
+                let mut c = p.get().await.map_err(|e| map_pool(timeout, e))?;
+                pipe.query_async(&mut c).await
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+        };
+        Ok(reply.map(|(reply, acked)| (reply, Some(u32::try_from(acked).unwrap_or(0)))))
+    }
+
     /// Closes what can be closed now (a pool refuses new checkouts); the
     /// multiplexed connections close when their last clone is dropped.
     pub(crate) fn close(&self) {
@@ -103,6 +130,125 @@ impl Pinned {
             Pinned::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         };
         result.map_err(|e| from_redis(operation, timeout, e))
+    }
+
+    /// Runs a script on this connection, followed by `WAIT` in the same
+    /// pipeline when `wait` is set: both reach the server on one socket, one
+    /// after the other, so the `WAIT` counts replicas that have the script's
+    /// write (a `WAIT` sent alone after a reconnect would count nothing and
+    /// answer at once). Returns the script's reply and the number of
+    /// replicas that acknowledged (`None` without `wait`).
+    pub(crate) async fn script_acked<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        invocation: &ScriptInvocation<'_>,
+        wait: Option<WaitReplicas>,
+    ) -> Result<(T, Option<u32>)> {
+        let Some(wait) = wait else {
+            return Ok((self.script(operation, timeout, invocation).await?, None));
+        };
+        let wait_cmd = wait_cmd(wait);
+        let (result, acked) = match self {
+            Pinned::Manager(c) => with_wait(c.clone(), &wait_cmd, invocation).await,
+            Pinned::Multiplexed(c) => with_wait(c.clone(), &wait_cmd, invocation).await,
+            #[cfg(feature = "cluster")]
+            Pinned::Cluster(c) => with_wait(c.clone(), &wait_cmd, invocation).await,
+        };
+        let reply = result.map_err(|e| from_redis(operation, timeout, e))?;
+        Ok((reply, Some(acked)))
+    }
+}
+
+/// `WAIT replicas timeout-ms`.
+fn wait_cmd(wait: WaitReplicas) -> Cmd {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(wait.replicas)
+        .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX));
+    cmd
+}
+
+/// Runs `invocation` on `conn` with `wait` appended to each of its scripts'
+/// `EVALSHA` / `EVAL` (the client retries with the script loaded after a
+/// `NOSCRIPT`), and returns what the last `WAIT` answered (0 when it did not
+/// answer a number).
+async fn with_wait<C: ConnectionLike + Send, T: FromRedisValue>(
+    mut conn: C,
+    wait: &Cmd,
+    invocation: &ScriptInvocation<'_>,
+) -> (redis::RedisResult<T>, u32) {
+    let mut acked = WithWait {
+        inner: &mut conn,
+        wait,
+        acked: 0,
+    };
+    let result = invocation.invoke_async(&mut acked).await;
+    let acked = acked.acked;
+    (result, acked)
+}
+
+/// A connection that sends `WAIT` right behind every script call, in one
+/// pipeline, and keeps its answer.
+struct WithWait<'a, C> {
+    inner: &'a mut C,
+    wait: &'a Cmd,
+    acked: u32,
+}
+
+fn is_script(cmd: &Cmd) -> bool {
+    matches!(
+        cmd.args_iter().next(),
+        Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL")
+    )
+}
+
+impl<C: ConnectionLike + Send> ConnectionLike for WithWait<'_, C> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            if !is_script(cmd) {
+                return self.inner.req_packed_command(cmd).await;
+            }
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd.clone()).add_command(self.wait.clone());
+            let mut replies = self.inner.req_packed_commands(&pipe, 0, 2).await?;
+            let (Some(ack), Some(reply)) = (replies.pop(), replies.pop()) else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "a script and WAIT pipeline returned fewer than two replies",
+                )));
+            };
+            self.acked = match ack {
+                Value::Int(n) => u32::try_from(n).unwrap_or(0),
+                _ => 0,
+            };
+            match reply {
+                Value::ServerError(e) => Err(e.into()),
+                reply => Ok(reply),
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+/// The error for a write `wait` asked of replicas that fewer acknowledged.
+pub(crate) fn not_replicated(what: String, acked: u32, wait: WaitReplicas) -> Error {
+    Error::NotReplicated {
+        what,
+        acked,
+        wanted: wait.replicas,
+        after: wait.timeout,
     }
 }
 
@@ -132,6 +278,23 @@ impl Sticky {
         *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
+    /// The kept connection, or one of the provider's pinned and kept.
+    async fn pinned(&self, shared: &Shared) -> Result<Pinned> {
+        let current = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match current {
+            Some(pinned) => Ok(pinned),
+            None => {
+                let pinned = shared.conn()?.pin(shared.options.response_timeout).await?;
+                self.keep(&pinned);
+                Ok(pinned)
+            }
+        }
+    }
+
     /// Runs a script on the kept connection (pinning one of the provider's
     /// first if none is kept); a connection error lets the connection go.
     pub(crate) async fn script<T: FromRedisValue>(
@@ -141,20 +304,27 @@ impl Sticky {
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
         let timeout = shared.options.response_timeout;
-        let current = self
-            .conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let pinned = match current {
-            Some(pinned) => pinned,
-            None => {
-                let pinned = shared.conn()?.pin(timeout).await?;
-                self.keep(&pinned);
-                pinned
-            }
-        };
+        let pinned = self.pinned(shared).await?;
         let reply = pinned.script(operation, timeout, invocation).await;
+        if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
+            self.let_go();
+        }
+        reply
+    }
+
+    /// As [`Sticky::script`], followed by the provider's `WAIT` (if set) in
+    /// the same pipeline; see [`Pinned::script_acked`].
+    pub(crate) async fn script_acked<T: FromRedisValue>(
+        &self,
+        shared: &Shared,
+        operation: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<(T, Option<u32>)> {
+        let timeout = shared.options.response_timeout;
+        let pinned = self.pinned(shared).await?;
+        let reply = pinned
+            .script_acked(operation, timeout, invocation, shared.options.wait)
+            .await;
         if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
             self.let_go();
         }

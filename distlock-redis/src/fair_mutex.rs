@@ -39,7 +39,7 @@ use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
 use crate::conn::{Pinned, Sticky};
-use crate::mutex::{new_token, pause_before_retry, Keys, RedisLease, UndoAttempt};
+use crate::mutex::{check_acked, new_token, pause_before_retry, Keys, RedisLease, UndoAttempt};
 use crate::provider::Shared;
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
 
@@ -206,16 +206,21 @@ impl FairQueue {
             .arg(if queue { "1" } else { "0" })
             .arg(&keys.channel)
             .arg(candidate.unwrap_or(""));
-        let reply: Vec<i64> = conn.script("acquire", timeout, &invocation).await?;
+        let (reply, acked): (Vec<i64>, _) = conn
+            .script_acked("acquire", timeout, &invocation, self.shared.options.wait)
+            .await?;
         let bad = || Error::server("redis", "fair acquire script returned an unknown reply");
         let (status, value) = match reply.as_slice() {
             [status, value, ..] => (*status, *value),
             _ => return Err(bad()),
         };
         match status {
-            1 => u64::try_from(value)
-                .map(Attempt::Acquired)
-                .map_err(|_| Error::server("redis", "acquire script returned a negative token")),
+            1 => {
+                check_acked(&self.shared, &self.name, "acquisition", acked)?;
+                u64::try_from(value)
+                    .map(Attempt::Acquired)
+                    .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
+            }
             0 => Ok(Attempt::Waiting {
                 wait: u64::try_from(value).ok().map(Duration::from_millis),
                 position: reply.get(2).copied().unwrap_or(-1),
@@ -340,6 +345,16 @@ impl FairQueue {
                     // queue again with a fresh token.
                     let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
                     continue;
+                }
+                // Taken but too few replicas have it: give it back (that
+                // wakes the next waiter) before reporting, or queue again
+                // (at the back) while waiting.
+                Err(e @ Error::NotReplicated { .. }) => {
+                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                    if queue && pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
+                    return Err(e);
                 }
                 // Unknown outcome while waiting: `undo` gives back the lock
                 // if the attempt took it; our entry stays (or expires).

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use distlock_core::backend::IdSource;
 use distlock_core::{Error, Name, Result};
 
+use crate::conn::not_replicated;
 use crate::error::from_redis;
 use crate::provider::Shared;
 
@@ -25,16 +26,30 @@ impl IdSource for RedisIds {
         // Redis counters are signed 64-bit: ids end at i64::MAX.
         let n = i64::try_from(n).map_err(|_| exhausted())?;
         let timeout = self.shared.options.response_timeout;
-        let reply: redis::RedisResult<i64> = self
+        let wait = self.shared.options.wait;
+        let reply: redis::RedisResult<(i64, Option<u32>)> = self
             .shared
             .conn()?
-            .query(timeout, redis::cmd("INCRBY").arg(&self.key).arg(n))
+            .query_acked(timeout, redis::cmd("INCRBY").arg(&self.key).arg(n), wait)
             .await?;
         match reply {
-            Ok(last) => u64::try_from(last).map_err(|_| Error::Conflict {
-                what: format!("redis key {:?}", self.key),
-                expected: "id counter (it is negative)",
-            }),
+            Ok((last, acked)) => {
+                // A block the replicas do not have could be handed out again
+                // after a failover: it is dropped (those ids are skipped).
+                if let (Some(wait), Some(acked)) = (wait, acked) {
+                    if acked < wait.replicas {
+                        return Err(not_replicated(
+                            format!("id block of {:?}", self.name.as_str()),
+                            acked,
+                            wait,
+                        ));
+                    }
+                }
+                u64::try_from(last).map_err(|_| Error::Conflict {
+                    what: format!("redis key {:?}", self.key),
+                    expected: "id counter (it is negative)",
+                })
+            }
             Err(e) if e.code() == Some("WRONGTYPE") => Err(Error::Conflict {
                 what: format!("redis key {:?}", self.key),
                 expected: "id counter (a string key)",

@@ -210,6 +210,34 @@
 //!   again after a restart without persistence (or an eviction, or a
 //!   failover that lost the last `INCRBY`), and ids repeat.
 //!
+//! # Replica acknowledgement (`WAIT`)
+//!
+//! A lock written to the master is lost with the master if the replica that
+//! Sentinel (or the Cluster) promotes never received it: a second client
+//! then takes the lock while the first still works. With
+//! [`RedisOptions::wait_for_replicas`] (`?wait_replicas=N&wait_timeout_ms=T`)
+//! every acquisition and every renewal is followed, in the same pipeline on
+//! the same connection, by `WAIT N T`:
+//!
+//! * an acquisition fewer than `N` replicas acknowledged is undone before
+//!   the call returns and fails with the retryable
+//!   [`Error::NotReplicated`](distlock_core::Error::NotReplicated) —
+//!   never "not acquired", so a lagging replica does not look like a busy
+//!   lock; `lock()` / `lock_timeout()` keep trying until their deadline;
+//! * a renewal fewer acknowledged counts as failed (the guard turns
+//!   `Suspended`; `lost()` fires at the last acknowledged expiry);
+//! * an id block fewer acknowledged is dropped (its ids are skipped, never
+//!   handed out twice after a failover);
+//! * in a Cluster the `WAIT` goes to the lock key's shard (the pipeline is
+//!   routed by the script's key).
+//!
+//! Cost: one round trip to the replicas per acquisition and renewal (see
+//! `benches/README.md`), and with replicas down, up to `T` per attempt on
+//! the connection. `WAIT` is not consensus: a failover can still promote a
+//! replica that did not acknowledge (one that was down, or with
+//! `replica-priority` forcing it); SAFETY.md's failover experiment measures
+//! what it changes.
+//!
 //! # Feature flags
 //!
 //! * `cluster` — `RedisProvider::connect_cluster` for Redis Cluster.

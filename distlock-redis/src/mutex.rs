@@ -13,7 +13,7 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
-use crate::conn::{Pinned, Sticky};
+use crate::conn::{not_replicated, Pinned, Sticky};
 use crate::provider::Shared;
 use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
 
@@ -139,8 +139,8 @@ impl Cleanup for UndoAttempt {
 
 impl RedisMutex {
     async fn attempt(&self, conn: &Pinned, token: &str) -> Result<Attempt> {
-        let (status, value): (i64, i64) = conn
-            .script(
+        let ((status, value), acked): ((i64, i64), _) = conn
+            .script_acked(
                 "acquire",
                 self.shared.options.response_timeout,
                 ACQUIRE
@@ -148,12 +148,16 @@ impl RedisMutex {
                     .key(&self.keys.fence)
                     .arg(token)
                     .arg(self.lease.ttl_millis()),
+                self.shared.options.wait,
             )
             .await?;
         match status {
-            1 => u64::try_from(value)
-                .map(Attempt::Acquired)
-                .map_err(|_| Error::server("redis", "acquire script returned a negative token")),
+            1 => {
+                check_acked(&self.shared, &self.name, "acquisition", acked)?;
+                u64::try_from(value)
+                    .map(Attempt::Acquired)
+                    .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
+            }
             0 => Ok(Attempt::Held(
                 u64::try_from(value).ok().map(Duration::from_millis),
             )),
@@ -171,6 +175,29 @@ impl RedisMutex {
             what: format!("redis key {key:?}"),
             expected,
         }
+    }
+}
+
+/// `Ok` unless the provider asks replicas to acknowledge writes and fewer
+/// than asked did (`acked` is what the pipelined `WAIT` answered).
+pub(crate) fn check_acked(
+    shared: &Shared,
+    name: &Name,
+    step: &str,
+    acked: Option<u32>,
+) -> Result<()> {
+    match (shared.options.wait, acked) {
+        (Some(wait), Some(acked)) if acked < wait.replicas => Err(not_replicated(
+            format!("lock {:?} {step}", name.as_str()),
+            acked,
+            wait,
+        )),
+        (Some(wait), None) => Err(not_replicated(
+            format!("lock {:?} {step}", name.as_str()),
+            0,
+            wait,
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -259,6 +286,15 @@ impl Lock for RedisMutex {
                     // try again with a fresh token.
                     let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
                     continue;
+                }
+                // Taken but too few replicas have it: give it back before
+                // reporting (or retrying, while waiting).
+                Err(e @ Error::NotReplicated { .. }) => {
+                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                    if wait != Wait::No && pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
+                    return Err(e);
                 }
                 // Unknown outcome while waiting: `undo` deletes the key if
                 // our SET landed; the wait rides the outage out.
@@ -369,8 +405,12 @@ impl LeaseBackend for RedisLease {
             invocation.key(record);
         }
         invocation.arg(&self.token).arg(ms);
-        let acted = self.run("extend", &invocation).await?;
-        self.owned(acted)
+        let (reply, acked): (i64, _) = self
+            .conn
+            .script_acked(&self.shared, "extend", &invocation)
+            .await?;
+        self.owned(reply == 1)?;
+        check_acked(&self.shared, &self.name, "renewal", acked)
     }
 
     async fn release(&self) -> Result<()> {

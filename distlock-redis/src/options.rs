@@ -6,13 +6,15 @@ use distlock_core::backend::url::{millis, number, parse_query};
 use distlock_core::{Error, LeaseOptions, Result};
 
 /// distlock's own query keys, removed before the client sees the URL.
-const OPTION_KEYS: [&str; 6] = [
+const OPTION_KEYS: [&str; 8] = [
     "prefix",
     "pool_size",
     "response_timeout_ms",
     "connect_timeout_ms",
     "recheck_ms",
     "lease_ttl_ms",
+    "wait_replicas",
+    "wait_timeout_ms",
 ];
 
 /// The query keys the `redis` crate (1.8) reads from a TCP URL (`redis://`,
@@ -36,6 +38,8 @@ const CLIENT_KEYS_UNIX: &[&str] = &["protocol", "db", "user", "pass"];
 /// | `connect_timeout_ms` | [`RedisOptions::connect_timeout`] |
 /// | `recheck_ms` | [`RedisOptions::recheck_interval`] |
 /// | `lease_ttl_ms` | [`RedisOptions::default_lease`] (watchdog at TTL/3) |
+/// | `wait_replicas` | [`RedisOptions::wait_for_replicas`]: the number of replicas |
+/// | `wait_timeout_ms` | [`RedisOptions::wait_for_replicas`]: the timeout (default 250 ms) |
 ///
 /// The keys the `redis` crate itself reads from the query go through to it
 /// unchanged: `protocol` (`resp2`/`resp3`), and on `redis+unix://` also
@@ -52,9 +56,21 @@ pub struct RedisOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) recheck_interval: Duration,
     pub(crate) pool_size: Option<usize>,
+    pub(crate) wait: Option<WaitReplicas>,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsOptions,
 }
+
+/// Replica acknowledgement asked of every acquisition and renewal: Redis
+/// `WAIT replicas timeout` sent with the write, on the same connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WaitReplicas {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+/// The replica acknowledgement timeout when only the number is given.
+const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Certificates for `rediss://` beyond the webpki roots (feature `tls`).
 #[cfg(feature = "tls")]
@@ -91,6 +107,7 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(5),
             recheck_interval: Duration::from_millis(500),
             pool_size: None,
+            wait: None,
             #[cfg(feature = "tls")]
             tls: TlsOptions::default(),
         }
@@ -155,6 +172,42 @@ impl RedisOptions {
         self
     }
 
+    /// Waits for `replicas` replicas to acknowledge every acquisition and
+    /// every renewal (Redis `WAIT replicas timeout`, sent in one pipeline
+    /// with the write on the same connection), so a lock the master hands
+    /// out survives the master's loss when a replica that has it is promoted
+    /// (Sentinel, or a Cluster shard's failover, where it waits on the
+    /// shard of the lock's key).
+    ///
+    /// * An acquisition that fewer replicas acknowledged within `timeout` is
+    ///   undone (compare-and-delete on the same connection, before the call
+    ///   returns) and fails with the retryable
+    ///   [`Error::NotReplicated`]; it is never reported as "not acquired",
+    ///   so "replicas are behind" and "the lock is busy" stay apart.
+    ///   `lock()` and `lock_timeout()` keep trying, as through any
+    ///   retryable failure, and report `NotReplicated` at their deadline;
+    ///   `try_lock()` reports it at once.
+    /// * A renewal that fewer replicas acknowledged counts as failed: the
+    ///   guard turns `Suspended`, the watchdog retries, and the lease is lost
+    ///   at the expiry of the last acknowledged renewal.
+    /// * Releases and queue bookkeeping are not waited for (a release the
+    ///   replica missed only leaves a lease to expire).
+    ///
+    /// `replicas` 0 turns it off. `timeout` must be at least 1 ms (Redis
+    /// reads 0 as "forever") and below the response timeout. Every command
+    /// on the connection waits behind a `WAIT` in progress, so with replicas
+    /// down each acquisition costs up to `timeout`: keep it short. What `WAIT`
+    /// does not give: it is not consensus. A replica that acknowledged can
+    /// still lose the failover election to one that did not (Sentinel prefers
+    /// the replica with the largest replication offset, which is one that
+    /// acknowledged, unless it is down); see SAFETY.md for the measured
+    /// failover experiment.
+    #[must_use]
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = (replicas > 0).then_some(WaitReplicas { replicas, timeout });
+        self
+    }
+
     /// Trusts the CA certificate `pem` (PEM) for `rediss://` instead of the
     /// webpki roots (feature `tls`).
     #[cfg(feature = "tls")]
@@ -198,6 +251,14 @@ impl RedisOptions {
         }
         if self.pool_size == Some(0) {
             return Err(Error::InvalidOptions("pool size must be at least 1".into()));
+        }
+        if let Some(wait) = self.wait {
+            if wait.timeout < Duration::from_millis(1) || wait.timeout >= self.response_timeout {
+                return Err(Error::InvalidOptions(format!(
+                    "the replica acknowledgement timeout ({:?}) must be at least 1 ms and below the response timeout ({:?})",
+                    wait.timeout, self.response_timeout
+                )));
+            }
         }
         Ok(())
     }
@@ -245,6 +306,8 @@ impl RedisOptions {
     ) -> Result<(Self, Vec<String>)> {
         let known: Vec<&str> = OPTION_KEYS.iter().chain(client_keys).copied().collect();
         let mut rest = Vec::new();
+        let mut wait_replicas = None;
+        let mut wait_timeout = None;
         for (key, value) in parse_query(url, query, &known)? {
             match key {
                 "prefix" => self.prefix = value.to_owned(),
@@ -253,8 +316,28 @@ impl RedisOptions {
                 "connect_timeout_ms" => self.connect_timeout = millis(url, key, value)?,
                 "recheck_ms" => self.recheck_interval = millis(url, key, value)?,
                 "lease_ttl_ms" => self.lease = LeaseOptions::new(millis(url, key, value)?)?,
+                "wait_replicas" => wait_replicas = Some(number(url, key, value)?),
+                "wait_timeout_ms" => wait_timeout = Some(millis(url, key, value)?),
                 _ => rest.push(format!("{key}={value}")),
             }
+        }
+        match (wait_replicas, wait_timeout) {
+            (Some(replicas), timeout) => {
+                let timeout = timeout
+                    .or(self.wait.map(|w| w.timeout))
+                    .unwrap_or(DEFAULT_WAIT_TIMEOUT);
+                self = self.wait_for_replicas(replicas, timeout);
+            }
+            (None, Some(timeout)) => match self.wait {
+                Some(wait) => self = self.wait_for_replicas(wait.replicas, timeout),
+                None => {
+                    return Err(distlock_core::backend::url::invalid_url(
+                        url,
+                        "wait_timeout_ms needs wait_replicas",
+                    ))
+                }
+            },
+            (None, None) => {}
         }
         Ok((self, rest))
     }
@@ -341,7 +424,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, protocol"),
+            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, wait_replicas, wait_timeout_ms, protocol"),
             "{e}"
         );
     }
@@ -394,6 +477,55 @@ mod tests {
             assert!(!shown.contains(&bytes[1..bytes.len() - 1]), "{shown}");
         }
         assert!(shown.contains("key redacted"), "{shown}");
+    }
+
+    #[test]
+    fn replica_acknowledgement_from_the_query() {
+        let (_, o) = RedisOptions::new()
+            .from_url("redis://h:1?wait_replicas=2")
+            .unwrap();
+        let wait = o.wait.unwrap();
+        assert_eq!((wait.replicas, wait.timeout), (2, DEFAULT_WAIT_TIMEOUT));
+        o.validate().unwrap();
+        let (_, o) = RedisOptions::new()
+            .from_url("redis://h:1?wait_timeout_ms=40&wait_replicas=1")
+            .unwrap();
+        assert_eq!(
+            o.wait,
+            Some(WaitReplicas {
+                replicas: 1,
+                timeout: Duration::from_millis(40)
+            })
+        );
+        // The query's timeout overrides the one set in code; 0 replicas is off.
+        let coded = RedisOptions::new().wait_for_replicas(1, Duration::from_millis(30));
+        let (_, o) = coded
+            .clone()
+            .from_url("redis://h:1?wait_timeout_ms=70")
+            .unwrap();
+        assert_eq!(o.wait.unwrap().timeout, Duration::from_millis(70));
+        let (_, o) = coded.from_url("redis://h:1?wait_replicas=0").unwrap();
+        assert_eq!(o.wait, None);
+        for (url, says) in [
+            ("redis://h:1?wait_timeout_ms=5", "needs wait_replicas"),
+            ("redis://h:1?wait_replicas=-1", "not a number"),
+            ("redis://h:1?wait_replicas=1&wait_replicas=2", "given twice"),
+        ] {
+            let e = RedisOptions::new().from_url(url).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidUrl(m) if m.contains(says)),
+                "{url}: {e:?}"
+            );
+        }
+        for bad in [
+            RedisOptions::new().wait_for_replicas(1, Duration::ZERO),
+            RedisOptions::new().wait_for_replicas(1, Duration::from_secs(2)),
+            RedisOptions::new()
+                .response_timeout(Duration::from_millis(100))
+                .wait_for_replicas(1, Duration::from_millis(100)),
+        ] {
+            assert!(matches!(bad.validate(), Err(Error::InvalidOptions(_))));
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use redis::{Script, ScriptInvocation};
 use tokio::time::{sleep_until, Instant};
 
 use crate::conn::{Pinned, Sticky};
-use crate::mutex::Keys;
+use crate::mutex::{check_acked, Keys};
 use crate::provider::Shared;
 use crate::scripts::{RW_ACQUIRE, RW_EXTEND, RW_RELEASE, SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE};
 
@@ -200,13 +200,21 @@ impl Queued {
             .arg(u64::try_from(self.entry_ttl().as_millis()).unwrap_or(u64::MAX))
             .arg(&recipe.mode)
             .arg(&recipe.channel);
-        let (status, value): (i64, i64) = conn
-            .script("acquire", self.shared.options.response_timeout, &invocation)
+        let ((status, value), acked): ((i64, i64), _) = conn
+            .script_acked(
+                "acquire",
+                self.shared.options.response_timeout,
+                &invocation,
+                self.shared.options.wait,
+            )
             .await?;
         match status {
-            1 => u64::try_from(value)
-                .map(Attempt::Acquired)
-                .map_err(|_| Error::server("redis", "acquire script returned a negative token")),
+            1 => {
+                check_acked(&self.shared, &self.recipe.name, "acquisition", acked)?;
+                u64::try_from(value)
+                    .map(Attempt::Acquired)
+                    .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
+            }
             0 => Ok(Attempt::Waiting(
                 u64::try_from(value).ok().map(Duration::from_millis),
             )),
@@ -342,6 +350,19 @@ impl Lock for Queued {
                 Ok(Attempt::AlreadyOurs) => {
                     let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
                     continue;
+                }
+                // Taken but too few replicas have it: the script took us out
+                // of the queue; give the hold back before reporting, or
+                // queue again (at the back) while waiting.
+                Err(e @ Error::NotReplicated { .. }) => {
+                    if let Some(mut place) = place.take() {
+                        place.disarm();
+                    }
+                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                    if queue && pause_before_retry(deadline, &mut pause).await {
+                        continue;
+                    }
+                    return Err(e);
                 }
                 // Unknown outcome while waiting: `undo` releases the hold if
                 // the attempt landed; `place` stays for the queue entry.
@@ -485,8 +506,12 @@ impl LeaseBackend for QueuedLease {
         let recipe = &self.recipe;
         let mut invocation = recipe.invocation(recipe.scripts()[2]);
         invocation.arg(&self.token).arg(ms).arg(&recipe.mode);
-        let acted = self.run("extend", &invocation).await?;
-        self.owned(acted)
+        let (reply, acked): (i64, _) = self
+            .conn
+            .script_acked(&self.shared, "extend", &invocation)
+            .await?;
+        self.owned(reply == 1)?;
+        check_acked(&self.shared, &recipe.name, "renewal", acked)
     }
 
     async fn release(&self) -> Result<()> {

@@ -16,6 +16,7 @@ pub mod primitives;
 pub mod properties;
 pub mod proxy;
 pub mod redis;
+pub mod replicas;
 pub mod resources;
 pub mod safety;
 mod server;

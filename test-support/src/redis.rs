@@ -202,8 +202,20 @@ impl RedisCluster {
     /// When a server does not start or the cluster does not form in 30 s.
     #[must_use]
     pub fn start(masters: usize) -> Self {
+        Self::start_with_replicas(masters, 0)
+    }
+
+    /// Starts `masters` masters (at least 3) with `replicas` replicas each,
+    /// as [`RedisCluster::start`], and also waits until every replica has
+    /// caught up with its master.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start`].
+    #[must_use]
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
         assert!(masters >= 3, "a Redis Cluster needs at least 3 masters");
-        let nodes: Vec<RedisServer> = (0..masters)
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 let bus = free_port().to_string();
                 RedisServer::start_with(&[
@@ -222,7 +234,7 @@ impl RedisCluster {
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
         args.extend([
             "--cluster-replicas".into(),
-            "0".into(),
+            replicas.to_string(),
             "--cluster-yes".into(),
         ]);
         let out = Command::new(require_binary("redis-cli"))
@@ -237,18 +249,72 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes };
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !cluster
-            .nodes
-            .iter()
-            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-        {
+        while !cluster.nodes.iter().all(|n| {
+            n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                && (!n.cli(&["ROLE"]).starts_with("slave")
+                    || n.cli(&["INFO", "replication"])
+                        .contains("master_link_status:up"))
+        }) {
             assert!(
                 std::time::Instant::now() < deadline,
-                "Redis Cluster did not reach cluster_state:ok"
+                "Redis Cluster did not reach cluster_state:ok with its replicas in sync"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
         cluster
+    }
+
+    /// The node that is master of `key`'s slot, and the nodes replicating it
+    /// (indices into the cluster's nodes).
+    ///
+    /// # Panics
+    ///
+    /// When `CLUSTER NODES` cannot be read or names no master for the slot.
+    #[must_use]
+    pub fn shard_of(&self, key: &str) -> (usize, Vec<usize>) {
+        let slot: u16 = self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
+        let table = self.nodes[0].cli(&["CLUSTER", "NODES"]);
+        let index_of = |addr: &str| {
+            let port: u16 = addr
+                .split('@')
+                .next()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .expect("a node address with a port");
+            self.nodes
+                .iter()
+                .position(|n| n.port() == port)
+                .expect("a node of this cluster")
+        };
+        let mut master = None;
+        for line in table.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 || !fields[2].contains("master") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let mut ends = range.splitn(2, '-').map(|p| p.parse::<u16>().ok());
+                match (ends.next().flatten(), ends.next().flatten()) {
+                    (Some(a), Some(b)) => (a..=b).contains(&slot),
+                    (Some(a), None) => a == slot,
+                    _ => false,
+                }
+            });
+            if serves {
+                master = Some((fields[0].to_owned(), index_of(fields[1])));
+            }
+        }
+        let (id, master) = master.expect("a master serves the slot");
+        let replicas = table
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() > 3 && f[3] == id)
+            .map(|f| index_of(f[1]))
+            .collect();
+        (master, replicas)
     }
 
     /// `redis://127.0.0.1:<port>` of every node.
