@@ -41,7 +41,8 @@ pub use distlock_zk as zk;
 pub enum Scheme {
     /// `mem://[table]`: the in-process backend.
     Mem,
-    /// `redis://…`, `rediss://…` or `redis+cluster://…`.
+    /// `redis://…`, `rediss://…`, `redis+cluster://…`, `redis+sentinel://…`
+    /// or `redis+redlock://…`.
     Redis,
     /// `zk://host:port[,host:port…][/chroot]`.
     ZooKeeper,
@@ -73,7 +74,8 @@ impl Scheme {
             .ok_or_else(|| distlock_core::backend::url::invalid_url(url, "has no scheme://"))?;
         match scheme.to_ascii_lowercase().as_str() {
             "mem" => Ok(Scheme::Mem),
-            "redis" | "rediss" | "redis+unix" | "redis+cluster" => Ok(Scheme::Redis),
+            "redis" | "rediss" | "redis+unix" | "redis+cluster" | "redis+sentinel"
+            | "redis+redlock" => Ok(Scheme::Redis),
             "zk" | "zookeeper" => Ok(Scheme::ZooKeeper),
             // What stands before "://" may be credentials (`u:pw@h://…`).
             other => Err(Error::UnsupportedBackend(format!(
@@ -89,7 +91,12 @@ impl Scheme {
 /// * `mem://` — the process-wide in-process table; `mem://NAME` a named one
 ///   (see [`mem::MemProvider::shared`]).
 /// * `redis://…`, `rediss://…` — Redis (feature `redis`);
-///   `redis+cluster://h1:p1,h2:p2` — Redis Cluster (feature `redis-cluster`).
+///   `redis+cluster://h1:p1,h2:p2` — Redis Cluster (feature `redis-cluster`);
+///   `redis+sentinel://s1:p1,s2:p2/master-name` — the master Redis Sentinel
+///   names, followed through failovers; `redis+redlock://h1:p1,h2:p2,h3:p3` —
+///   Redlock over independent masters, with fencing tokens (the mutex only).
+///   Add `?wait_replicas=1` to wait for a replica's acknowledgement of every
+///   acquisition (see `distlock_redis`'s crate docs).
 /// * `zk://h1:2181,h2:2181/chroot` — ZooKeeper (feature `zookeeper`).
 ///
 /// ```
