@@ -18,7 +18,8 @@
 //!
 //! When the connection drops, every waiter and observer is woken to
 //! re-check (a message may have been missed) and the actor reconnects and
-//! resubscribes while anyone waits. The connection is opened at the first
+//! resubscribes while anyone waits. Where it connects to is its [`Source`]:
+//! a fixed server, or the master the Sentinels name at each (re)connect. The connection is opened at the first
 //! wait and then kept, so waits that come and go cost no reconnects. Waiters
 //! never depend on it alone: they also re-check at the holder's expiry and
 //! at a bounded interval.
@@ -41,6 +42,24 @@ enum Kind {
     Id(String),
     /// Every message (observer number, unique per subscriber).
     Observer(u64),
+}
+
+/// Where the subscriber connects.
+#[derive(Clone, Debug)]
+pub(crate) enum Source {
+    /// Always this server.
+    Fixed(Box<redis::Client>),
+    /// The master the Sentinels name, asked again at each (re)connect.
+    Sentinel(Arc<crate::sentinel::Resolver>),
+}
+
+impl Source {
+    async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Source::Fixed(client) => Ok((**client).clone()),
+            Source::Sentinel(resolver) => resolver.master_client().await,
+        }
+    }
 }
 
 /// The payload prefix of a message addressed to one waiter.
@@ -114,7 +133,7 @@ impl Drop for Subscription {
 impl Subscriber {
     /// Starts the actor on the current runtime. It ends when every handle is
     /// dropped.
-    pub(crate) fn spawn(client: redis::Client, timeout: Duration) -> Subscriber {
+    pub(crate) fn spawn(client: Source, timeout: Duration) -> Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         tokio::spawn(run(client, timeout, rx, Arc::clone(&stats)));
@@ -188,7 +207,7 @@ struct Channel {
 }
 
 struct Actor {
-    client: redis::Client,
+    client: Source,
     timeout: Duration,
     channels: HashMap<String, Channel>,
     conn: Option<(PubSubSink, PubSubStream)>,
@@ -209,7 +228,8 @@ impl Actor {
     /// Opens the connection and subscribes to every channel in use.
     async fn connect(&mut self) -> bool {
         let opened = tokio::time::timeout(self.timeout, async {
-            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            let client = self.client.client().await?;
+            let (mut sink, stream) = client.get_async_pubsub().await?.split();
             let names: Vec<&String> = self.channels.keys().collect();
             if !names.is_empty() {
                 sink.subscribe(names).await?;
@@ -334,7 +354,7 @@ async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<r
 }
 
 async fn run(
-    client: redis::Client,
+    client: Source,
     timeout: Duration,
     mut commands: mpsc::UnboundedReceiver<Command>,
     stats: Arc<Stats>,

@@ -108,8 +108,7 @@ impl SentinelNode {
             if !self.proc.alive() {
                 return false;
             }
-            if ask(loopback(self.port), b"PING\r\n", true).is_some_and(|a| a.starts_with("+PONG"))
-            {
+            if ask(loopback(self.port), b"PING\r\n", true).is_some_and(|a| a.starts_with("+PONG")) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -191,7 +190,10 @@ fn pairs(text: &str) -> Vec<(String, String)> {
 }
 
 fn field(text: &str, key: &str) -> Option<String> {
-    pairs(text).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    pairs(text)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
 }
 
 /// `key:value` lines of `INFO`.
@@ -283,7 +285,11 @@ impl SentinelGroup {
     /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/<name>`.
     #[must_use]
     pub fn url(&self) -> String {
-        format!("redis+sentinel://{}/{}", self.sentinel_addrs().join(","), self.name)
+        format!(
+            "redis+sentinel://{}/{}",
+            self.sentinel_addrs().join(","),
+            self.name
+        )
     }
 
     /// `127.0.0.1:<port>` of every Sentinel.
@@ -385,7 +391,12 @@ impl SentinelGroup {
     /// does not answer.
     #[must_use]
     pub fn role(&self, i: usize) -> String {
-        self.servers[i].cli(&["ROLE"]).lines().next().unwrap_or("").to_owned()
+        self.servers[i]
+            .cli(&["ROLE"])
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned()
     }
 
     /// Waits until the Sentinels name a master other than `old_master_port`
