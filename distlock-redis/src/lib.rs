@@ -202,8 +202,10 @@
 //!   commands fail with retryable errors; `lock()` and the other waiting
 //!   calls ride it out until their deadline.
 //! * **Held leases.** A lease's renewals and release keep the connection
-//!   they were acquired on; a connection error (or `READONLY`) lets it go,
-//!   and the next renewal goes to the new master. If the promoted replica
+//!   they were acquired on (so they reach the server in the order they were
+//!   sent); a connection error or `READONLY` on it lets it go, and so does
+//!   the Sentinels naming another server after a command on it timed out
+//!   (a frozen master). The next renewal goes to the new master. If the promoted replica
 //!   had the lock key, the watchdog keeps renewing it there; if it did not
 //!   (the acquisition had not been replicated when the master died), the
 //!   renewal finds no key and the guard's `lost()` fires. A holder never

@@ -164,6 +164,9 @@ pub(crate) fn client(
 /// the subscriber.
 pub(crate) struct Resolver {
     client: tokio::sync::Mutex<SentinelClient>,
+    /// The address of the master found last: the subscriber moves when the
+    /// command connection found another.
+    master: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl fmt::Debug for Resolver {
@@ -176,18 +179,45 @@ impl Resolver {
     pub(crate) fn new(client: SentinelClient) -> Arc<Self> {
         Arc::new(Resolver {
             client: tokio::sync::Mutex::new(client),
+            master: tokio::sync::watch::Sender::new(None),
         })
     }
 
     /// A client for the server the Sentinels name master and that says so
     /// itself. Unbounded in time: callers bound it.
     pub(crate) async fn master_client(&self) -> redis::RedisResult<redis::Client> {
-        self.client.lock().await.async_get_client().await
+        let client = self.client.lock().await.async_get_client().await?;
+        let addr = address(&client);
+        self.master.send_if_modified(|known| {
+            let changed = known.as_deref() != Some(addr.as_str());
+            if changed {
+                *known = Some(addr);
+            }
+            changed
+        });
+        Ok(client)
+    }
+
+    /// Follows the address of the master found last.
+    pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.master.subscribe()
     }
 }
 
-/// Whether `e` means the connection no longer reaches a usable master.
+/// The address a client connects to, as `host:port`.
+pub(crate) fn address(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}
+
+/// Whether `e` means the connection no longer reaches a usable master. A
+/// response timeout (an I/O error to the client) is not one by itself: the
+/// master may only be slow, and what was sent may still land, so a lease
+/// keeps the connection (see [`SentinelPinned::script`]).
 fn leaves_master(e: &RedisError) -> bool {
+    !e.is_timeout() && leaves_master_or_timeout(e)
+}
+
+fn leaves_master_or_timeout(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
@@ -201,6 +231,8 @@ fn leaves_master(e: &RedisError) -> bool {
 struct Master {
     conn: MultiplexedConnection,
     generation: u64,
+    /// `host:port` of the server.
+    addr: Arc<str>,
 }
 
 struct Inner {
@@ -303,9 +335,10 @@ impl SentinelConn {
         let timeout = self.inner.connect_timeout;
         let resolved = with_timeout("resolve the master through Sentinel", timeout, async {
             let client = self.inner.resolver.master_client().await?;
-            client
+            let conn = client
                 .get_multiplexed_async_connection_with_config(&self.inner.config)
-                .await
+                .await?;
+            Ok::<_, RedisError>((conn, address(&client)))
         })
         .await;
         self.inner.resolves.fetch_add(1, Ordering::AcqRel);
@@ -318,8 +351,8 @@ impl SentinelConn {
             }),
             Ok(Err(e)) => Err(Error::connection("redis", e)),
         };
-        let conn = match failed {
-            Ok(conn) => conn,
+        let (conn, addr) = match failed {
+            Ok(found) => found,
             Err(e) => {
                 *self
                     .inner
@@ -337,6 +370,7 @@ impl SentinelConn {
             .unwrap_or_else(PoisonError::into_inner) = None;
         let master = Master {
             conn,
+            addr: addr.into(),
             generation: self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1,
         };
         *self
@@ -349,6 +383,11 @@ impl SentinelConn {
             "distlock redis: connected to the master named by Sentinel"
         );
         Ok(master)
+    }
+
+    /// Whether the connection of `generation` is the current one.
+    fn is_current(&self, generation: u64) -> bool {
+        self.kept().is_some_and(|m| m.generation == generation)
     }
 
     /// Drops the connection of `generation` if it is still the current one:
@@ -404,6 +443,25 @@ impl SentinelPinned {
         timeout: Duration,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
+        if !self.owner.is_current(self.master.generation) {
+            // This connection was dropped as the master's (a timeout, on
+            // it or another). If the Sentinels now name another server,
+            // this one is no master any more: let it go (reported as a
+            // connection error, so a lease's kept connection moves). If
+            // they name the same server, keep it: commands sent on it stay
+            // in order. If nobody can tell now, keep it too.
+            if let Ok(now) = self.owner.master().await {
+                if now.addr != self.master.addr {
+                    return Err(Error::connection(
+                        "redis",
+                        format!(
+                            "the master moved from {} to {} (Sentinel)",
+                            self.master.addr, now.addr
+                        ),
+                    ));
+                }
+            }
+        }
         let watch = Watch::new(&self.owner, self.master.generation, timeout);
         let result = invocation.invoke_async(&mut self.master.conn.clone()).await;
         watch.done(result.as_ref().err());
@@ -443,7 +501,7 @@ impl Watch {
 
     fn done(mut self, error: Option<&RedisError>) {
         self.finished = true;
-        if error.is_some_and(|e| leaves_master(e) || e.is_timeout()) {
+        if error.is_some_and(leaves_master_or_timeout) {
             self.owner.forget(self.generation);
         }
     }

@@ -19,7 +19,10 @@
 //! When the connection drops, every waiter and observer is woken to
 //! re-check (a message may have been missed) and the actor reconnects and
 //! resubscribes while anyone waits. Where it connects to is its [`Source`]:
-//! a fixed server, or the master the Sentinels name at each (re)connect. The connection is opened at the first
+//! a fixed server, or the master the Sentinels name at each (re)connect;
+//! with Sentinel it also moves (waking everyone) as soon as the provider's
+//! commands found another master, even while its own connection stands (to
+//! a frozen master, say). The connection is opened at the first
 //! wait and then kept, so waits that come and go cost no reconnects. Waiters
 //! never depend on it alone: they also re-check at the holder's expiry and
 //! at a bounded interval.
@@ -59,6 +62,27 @@ impl Source {
             Source::Fixed(client) => Ok((**client).clone()),
             Source::Sentinel(resolver) => resolver.master_client().await,
         }
+    }
+
+    /// Resolves with the new master's address each time the master found
+    /// through Sentinel changes; never for a fixed server.
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<Option<String>>> {
+        match self {
+            Source::Fixed(_) => None,
+            Source::Sentinel(resolver) => Some(resolver.changes()),
+        }
+    }
+}
+
+async fn master_changed(
+    changes: &mut Option<tokio::sync::watch::Receiver<Option<String>>>,
+) -> Option<String> {
+    match changes {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => rx.borrow_and_update().clone(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -211,6 +235,8 @@ struct Actor {
     timeout: Duration,
     channels: HashMap<String, Channel>,
     conn: Option<(PubSubSink, PubSubStream)>,
+    /// The address `conn` is connected to.
+    connected_to: Option<String>,
     stats: Arc<Stats>,
 }
 
@@ -229,6 +255,7 @@ impl Actor {
     async fn connect(&mut self) -> bool {
         let opened = tokio::time::timeout(self.timeout, async {
             let client = self.client.client().await?;
+            self.connected_to = Some(crate::sentinel::address(&client));
             let (mut sink, stream) = client.get_async_pubsub().await?.split();
             let names: Vec<&String> = self.channels.keys().collect();
             if !names.is_empty() {
@@ -364,8 +391,10 @@ async fn run(
         timeout,
         channels: HashMap::new(),
         conn: None,
+        connected_to: None,
         stats,
     };
+    let mut changes = actor.client.changes();
     let mut backoff = Duration::from_millis(50);
     loop {
         let reconnect = actor.conn.is_none() && !actor.channels.is_empty();
@@ -385,6 +414,13 @@ async fn run(
                 Some(msg) => actor.deliver(&msg),
                 None => actor.disconnect(),
             },
+            // The commands found another master (a failover while this
+            // connection still stands, to a frozen or demoted server): move.
+            master = master_changed(&mut changes) => {
+                if actor.conn.is_some() && master.is_some() && master != actor.connected_to {
+                    actor.disconnect();
+                }
+            }
             () = tokio::time::sleep(backoff), if reconnect => {
                 if actor.connect().await {
                     backoff = Duration::from_millis(50);
