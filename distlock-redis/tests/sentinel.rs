@@ -453,3 +453,94 @@ async fn readonly_from_a_demoted_master_moves_on() {
     assert_eq!(group.master_index(), replica);
     g.release().await.unwrap();
 }
+
+/// A frozen master (SIGSTOP), which keeps its connections open and never
+/// answers: commands time out, the Sentinels promote the replica, and the
+/// provider moves there, with the lease it holds (renewed on the new
+/// master), its waiter's pub/sub (woken by the release there) and new
+/// locks, while the old master stays frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_left_for_the_promoted_replica() {
+    let group = SentinelGroup::start(1);
+    let options = || {
+        RedisOptions::new()
+            .response_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_secs(1))
+    };
+    let holder = RedisProvider::connect_with(&group.url(), options())
+        .await
+        .unwrap();
+    let waiting = RedisProvider::connect_with(
+        &group.url(),
+        options().recheck_interval(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    let a = unique_name("frozen");
+    // Renewed every 4 s; the waiter re-checks at the holder's expiry.
+    let ga = holder
+        .mutex_with(&a, lease(12_000))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let wait_a = waiting.mutex(&a).unwrap();
+    let waiter = tokio::spawn(async move { wait_a.lock_timeout(Duration::from_secs(120)).await });
+    let channel = format!("{{{a}}}:released");
+    let subscribed = |server: &test_support::RedisServer| {
+        server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) == Some("1")
+    };
+    eventually("the waiter subscribes", Duration::from_secs(10), || {
+        subscribed(group.master())
+    })
+    .await;
+    group.wait_replicas_in_sync();
+
+    let master = group.master_index();
+    let replica = group.replica_index(0);
+    let old_port = group.server(master).port();
+    group.pause(master);
+    let frozen_at = Instant::now();
+    let new_port = group.wait_for_failover(old_port, FAILOVER);
+    assert_eq!(new_port, group.server(replica).port());
+    let new_master = group.server(replica);
+
+    let b = format!("{a}/b");
+    let gb = tokio::time::timeout(FAILOVER, holder.mutex(&b).unwrap().lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        new_master.cli(&["EXISTS", &holder.lock_key(&b).unwrap()]),
+        "1"
+    );
+    gb.release().await.unwrap();
+
+    // The lease is renewed on the new master past its TTL.
+    while frozen_at.elapsed() < Duration::from_secs(14) {
+        assert!(ga.is_held(), "lease lost: {:?}", ga.status());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        new_master.cli(&["EXISTS", &holder.lock_key(&a).unwrap()]),
+        "1"
+    );
+    assert!(!waiter.is_finished());
+    eventually(
+        "the waiter resubscribes on the new master",
+        FAILOVER,
+        || subscribed(new_master),
+    )
+    .await;
+    let wakeups = waiting.wakeups();
+    ga.release().await.unwrap();
+    let gw = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not woken by the release on the new master")
+        .unwrap()
+        .unwrap()
+        .expect("the waiter got the lock");
+    assert!(waiting.wakeups() > wakeups, "not woken by pub/sub");
+    gw.release().await.unwrap();
+    group.resume(master);
+}
