@@ -1,5 +1,6 @@
 //! The command connection: one auto-reconnecting multiplexed connection, a
-//! deadpool pool, or a Cluster connection.
+//! deadpool pool, a Cluster connection, or the master found through
+//! Sentinel.
 
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
@@ -22,6 +23,8 @@ pub(crate) enum Conn {
     /// Redis Cluster: commands routed by key slot.
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    /// The master named by Sentinel, found again when it goes away.
+    Sentinel(crate::sentinel::SentinelConn),
 }
 
 impl fmt::Debug for Conn {
@@ -31,6 +34,7 @@ impl fmt::Debug for Conn {
             Conn::Pool(_) => "Pool",
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => "Cluster",
+            Conn::Sentinel(_) => "Sentinel",
         })
     }
 }
@@ -46,6 +50,10 @@ pub(crate) enum Pinned {
     Multiplexed(MultiplexedConnection),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    /// The connection to the master of the moment; an error that means the
+    /// master is gone is [`distlock_core::Error::Connection`], so a
+    /// [`Sticky`] lets it go.
+    Sentinel(crate::sentinel::SentinelPinned),
 }
 
 impl Conn {
@@ -60,6 +68,7 @@ impl Conn {
             }
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => Pinned::Cluster(c.clone()),
+            Conn::Sentinel(c) => Pinned::Sentinel(c.pin().await?),
         })
     }
 
@@ -77,6 +86,7 @@ impl Conn {
             }
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Sentinel(c) => return c.query(timeout, cmd).await,
         })
     }
 
@@ -109,8 +119,10 @@ impl Conn {
     /// Closes what can be closed now (a pool refuses new checkouts); the
     /// multiplexed connections close when their last clone is dropped.
     pub(crate) fn close(&self) {
-        if let Conn::Pool(p) = self {
-            p.close();
+        match self {
+            Conn::Pool(p) => p.close(),
+            Conn::Sentinel(c) => c.close(),
+            _ => {}
         }
     }
 }
@@ -128,6 +140,7 @@ impl Pinned {
             Pinned::Multiplexed(c) => invocation.invoke_async(&mut c.clone()).await,
             #[cfg(feature = "cluster")]
             Pinned::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+            Pinned::Sentinel(c) => return c.script(operation, timeout, invocation).await,
         };
         result.map_err(|e| from_redis(operation, timeout, e))
     }

@@ -169,6 +169,58 @@
 //!   A waiter that cannot reach the server for longer than its entry lives
 //!   loses its place and queues again at the end.
 //!
+//! # Redis Sentinel
+//!
+//! `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[?query]`
+//! (or [`RedisProvider::connect_sentinel`] /
+//! [`RedisProvider::connect_sentinel_with`] in code) names the **Sentinels**
+//! and the master name they monitor. The userinfo is the **master's**
+//! credentials (sent to whichever server the Sentinels name); the
+//! Sentinels' own are the query keys `sentinel_user` and
+//! `sentinel_password` (hidden in error messages), the database the query
+//! key `db`. The other query keys are the [`RedisOptions`] keys; any other
+//! key is an error. TLS to Sentinel deployments is not supported, nor is
+//! `pool_size` (refused with `InvalidOptions`: one multiplexed connection
+//! to the master serves every command, as for a plain `redis://` URL).
+//!
+//! * **Discovery.** The master is the server the Sentinels name (`SENTINEL
+//!   MASTERS`, asked of each Sentinel in turn, skipping one that flags it
+//!   down) and that answers `ROLE` master itself (the `redis` crate's
+//!   `SentinelClient`). Connect resolves it and connects within the connect
+//!   timeout, or fails with a typed error (no Sentinel reachable, no
+//!   master: `Connection`; too slow: `Timeout`).
+//! * **Following failovers.** A command that fails with a connection
+//!   error, is answered `READONLY`, `MASTERDOWN` or `LOADING` (a demoted
+//!   master, a replica, a server not ready), or gets no answer within the
+//!   response timeout (a frozen or cut-off master) drops the connection to
+//!   that master. That command fails with `Error::Connection` (retryable;
+//!   `READONLY` included), and the next one asks the Sentinels again and
+//!   connects to the master they name now. One re-resolve runs at a time:
+//!   commands that arrive meanwhile wait for it and share its outcome.
+//!   While no master can be found (between the old master's death and the
+//!   promotion: Sentinel's `down-after-milliseconds` plus the vote),
+//!   commands fail with retryable errors; `lock()` and the other waiting
+//!   calls ride it out until their deadline.
+//! * **Held leases.** A lease's renewals and release keep the connection
+//!   they were acquired on (so they reach the server in the order they were
+//!   sent); a connection error or `READONLY` on it lets it go, and so does
+//!   the Sentinels naming another server after a command on it timed out
+//!   (a frozen master). The next renewal goes to the new master. If the promoted replica
+//!   had the lock key, the watchdog keeps renewing it there; if it did not
+//!   (the acquisition had not been replicated when the master died), the
+//!   renewal finds no key and the guard's `lost()` fires. A holder never
+//!   silently believes it holds; but between the promotion and that
+//!   renewal (at most a third of the TTL) **another client may take the
+//!   lock on the new master**: asynchronous replication loses
+//!   acknowledged writes, which is what fencing tokens are for (the new
+//!   master's tokens stay above the old ones as long as its clock is not
+//!   behind, see *Fencing tokens*).
+//! * **Waiting.** The pub/sub connection asks the Sentinels for the master
+//!   at each (re)connect. When it drops (the master died, or Sentinel
+//!   reconfigured it and closed its clients), every waiter is woken to
+//!   re-check, and it resubscribes on the new master, where the releases
+//!   are now published.
+//!
 //! # Working with redis-py
 //!
 //! A distlock mutex and a redis-py `Lock` on the same key (`Lock(r,
@@ -258,6 +310,7 @@ mod provider;
 mod rw_lock;
 mod scripts;
 mod semaphore;
+mod sentinel;
 mod subscriber;
 
 use std::sync::Arc;
@@ -268,15 +321,18 @@ pub use redis;
 
 pub use options::RedisOptions;
 pub use provider::RedisProvider;
+pub use sentinel::SentinelAuth;
 
 use distlock_core::{Provider, Result};
 
 /// Connects to Redis at `url` and returns the provider as a trait object
-/// (what `distlock::connect` does for `redis://`, `rediss://` and
-/// `redis+cluster://`).
+/// (what `distlock::connect` does for `redis://`, `rediss://`,
+/// `redis+cluster://` and `redis+sentinel://`).
 ///
 /// `redis+cluster://[user:password@]host:port,host:port[?options]` names the
 /// seed nodes of a Redis Cluster (feature `cluster`).
+/// `redis+sentinel://[user:password@]host:port,host:port/master-name[?options]`
+/// names the Sentinels of a master (see [Redis Sentinel](crate#redis-sentinel)).
 ///
 /// # Errors
 ///

@@ -19,7 +19,7 @@ use crate::error::from_redis;
 use crate::ids::RedisIds;
 use crate::mutex::{Keys, RedisMutex};
 use crate::options::RedisOptions;
-use crate::subscriber::Subscriber;
+use crate::subscriber::{Source, Subscriber};
 
 /// What every primitive of one provider shares.
 #[derive(Debug)]
@@ -103,8 +103,10 @@ fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Client> {
 
 impl RedisProvider {
     /// Connects to `url` (`redis://[user:password@]host:port[/db][?options]`,
-    /// `rediss://…` with the `tls` feature), with options from the URL's
-    /// query (see [`RedisOptions`]).
+    /// `rediss://…` with the `tls` feature,
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[?options]`
+    /// through Sentinel, see [the crate docs](crate#redis-sentinel)), with
+    /// options from the URL's query (see [`RedisOptions`]).
     ///
     /// # Errors
     ///
@@ -129,6 +131,17 @@ impl RedisProvider {
     ///
     /// As [`RedisProvider::connect`].
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        if url.starts_with("redis+sentinel://") {
+            let parsed = crate::sentinel::parse_url(url, options)?;
+            let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
+            return Self::connect_sentinel_with(
+                &sentinels,
+                &parsed.master_name,
+                parsed.auth,
+                parsed.options,
+            )
+            .await;
+        }
         let (url, options) = options.from_url(url)?;
         options.validate()?;
         let client = open_client(&url, &options)?;
@@ -174,7 +187,11 @@ impl RedisProvider {
                 Conn::Pool(pool)
             }
         };
-        Ok(Self::from_parts(conn, client, options))
+        Ok(Self::from_parts(
+            conn,
+            Source::Fixed(Box::new(client)),
+            options,
+        ))
     }
 
     /// Connects to a Redis Cluster through any of its `nodes`
@@ -206,12 +223,74 @@ impl RedisProvider {
         let conn = connect_within(timeout, cluster.get_async_connection()).await?;
         Ok(Self::from_parts(
             Conn::Cluster(conn),
-            subscriber_client,
+            Source::Fixed(Box::new(subscriber_client)),
             options,
         ))
     }
 
-    fn from_parts(conn: Conn, client: redis::Client, options: RedisOptions) -> Self {
+    /// Connects to the master that the Sentinels at `sentinels` (`host:port`
+    /// each) name `master_name`, without credentials; see
+    /// [`RedisProvider::connect_sentinel_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisProvider::connect_sentinel_with`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`RedisProvider::connect`].
+    pub async fn connect_sentinel(
+        sentinels: &[&str],
+        master_name: &str,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        Self::connect_sentinel_with(sentinels, master_name, crate::SentinelAuth::new(), options)
+            .await
+    }
+
+    /// Connects to the master that the Sentinels at `sentinels` (`host:port`
+    /// each) name `master_name`, with `auth` for the master and the
+    /// Sentinels, and follows failovers: see [the crate
+    /// docs](crate#redis-sentinel). A pool (`pool_size`) is not supported
+    /// with Sentinel.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] for no Sentinel, a bad address or master name;
+    /// [`Error::InvalidOptions`] for a bad option or a `pool_size`;
+    /// [`Error::Connection`] when no Sentinel answers or none names a
+    /// reachable master, [`Error::Timeout`] when finding and connecting to
+    /// it takes longer than the connect timeout.
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`RedisProvider::connect`].
+    pub async fn connect_sentinel_with(
+        sentinels: &[&str],
+        master_name: &str,
+        auth: crate::SentinelAuth,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        options.validate()?;
+        if options.pool_size.is_some() {
+            return Err(Error::InvalidOptions(
+                "pool_size is not supported with Sentinel (one multiplexed connection to the master)"
+                    .into(),
+            ));
+        }
+        let client = crate::sentinel::client(sentinels, master_name, &auth)?;
+        let resolver = crate::sentinel::Resolver::new(client);
+        let conn = crate::sentinel::SentinelConn::new(Arc::clone(&resolver), &options);
+        // Fail now, not at the first lock, if no master can be found.
+        conn.pin().await?;
+        Ok(Self::from_parts(
+            Conn::Sentinel(conn),
+            Source::Sentinel(resolver),
+            options,
+        ))
+    }
+
+    fn from_parts(conn: Conn, client: Source, options: RedisOptions) -> Self {
         let subscriber = Subscriber::spawn(
             client,
             options.response_timeout.max(options.connect_timeout),

@@ -18,7 +18,11 @@
 //!
 //! When the connection drops, every waiter and observer is woken to
 //! re-check (a message may have been missed) and the actor reconnects and
-//! resubscribes while anyone waits. The connection is opened at the first
+//! resubscribes while anyone waits. Where it connects to is its [`Source`]:
+//! a fixed server, or the master the Sentinels name at each (re)connect;
+//! with Sentinel it also moves (waking everyone) as soon as the provider's
+//! commands found another master, even while its own connection stands (to
+//! a frozen master, say). The connection is opened at the first
 //! wait and then kept, so waits that come and go cost no reconnects. Waiters
 //! never depend on it alone: they also re-check at the holder's expiry and
 //! at a bounded interval.
@@ -41,6 +45,45 @@ enum Kind {
     Id(String),
     /// Every message (observer number, unique per subscriber).
     Observer(u64),
+}
+
+/// Where the subscriber connects.
+#[derive(Clone, Debug)]
+pub(crate) enum Source {
+    /// Always this server.
+    Fixed(Box<redis::Client>),
+    /// The master the Sentinels name, asked again at each (re)connect.
+    Sentinel(Arc<crate::sentinel::Resolver>),
+}
+
+impl Source {
+    async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Source::Fixed(client) => Ok((**client).clone()),
+            Source::Sentinel(resolver) => resolver.master_client().await,
+        }
+    }
+
+    /// Resolves with the new master's address each time the master found
+    /// through Sentinel changes; never for a fixed server.
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<Option<String>>> {
+        match self {
+            Source::Fixed(_) => None,
+            Source::Sentinel(resolver) => Some(resolver.changes()),
+        }
+    }
+}
+
+async fn master_changed(
+    changes: &mut Option<tokio::sync::watch::Receiver<Option<String>>>,
+) -> Option<String> {
+    match changes {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => rx.borrow_and_update().clone(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// The payload prefix of a message addressed to one waiter.
@@ -114,7 +157,7 @@ impl Drop for Subscription {
 impl Subscriber {
     /// Starts the actor on the current runtime. It ends when every handle is
     /// dropped.
-    pub(crate) fn spawn(client: redis::Client, timeout: Duration) -> Subscriber {
+    pub(crate) fn spawn(client: Source, timeout: Duration) -> Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         tokio::spawn(run(client, timeout, rx, Arc::clone(&stats)));
@@ -188,10 +231,12 @@ struct Channel {
 }
 
 struct Actor {
-    client: redis::Client,
+    client: Source,
     timeout: Duration,
     channels: HashMap<String, Channel>,
     conn: Option<(PubSubSink, PubSubStream)>,
+    /// The address `conn` is connected to.
+    connected_to: Option<String>,
     stats: Arc<Stats>,
 }
 
@@ -209,7 +254,9 @@ impl Actor {
     /// Opens the connection and subscribes to every channel in use.
     async fn connect(&mut self) -> bool {
         let opened = tokio::time::timeout(self.timeout, async {
-            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            let client = self.client.client().await?;
+            self.connected_to = Some(crate::sentinel::address(&client));
+            let (mut sink, stream) = client.get_async_pubsub().await?.split();
             let names: Vec<&String> = self.channels.keys().collect();
             if !names.is_empty() {
                 sink.subscribe(names).await?;
@@ -334,7 +381,7 @@ async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<r
 }
 
 async fn run(
-    client: redis::Client,
+    client: Source,
     timeout: Duration,
     mut commands: mpsc::UnboundedReceiver<Command>,
     stats: Arc<Stats>,
@@ -344,8 +391,10 @@ async fn run(
         timeout,
         channels: HashMap::new(),
         conn: None,
+        connected_to: None,
         stats,
     };
+    let mut changes = actor.client.changes();
     let mut backoff = Duration::from_millis(50);
     loop {
         let reconnect = actor.conn.is_none() && !actor.channels.is_empty();
@@ -365,6 +414,13 @@ async fn run(
                 Some(msg) => actor.deliver(&msg),
                 None => actor.disconnect(),
             },
+            // The commands found another master (a failover while this
+            // connection still stands, to a frozen or demoted server): move.
+            master = master_changed(&mut changes) => {
+                if actor.conn.is_some() && master.is_some() && master != actor.connected_to {
+                    actor.disconnect();
+                }
+            }
             () = tokio::time::sleep(backoff), if reconnect => {
                 if actor.connect().await {
                     backoff = Duration::from_millis(50);

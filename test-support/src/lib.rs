@@ -19,12 +19,14 @@ pub mod redis;
 pub mod replicas;
 pub mod resources;
 pub mod safety;
+pub mod sentinel;
 mod server;
 pub mod tls;
 pub mod zookeeper;
 
 pub use proxy::Proxy;
 pub use redis::RedisServer;
+pub use sentinel::SentinelGroup;
 pub use server::free_port;
 pub use zookeeper::ZkCluster;
 
