@@ -112,6 +112,7 @@ impl Conn {
             }
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+            Conn::Sentinel(c) => c.query_pipe(timeout, &pipe).await?,
         };
         Ok(reply.map(|(reply, acked)| (reply, Some(u32::try_from(acked).unwrap_or(0)))))
     }
@@ -167,6 +168,11 @@ impl Pinned {
             Pinned::Multiplexed(c) => with_wait(c.clone(), &wait_cmd, invocation).await,
             #[cfg(feature = "cluster")]
             Pinned::Cluster(c) => with_wait(c.clone(), &wait_cmd, invocation).await,
+            Pinned::Sentinel(c) => {
+                return c
+                    .script_acked(operation, timeout, invocation, Some(wait))
+                    .await
+            }
         };
         let reply = result.map_err(|e| from_redis(operation, timeout, e))?;
         Ok((reply, Some(acked)))
@@ -174,7 +180,7 @@ impl Pinned {
 }
 
 /// `WAIT replicas timeout-ms`.
-fn wait_cmd(wait: WaitReplicas) -> Cmd {
+pub(crate) fn wait_cmd(wait: WaitReplicas) -> Cmd {
     let mut cmd = redis::cmd("WAIT");
     cmd.arg(wait.replicas)
         .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX));
@@ -185,7 +191,7 @@ fn wait_cmd(wait: WaitReplicas) -> Cmd {
 /// `EVALSHA` / `EVAL` (the client retries with the script loaded after a
 /// `NOSCRIPT`), and returns what the last `WAIT` answered (0 when it did not
 /// answer a number).
-async fn with_wait<C: ConnectionLike + Send, T: FromRedisValue>(
+pub(crate) async fn with_wait<C: ConnectionLike + Send, T: FromRedisValue>(
     mut conn: C,
     wait: &Cmd,
     invocation: &ScriptInvocation<'_>,

@@ -27,7 +27,8 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, RedisError, ScriptInvocation}
 use tokio::time::Instant;
 
 use crate::error::from_redis;
-use crate::options::RedisOptions;
+
+use crate::options::{RedisOptions, WaitReplicas};
 
 /// Credentials and database of a Sentinel deployment: those of the master
 /// (and replicas), and those of the Sentinels themselves, which often
@@ -423,6 +424,22 @@ impl SentinelConn {
         }
     }
 
+    /// Runs a pipeline on the current master (a command and its `WAIT`).
+    pub(crate) async fn query_pipe<T: redis::FromRedisValue>(
+        &self,
+        timeout: Duration,
+        pipe: &redis::Pipeline,
+    ) -> Result<redis::RedisResult<T>> {
+        let master = self.master().await?;
+        let watch = Watch::new(self, master.generation, timeout);
+        let result = pipe.query_async(&mut master.conn.clone()).await;
+        watch.done(result.as_ref().err());
+        match result {
+            Err(e) if leaves_master(&e) => Err(Error::connection("redis", e)),
+            other => Ok(other),
+        }
+    }
+
     /// Lets the connection go; later commands fail with `Closed`.
     pub(crate) fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
@@ -443,6 +460,21 @@ impl SentinelPinned {
         timeout: Duration,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
+        Ok(self
+            .script_acked(operation, timeout, invocation, None)
+            .await?
+            .0)
+    }
+
+    /// As [`SentinelPinned::script`], followed by `WAIT` in the same
+    /// pipeline when `wait` is set (see [`Pinned::script_acked`](crate::conn::Pinned::script_acked)).
+    pub(crate) async fn script_acked<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        invocation: &ScriptInvocation<'_>,
+        wait: Option<WaitReplicas>,
+    ) -> Result<(T, Option<u32>)> {
         if !self.owner.is_current(self.master.generation) {
             // This connection was dropped as the master's (a timeout, on
             // it or another). If the Sentinels now name another server,
@@ -463,15 +495,30 @@ impl SentinelPinned {
             }
         }
         let watch = Watch::new(&self.owner, self.master.generation, timeout);
-        let result = invocation.invoke_async(&mut self.master.conn.clone()).await;
+        let (result, acked) = match wait {
+            None => (
+                invocation.invoke_async(&mut self.master.conn.clone()).await,
+                None,
+            ),
+            Some(wait) => {
+                let (result, acked) = crate::conn::with_wait(
+                    self.master.conn.clone(),
+                    &crate::conn::wait_cmd(wait),
+                    invocation,
+                )
+                .await;
+                (result, Some(acked))
+            }
+        };
         watch.done(result.as_ref().err());
-        result.map_err(|e| {
+        let reply = result.map_err(|e| {
             if leaves_master(&e) {
                 Error::connection("redis", e)
             } else {
                 from_redis(operation, timeout, e)
             }
-        })
+        })?;
+        Ok((reply, acked))
     }
 }
 

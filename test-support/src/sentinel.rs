@@ -450,26 +450,29 @@ impl SentinelGroup {
     }
 
     /// Waits until every running replica of the current master has
-    /// processed everything the master wrote (`master_repl_offset` of the
-    /// master equals each replica's `slave_repl_offset`), and the master
-    /// sees them all connected.
+    /// processed everything the master wrote (each replica's
+    /// `slave_repl_offset` is at or past the master's `master_repl_offset`
+    /// read just before), and each has its link to the master up.
     ///
     /// # Panics
     ///
-    /// When they are not in sync within 10 s.
+    /// When they are not in sync within 30 s.
     pub fn wait_replicas_in_sync(&self) {
         let master = self.master_index();
-        let until = Instant::now() + Duration::from_secs(10);
+        let until = Instant::now() + Duration::from_secs(30);
+        let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
         loop {
-            let offset = info_field(
+            // Read first: a replica at or past it has everything written so
+            // far (the master keeps writing: Sentinel's hello messages).
+            let offset = number(info_field(
                 &self.servers[master].cli(&["INFO", "replication"]),
                 "master_repl_offset",
-            );
+            ));
             let synced = offset.is_some()
                 && (0..self.servers.len()).filter(|&j| j != master).all(|j| {
                     let info = self.servers[j].cli(&["INFO", "replication"]);
                     info_field(&info, "master_link_status").as_deref() == Some("up")
-                        && info_field(&info, "slave_repl_offset") == offset
+                        && number(info_field(&info, "slave_repl_offset")) >= offset
                 });
             if synced {
                 return;
