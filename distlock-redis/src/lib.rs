@@ -210,6 +210,17 @@
 //!   again after a restart without persistence (or an eviction, or a
 //!   failover that lost the last `INCRBY`), and ids repeat.
 //!
+//! # Redlock
+//!
+//! [`RedlockProvider`] (`redis+redlock://h1:p1,h2:p2,h3:p3`) runs the mutex
+//! over N independent masters with a quorum of N/2 + 1, and fencing tokens
+//! that increase across the masters. The recipe, its keys and scripts
+//! (`redlock_acquire`, `redlock_raise`, and the mutex's `release` and
+//! `extend`), the proof that tokens increase, its limits (clock drift,
+//! delayed restart of an empty master) and the cost per acquisition are in
+//! [`RedlockProvider`]'s documentation
+//! ([proof](crate::RedlockProvider#why-fencing-tokens-increase)).
+//!
 //! # Feature flags
 //!
 //! * `cluster` — `RedisProvider::connect_cluster` for Redis Cluster.
@@ -227,6 +238,7 @@ mod ids;
 mod mutex;
 mod options;
 mod provider;
+mod redlock;
 mod rw_lock;
 mod scripts;
 mod semaphore;
@@ -240,6 +252,7 @@ pub use redis;
 
 pub use options::RedisOptions;
 pub use provider::RedisProvider;
+pub use redlock::RedlockProvider;
 
 use distlock_core::{Provider, Result};
 
