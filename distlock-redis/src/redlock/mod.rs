@@ -20,6 +20,7 @@ use redis::{FromRedisValue, ScriptInvocation};
 
 use crate::error::from_redis;
 use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
+use crate::scripts::{EXTEND, REDLOCK_ACQUIRE, REDLOCK_RAISE, RELEASE};
 use crate::subscriber::Subscriber;
 use mutex::{RedlockKeys, RedlockMutex};
 
@@ -98,8 +99,8 @@ pub(crate) struct Shared {
 /// written: two names of one server (`localhost` and `127.0.0.1`) are not
 /// detected, so do not do that.
 ///
-/// Connecting succeeds once a quorum (N/2 + 1) of masters answers `PING`
-/// within the connect timeout; the others (a minority down) are connected
+/// Connecting succeeds once a quorum (N/2 + 1) of masters has loaded the
+/// scripts within the connect timeout; the others (a minority down) are connected
 /// when they come back.
 ///
 /// # The recipe
@@ -118,9 +119,11 @@ pub(crate) struct Shared {
 ///   `SET lock token NX PX ttl` and, if that took the lock,
 ///   `c := max(c + 1, floor)` on the master's counter, where
 ///   `floor = TIME seconds × 10⁶`, returning `c`; otherwise it returns
-///   "busy" and the holder's `PTTL` there. The attempt stops waiting as soon
-///   as a quorum took the lock, a quorum can no longer take it, or the
-///   response timeout passed.
+///   "busy" and the holder's `PTTL` there. The attempt waits for every
+///   master, but not past the response timeout, nor once a quorum answered
+///   and the lock is held elsewhere (a quorum can no longer be ours), nor
+///   (once a quorum took it) longer again than the quorum took: a paused master costs little, and a straggler that
+///   answers later holds our token all the same (released with the rest).
 /// * **Fencing token**: `T` = the largest `c` among the masters that took
 ///   the lock. If fewer than `Q` of them returned exactly `T`, the script
 ///   `redlock_raise` (`if GET lock == token then c := max(c, T); return 1
@@ -412,8 +415,9 @@ impl RedlockProvider {
         Ok(provider)
     }
 
-    /// `PING`s every master in parallel until a quorum answered, within the
-    /// connect timeout.
+    /// Loads the scripts on every master in parallel (which also checks that
+    /// it answers) until a quorum answered, within the connect timeout. A
+    /// master that comes later loads them at first use (`NOSCRIPT`).
     async fn wait_for_quorum(&self) -> Result<()> {
         let timeout = self.shared.options.connect_timeout;
         let mut pings: futures::stream::FuturesUnordered<_> = self
@@ -423,10 +427,14 @@ impl RedlockProvider {
             .map(|m| {
                 let mut conn = m.conn.clone();
                 async move {
-                    redis::cmd("PING")
-                        .query_async::<String>(&mut conn)
-                        .await
-                        .map_err(|e| from_redis("connect", timeout, e))
+                    for script in [&*REDLOCK_ACQUIRE, &*REDLOCK_RAISE, &*RELEASE, &*EXTEND] {
+                        script
+                            .prepare_invoke()
+                            .load_async(&mut conn)
+                            .await
+                            .map_err(|e| from_redis("connect", timeout, e))?;
+                    }
+                    Ok::<(), Error>(())
                 }
             })
             .collect();

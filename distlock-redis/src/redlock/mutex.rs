@@ -138,9 +138,11 @@ impl RedlockMutex {
         }
     }
 
-    /// Runs the acquire script on every master in parallel; stops as soon as
-    /// a quorum took the lock, a quorum can no longer take it, or the
-    /// response timeout passed. `None`: no answer (yet).
+    /// Runs the acquire script on every master in parallel; stops when all
+    /// answered or failed, when a quorum answered and the lock is decided to
+    /// be held elsewhere, when the response timeout passed, or when a quorum
+    /// took it and the others had as long again as that took. `None`: no
+    /// answer (yet).
     async fn ask_all(&self, lease: &RedlockLease, started: Instant) -> Vec<Option<Reply>> {
         let shared = &self.shared;
         let timeout = shared.options.response_timeout;
@@ -165,17 +167,36 @@ impl RedlockMutex {
             .collect();
         let n = shared.masters.len();
         let mut replies: Vec<Option<Reply>> = (0..n).map(|_| None).collect();
-        let until = started.checked_add(timeout).unwrap_or(started);
-        let (mut took, mut other) = (0, 0);
-        while took < shared.quorum && n - other >= shared.quorum {
+        let mut until = started.checked_add(timeout).unwrap_or(started);
+        let quorum = shared.quorum;
+        // `answered`: took, busy or already ours (a definite answer);
+        // `collected`: those and the failures.
+        let (mut took, mut answered, mut collected, mut quorum_seen) = (0, 0, 0, false);
+        while collected < n {
+            if answered >= quorum && took + (n - collected) < quorum {
+                // Decided without the rest: held elsewhere.
+                break;
+            }
+            if took >= quorum && !quorum_seen {
+                // The others get as long again as the quorum took: a lease
+                // held on more than a bare quorum survives more failures,
+                // and a paused master costs little.
+                quorum_seen = true;
+                let now = Instant::now();
+                until = until.min(now + now.duration_since(started));
+            }
             let Ok(Some((i, reply))) = timeout_at(until, pending.next()).await else {
                 break;
             };
             let reply = self.classify(reply);
-            if matches!(reply, Reply::Took(_)) {
-                took += 1;
-            } else {
-                other += 1;
+            collected += 1;
+            match reply {
+                Reply::Took(_) => {
+                    took += 1;
+                    answered += 1;
+                }
+                Reply::Busy(_) | Reply::AlreadyOurs => answered += 1,
+                Reply::Failed(_) => {}
             }
             replies[i] = Some(reply);
         }
