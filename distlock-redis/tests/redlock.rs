@@ -284,7 +284,7 @@ async fn unequal_counters_are_written_back_to_a_quorum_above_every_counter_seen(
 async fn tokens_increase_under_kills_empty_restarts_and_cancellations() {
     const TTL_MS: u64 = 500;
     let masters = RedisMasters::start(3);
-    let clients = vec![
+    let clients = [
         connect(&masters, quick()).await,
         connect(&masters, quick()).await,
         connect(&masters, quick()).await,
@@ -316,7 +316,8 @@ async fn tokens_increase_under_kills_empty_restarts_and_cancellations() {
     for (t, client) in clients.iter().enumerate() {
         for k in 0..2 {
             let lock = client.mutex_with(&name, lease(TTL_MS)).unwrap();
-            let (store, tokens, stop) = (Arc::clone(&store), Arc::clone(&tokens), Arc::clone(&stop));
+            let (store, tokens, stop) =
+                (Arc::clone(&store), Arc::clone(&tokens), Arc::clone(&stop));
             tasks.push(tokio::spawn(async move {
                 let mut rng = fastrand::Rng::with_seed((t * 2 + k) as u64);
                 let (mut held, mut refused) = (0u64, 0u64);
@@ -361,10 +362,18 @@ async fn tokens_increase_under_kills_empty_restarts_and_cancellations() {
     assert!(held >= 20, "only {held} acquisitions");
     let tokens = tokens.lock().unwrap();
     for pair in tokens.windows(2) {
-        assert!(pair[0] < pair[1], "token went from {} to {}", pair[0], pair[1]);
+        assert!(
+            pair[0] < pair[1],
+            "token went from {} to {}",
+            pair[0],
+            pair[1]
+        );
     }
     let (value, accepted) = store.snapshot();
-    assert_eq!(refused, 0, "a holder was fenced off: two holders overlapped");
+    assert_eq!(
+        refused, 0,
+        "a holder was fenced off: two holders overlapped"
+    );
     assert_eq!((value, accepted), (held, held), "lost update");
 }
 
@@ -420,7 +429,13 @@ async fn one_master_is_a_plain_lock_with_the_same_keys() {
     assert!(pttl > 0 && pttl <= 30_000, "{pttl}");
     // The single-master provider sees the key as held (same lock key).
     let single = RedisProvider::connect(&m.node(0).url()).await.unwrap();
-    assert!(single.mutex(&name).unwrap().try_lock().await.unwrap().is_none());
+    assert!(single
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
     let t = g.fencing_token();
     g.release().await.unwrap();
     let g = lock.try_lock().await.unwrap().unwrap();
@@ -471,7 +486,10 @@ async fn bad_urls_options_and_other_primitives_are_typed_errors() {
     let unsupported = |r: distlock_core::Result<()>| match r {
         Err(Error::Unsupported { backend, what }) => {
             assert_eq!(backend, "redis+redlock");
-            assert!(what.contains("redis://") && what.contains("redis+sentinel://"), "{what}");
+            assert!(
+                what.contains("redis://") && what.contains("redis+sentinel://"),
+                "{what}"
+            );
         }
         other => panic!("{other:?}"),
     };
@@ -485,4 +503,3 @@ async fn bad_urls_options_and_other_primitives_are_typed_errors() {
         assert!(client.lock_key(bad).is_err());
     }
 }
-

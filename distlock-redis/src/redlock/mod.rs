@@ -243,7 +243,12 @@ pub struct RedlockProvider {
 
 impl fmt::Debug for RedlockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let masters: Vec<&str> = self.shared.masters.iter().map(|m| m.addr.as_str()).collect();
+        let masters: Vec<&str> = self
+            .shared
+            .masters
+            .iter()
+            .map(|m| m.addr.as_str())
+            .collect();
         f.debug_struct("RedlockProvider")
             .field("masters", &masters)
             .field("quorum", &self.shared.quorum)

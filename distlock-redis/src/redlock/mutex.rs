@@ -99,7 +99,12 @@ enum Attempt {
 /// `ttl − elapsed − drift > 0`, in checked arithmetic: the Redlock validity
 /// of an acquisition or renewal whose round started at `started`.
 pub(crate) fn still_valid(started: Instant, ttl: Duration) -> bool {
-    ttl.checked_sub(started.elapsed())
+    valid_after(started.elapsed(), ttl)
+}
+
+/// `ttl − elapsed − drift > 0`, never panicking.
+fn valid_after(elapsed: Duration, ttl: Duration) -> bool {
+    ttl.checked_sub(elapsed)
         .and_then(|left| left.checked_sub(clock_drift(ttl)))
         .is_some_and(|left| !left.is_zero())
 }
@@ -341,9 +346,11 @@ impl RedlockMutex {
         if let Some(d) = deadline {
             until = until.min(d);
         }
-        let subscribing = self.shared.masters.iter().map(|m| {
-            timeout_at(until, m.subscriber.subscribe(self.keys.channel.clone()))
-        });
+        let subscribing = self
+            .shared
+            .masters
+            .iter()
+            .map(|m| timeout_at(until, m.subscriber.subscribe(self.keys.channel.clone())));
         futures::future::join_all(subscribing)
             .await
             .into_iter()
@@ -625,19 +632,18 @@ mod tests {
         assert_eq!(k.channel, "{app:orders/42}:released");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn validity_is_ttl_minus_elapsed_minus_drift_and_never_panics() {
+    #[test]
+    fn validity_is_ttl_minus_elapsed_minus_drift_and_never_panics() {
         let ttl = Duration::from_millis(1000);
-        let started = Instant::now();
-        // drift = 10 ms + 2 ms: valid until 988 ms.
-        tokio::time::advance(Duration::from_millis(987)).await;
-        assert!(still_valid(started, ttl));
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(!still_valid(started, ttl));
-        tokio::time::advance(Duration::from_secs(3600)).await;
-        assert!(!still_valid(started, ttl));
-        assert!(!still_valid(Instant::now(), Duration::ZERO));
-        assert!(still_valid(Instant::now(), Duration::MAX));
+        // drift = 10 ms + 2 ms: valid while elapsed < 988 ms.
+        assert!(valid_after(Duration::from_millis(987), ttl));
+        assert!(!valid_after(Duration::from_millis(988), ttl));
+        assert!(!valid_after(Duration::from_secs(3600), ttl));
+        assert!(!valid_after(Duration::MAX, ttl));
+        assert!(!valid_after(Duration::ZERO, Duration::ZERO));
+        assert!(!valid_after(Duration::ZERO, Duration::from_millis(2)));
+        assert!(valid_after(Duration::ZERO, Duration::MAX));
+        assert!(!valid_after(Duration::MAX, Duration::MAX));
     }
 
     #[test]
