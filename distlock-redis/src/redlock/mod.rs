@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::url::invalid_url;
-use distlock_core::backend::{check_permits, with_timeout, Lifecycle};
+use distlock_core::backend::{check_permits, Lifecycle};
 use distlock_core::{
     Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
     Semaphore,
@@ -36,7 +36,9 @@ pub(crate) struct Master {
 }
 
 impl Master {
-    /// Runs a script on this master, bounded by `timeout`.
+    /// Runs a script on this master, unbounded: the caller bounds the round
+    /// it belongs to with one timer for all masters (`timeout` names the
+    /// bound in errors the client reports).
     async fn script<T: FromRedisValue>(
         &self,
         operation: &'static str,
@@ -44,8 +46,9 @@ impl Master {
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        with_timeout(operation, timeout, invocation.invoke_async(&mut conn))
-            .await?
+        invocation
+            .invoke_async(&mut conn)
+            .await
             .map_err(|e| from_redis(operation, timeout, e))
     }
 }

@@ -172,7 +172,9 @@ impl RedlockMutex {
             .collect();
         let n = shared.masters.len();
         let mut replies: Vec<Option<Reply>> = (0..n).map(|_| None).collect();
-        let mut until = started.checked_add(timeout).unwrap_or(started);
+        // One timer for the round.
+        let until = tokio::time::sleep_until(started.checked_add(timeout).unwrap_or(started));
+        tokio::pin!(until);
         let quorum = shared.quorum;
         // `answered`: took, busy or already ours (a definite answer);
         // `collected`: those and the failures.
@@ -188,9 +190,17 @@ impl RedlockMutex {
                 // and a paused master costs little.
                 quorum_seen = true;
                 let now = Instant::now();
-                until = until.min(now + now.duration_since(started));
+                let grace = now + now.duration_since(started);
+                if grace < until.deadline() {
+                    until.as_mut().reset(grace);
+                }
             }
-            let Ok(Some((i, reply))) = timeout_at(until, pending.next()).await else {
+            let next = tokio::select! {
+                biased;
+                next = pending.next() => next,
+                () = &mut until => None,
+            };
+            let Some((i, reply)) = next else {
                 break;
             };
             let reply = self.classify(reply);
@@ -529,7 +539,8 @@ pub(crate) struct RedlockLease {
 
 impl RedlockLease {
     /// Runs a compare-and-act script on the masters `which`, in parallel,
-    /// each bounded by the response timeout.
+    /// the round bounded by the response timeout (one timer): a master that
+    /// has not answered by then gives [`Error::Timeout`].
     async fn on_masters(
         &self,
         operation: &'static str,
@@ -537,15 +548,36 @@ impl RedlockLease {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Vec<(usize, Result<i64>)> {
         let timeout = self.shared.options.response_timeout;
-        futures::future::join_all(which.iter().map(|&i| async move {
-            (
-                i,
-                self.shared.masters[i]
-                    .script::<i64>(operation, timeout, invocation)
-                    .await,
-            )
-        }))
-        .await
+        let mut pending: FuturesUnordered<_> = which
+            .iter()
+            .map(|&i| async move {
+                (
+                    i,
+                    self.shared.masters[i]
+                        .script::<i64>(operation, timeout, invocation)
+                        .await,
+                )
+            })
+            .collect();
+        let mut out = Vec::with_capacity(which.len());
+        let collect = async {
+            while let Some(reply) = pending.next().await {
+                out.push(reply);
+            }
+        };
+        let _ = tokio::time::timeout(timeout, collect).await;
+        for &i in which {
+            if !out.iter().any(|(j, _)| *j == i) {
+                out.push((
+                    i,
+                    Err(Error::Timeout {
+                        operation,
+                        after: timeout,
+                    }),
+                ));
+            }
+        }
+        out
     }
 
     /// Compare-and-delete with a release message, on the masters `which`.
