@@ -503,3 +503,85 @@ async fn bad_urls_options_and_other_primitives_are_typed_errors() {
         assert!(client.lock_key(bad).is_err());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_cancelled_around_the_write_back_leave_nothing_and_tokens_still_increase() {
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("cancel_write_back");
+    let fence = client.fence_key(&name).unwrap();
+    let key = client.lock_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let base: u64 = 3_000_000_000_000_000;
+    let mut rng = fastrand::Rng::new();
+    let (mut completed, mut cancelled, mut highest) = (0, 0, 0);
+    let mut last_floor = 0;
+    for k in 0..30u64 {
+        // Unequal counters, so every attempt that takes a quorum needs the
+        // write-back round; cancelled at a random point of it all.
+        last_floor = base + 1000 * k;
+        for i in 0..3u64 {
+            let _ = m.node(usize::try_from(i).unwrap()).cli(&[
+                "SET",
+                &fence,
+                &(last_floor + 10 * i).to_string(),
+            ]);
+        }
+        let cut = Duration::from_micros(rng.u64(0..4000));
+        match tokio::time::timeout(cut, lock.lock()).await {
+            Ok(g) => {
+                let g = g.unwrap();
+                assert!(g.fencing_token() > highest);
+                highest = g.fencing_token();
+                completed += 1;
+                drop(g);
+            }
+            Err(_) => cancelled += 1,
+        }
+    }
+    assert!(
+        completed > 0 && cancelled > 0,
+        "{completed} completed, {cancelled} cancelled"
+    );
+    // Nothing left held: the next acquisition gets in (the dropped guards
+    // and the undone attempts release in the background).
+    let g = lock
+        .lock_timeout(Duration::from_secs(3))
+        .await
+        .unwrap()
+        .expect("a cancelled acquisition left the lock held");
+    assert!(g.fencing_token() > highest, "after {completed} completed");
+    // Any quorum holds master 1 or 2 of the last round's counters.
+    assert!(g.fencing_token() > last_floor + 10);
+    g.release().await.unwrap();
+    for i in 0..3 {
+        assert!(!exists(&m, i, &key), "master {i} kept a key");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_counter_is_a_typed_error_and_takes_nothing() {
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("exhausted");
+    let fence = client.fence_key(&name).unwrap();
+    let key = client.lock_key(&name).unwrap();
+    for i in 0..3 {
+        let _ = m.node(i).cli(&["SET", &fence, "9007199254740991"]);
+    }
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let r = lock.try_lock().await;
+    assert!(matches!(r, Err(Error::Exhausted { .. })), "{r:?}");
+    for i in 0..3 {
+        assert!(!exists(&m, i, &key), "master {i} kept the lock");
+    }
+    // A counter that is not a number is a conflict, not ours to fix.
+    for i in 0..3 {
+        let _ = m.node(i).cli(&["SET", &fence, "not-a-number"]);
+    }
+    let r = lock.try_lock().await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    for i in 0..3 {
+        assert!(!exists(&m, i, &key), "master {i} kept the lock");
+    }
+}
