@@ -50,6 +50,7 @@
 //! | `{PREFIX NAME}:elect:queue`, `…:elect:timeouts` | candidates, as the fair queue |
 //! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
+//! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master |
 //!
 //! The prefix is empty by default, so the lock key is the name itself.
 //! Auxiliary keys wrap the lock key in a hash tag, so in Redis Cluster they

@@ -99,8 +99,10 @@ pub(crate) struct Shared {
 /// connection per master** (an auto-reconnecting `ConnectionManager`), and
 /// refuses a pool. Unknown or repeated keys are an [`Error::InvalidUrl`],
 /// with the password redacted. Masters are told apart by `host:port` as
-/// written: two names of one server (`localhost` and `127.0.0.1`) are not
-/// detected, so do not do that.
+/// written (host names compared without case): two names of one server
+/// (`localhost` and `127.0.0.1`) are not detected, so do not do that.
+/// Masters are plain TCP for now: TLS (`rediss://`) and Unix sockets are an
+/// [`Error::InvalidUrl`].
 ///
 /// Connecting succeeds once a quorum (N/2 + 1) of masters has loaded the
 /// scripts within the connect timeout; the others (a minority down) are connected
@@ -168,8 +170,10 @@ pub(crate) struct Shared {
 ///   Renewal never re-takes a master that lost the key (a restarted one).
 /// * **Release**: compare-and-delete plus `PUBLISH` on every master in
 ///   parallel; `NotHeld` only when every master answered and none had our
-///   token. A master that does not answer keeps its key until the TTL (a
-///   minority: it blocks nobody).
+///   token. The release (like a renewal) waits for every master up to the
+///   response timeout, so a paused master makes it that slow; a master that
+///   does not answer keeps its key until the TTL (a minority: it blocks
+///   nobody).
 /// * **Waiting**: one pub/sub subscriber per master (spawned by the
 ///   provider, opened at the first wait), listening on the release channel
 ///   on every master; a waiter re-checks when any master's release message
