@@ -5,6 +5,7 @@ mod mutex;
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use distlock_core::{
     Semaphore,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, Script};
 
 use crate::error::from_redis;
 use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
@@ -36,20 +37,37 @@ pub(crate) struct Master {
 }
 
 impl Master {
-    /// Runs a script on this master, unbounded: the caller bounds the round
-    /// it belongs to with one timer for all masters (`timeout` names the
-    /// bound in errors the client reports).
-    async fn script<T: FromRedisValue>(
+    /// Runs `cmd` (an `EVALSHA` of `script`) on this master, unbounded: the
+    /// caller bounds the round it belongs to with one timer for all masters
+    /// (`timeout` names that bound in errors). On `NOSCRIPT` (a master that
+    /// restarted) it loads the script and runs it again, unless the round
+    /// was `detached` meanwhile: a detached call runs in the background
+    /// after its caller moved on (to an undo, a release), and a second send
+    /// could land after that; so it only loads the script for next time.
+    async fn eval<T: FromRedisValue>(
         &self,
         operation: &'static str,
         timeout: Duration,
-        invocation: &ScriptInvocation<'_>,
+        script: &Script,
+        cmd: &Cmd,
+        detached: &AtomicBool,
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| from_redis(operation, timeout, e))
+        let fail = |e| from_redis(operation, timeout, e);
+        match cmd.query_async::<T>(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(fail)?;
+                if detached.load(Ordering::SeqCst) {
+                    return Err(fail(e));
+                }
+                cmd.query_async(&mut conn).await.map_err(fail)
+            }
+            reply => reply.map_err(fail),
+        }
     }
 }
 
@@ -124,11 +142,20 @@ pub(crate) struct Shared {
 ///   `SET lock token NX PX ttl` and, if that took the lock,
 ///   `c := max(c + 1, floor)` on the master's counter, where
 ///   `floor = TIME seconds × 10⁶`, returning `c`; otherwise it returns
-///   "busy" and the holder's `PTTL` there. The attempt waits for every
-///   master, but not past the response timeout, nor once a quorum answered
-///   and the lock is held elsewhere (a quorum can no longer be ours), nor
-///   (once a quorum took it) longer again than the quorum took: a paused master costs little, and a straggler that
-///   answers later holds our token all the same (released with the rest).
+///   "busy" and the holder's `PTTL` there. The attempt goes on as soon as
+///   a quorum took the lock, or a quorum answered and the lock is held
+///   elsewhere, or the response timeout passed (a paused master costs
+///   nothing once a quorum answered). The calls still waiting are dropped:
+///   their command went out with the others (then whatever we send that
+///   master later, the release or an undo, reaches it after, on the same
+///   connection) or never will (a call still waiting for a reconnect is not
+///   left to send it after our release). A straggler that took the lock
+///   holds our token: released with the rest, undone if the attempt misses.
+/// * **Scripts** run by `EVALSHA`; a master that answers `NOSCRIPT` (it
+///   restarted) gets `SCRIPT LOAD` and the `EVALSHA` again. Renewals and
+///   releases also end at a quorum, but their remaining calls finish in the
+///   background (both are compare-and-act on our token: harmless whenever
+///   they land), sending no script twice once detached.
 /// * **Fencing token**: `T` = the largest `c` among the masters that took
 ///   the lock. If fewer than `Q` of them returned exactly `T`, the script
 ///   `redlock_raise` (`if GET lock == token then c := max(c, T); return 1
@@ -137,7 +164,11 @@ pub(crate) struct Shared {
 ///   *under our lock* (those that returned `T`, plus those whose write-back
 ///   answered 1) and the validity `TTL − (now − t0) − drift` (drift =
 ///   TTL/100 + 2 ms, checked arithmetic) is still above zero. In the steady
-///   state every counter is equal and no write-back round is needed.
+///   state no write-back round is needed: every acquisition increments
+///   every master that takes the lock, so once the counters agree they
+///   stay so, and a master left behind or ahead (restarted, unreachable for
+///   a while) is written back to the maximum the first time it is in a
+///   quorum that disagrees.
 /// * **Missed** (no quorum, no validity, or a write-back short of `Q`): the
 ///   attempt is undone with compare-and-delete (the release script, which
 ///   also publishes) at once on every master that took the lock, and in the
@@ -161,19 +192,20 @@ pub(crate) struct Shared {
 ///   each attempt has a fresh token, so an undo still running never touches
 ///   a later attempt's key).
 /// * **Renew** (watchdog and `extend()`): compare-and-`PEXPIRE` on every
-///   master in parallel, from the renewal's start `t1`. Success needs a
-///   quorum renewed and `TTL − (now − t1) − drift > 0`; the core then moves
+///   master in parallel, from the renewal's start `t1`, decided as soon as
+///   a quorum renewed (the others finish in the background). Success needs
+///   a quorum renewed and `TTL − (now − t1) − drift > 0`; the core then moves
 ///   the deadline to `t1 + TTL − drift`. When more than `N − Q` masters say
 ///   "not ours" (a quorum can no longer be ours) it is `NotHeld` and
 ///   `lost()` fires at once; any other shortfall is the first error, the
 ///   lease is suspended, retried, and `lost()` fires at the deadline.
 ///   Renewal never re-takes a master that lost the key (a restarted one).
 /// * **Release**: compare-and-delete plus `PUBLISH` on every master in
-///   parallel; `NotHeld` only when every master answered and none had our
-///   token. The release (like a renewal) waits for every master up to the
-///   response timeout, so a paused master makes it that slow; a master that
-///   does not answer keeps its key until the TTL (a minority: it blocks
-///   nobody).
+///   parallel; done once a quorum answered and one of them had our token
+///   (the lock is then free on a quorum; the others finish in the
+///   background); `NotHeld` only when every master answered and none had
+///   our token. A master that does not answer keeps its key until the TTL
+///   (a minority: it blocks nobody).
 /// * **Waiting**: one pub/sub subscriber per master (spawned by the
 ///   provider, opened at the first wait), listening on the release channel
 ///   on every master; a waiter re-checks when any master's release message
@@ -184,10 +216,11 @@ pub(crate) struct Shared {
 ///
 /// Commands per master: **1** script for the acquire, **0 or 1** write-back
 /// (0 in the steady state; only masters behind the maximum), **1** release;
-/// plus 1 per renewal (every TTL/3 with the watchdog). All rounds are
-/// parallel, so an uncontended lock + release is two round trips to the
-/// slowest master of the quorum. A missed attempt costs 1 undo per master
-/// that took the lock.
+/// plus 1 per renewal (every TTL/3 with the watchdog), and a `SCRIPT LOAD`
+/// after a master restarted. All rounds are parallel and end at a quorum,
+/// so an uncontended lock + release costs the caller two round trips to the
+/// quorum-th fastest master. A missed attempt costs 1 undo per master that
+/// took the lock (or did not answer).
 ///
 /// # Why fencing tokens increase
 ///

@@ -4,6 +4,8 @@
 //! channel. The reasoning is in the [`RedlockProvider`](super::RedlockProvider) docs.
 
 use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +14,10 @@ use distlock_core::backend::{
     clock_drift, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
 };
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::time::{sleep_until, timeout_at, Instant};
+use redis::{Cmd, FromRedisValue, Script};
+use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::Shared;
 use crate::mutex::{new_token, pause_before_retry, Keys};
@@ -144,63 +148,28 @@ impl RedlockMutex {
     }
 
     /// Runs the acquire script on every master in parallel; stops when all
-    /// answered or failed, when a quorum answered and the lock is decided to
-    /// be held elsewhere, when the response timeout passed, or when a quorum
-    /// took it and the others had as long again as that took. `None`: no
-    /// answer (yet).
-    async fn ask_all(&self, lease: &RedlockLease, started: Instant) -> Vec<Option<Reply>> {
+    /// answered or failed, when a quorum took the lock, when a quorum
+    /// answered and the lock is decided to be held elsewhere, or when the
+    /// response timeout passed. `None`: no answer (yet). The round comes
+    /// back with the masters still to answer.
+    async fn ask_all(
+        &self,
+        lease: &Arc<RedlockLease>,
+        started: Instant,
+    ) -> (Vec<Option<Reply>>, Round<(i64, i64)>) {
         let shared = &self.shared;
-        let timeout = shared.options.response_timeout;
-        let mut invocation = REDLOCK_ACQUIRE.key(&self.keys.lock);
-        invocation
-            .key(&self.keys.fence)
-            .arg(&lease.token)
-            .arg(self.lease.ttl_millis());
-        let invocation = &invocation;
-        let mut pending: FuturesUnordered<_> = shared
-            .masters
-            .iter()
-            .enumerate()
-            .map(|(i, master)| async move {
-                (
-                    i,
-                    master
-                        .script::<(i64, i64)>("acquire", timeout, invocation)
-                        .await,
-                )
-            })
-            .collect();
-        let n = shared.masters.len();
-        let mut replies: Vec<Option<Reply>> = (0..n).map(|_| None).collect();
-        // One timer for the round.
-        let until = tokio::time::sleep_until(started.checked_add(timeout).unwrap_or(started));
-        tokio::pin!(until);
+        let mut cmd = evalsha(&REDLOCK_ACQUIRE, &[&self.keys.lock, &self.keys.fence]);
+        cmd.arg(&lease.token).arg(self.lease.ttl_millis());
+        let all: Vec<usize> = (0..shared.masters.len()).collect();
+        let mut round = lease.round("acquire", &all, &REDLOCK_ACQUIRE, cmd, started);
+        let n = all.len();
         let quorum = shared.quorum;
+        let mut replies: Vec<Option<Reply>> = (0..n).map(|_| None).collect();
         // `answered`: took, busy or already ours (a definite answer);
         // `collected`: those and the failures.
-        let (mut took, mut answered, mut collected, mut quorum_seen) = (0, 0, 0, false);
-        while collected < n {
-            if answered >= quorum && took + (n - collected) < quorum {
-                // Decided without the rest: held elsewhere.
-                break;
-            }
-            if took >= quorum && !quorum_seen {
-                // The others get as long again as the quorum took: a lease
-                // held on more than a bare quorum survives more failures,
-                // and a paused master costs little.
-                quorum_seen = true;
-                let now = Instant::now();
-                let grace = now + now.duration_since(started);
-                if grace < until.deadline() {
-                    until.as_mut().reset(grace);
-                }
-            }
-            let next = tokio::select! {
-                biased;
-                next = pending.next() => next,
-                () = &mut until => None,
-            };
-            let Some((i, reply)) = next else {
+        let (mut took, mut answered, mut collected) = (0, 0, 0);
+        while took < quorum && !(answered >= quorum && took + (n - collected) < quorum) {
+            let Some((i, reply)) = round.next().await else {
                 break;
             };
             let reply = self.classify(reply);
@@ -215,15 +184,21 @@ impl RedlockMutex {
             }
             replies[i] = Some(reply);
         }
-        replies
+        (replies, round)
     }
 
     /// One acquisition attempt: the acquire round, the write-back of the
     /// token if the quorum's counters differ, the validity check.
-    async fn attempt(&self, lease: &RedlockLease, started: Instant) -> Attempt {
+    async fn attempt(&self, lease: &Arc<RedlockLease>, started: Instant) -> Attempt {
         let shared = &self.shared;
         let quorum = shared.quorum;
-        let replies = self.ask_all(lease, started).await;
+        let (replies, stragglers) = self.ask_all(lease, started).await;
+        // Their acquire went out with the others (or never will): what they
+        // answer is known to nobody (counted as unknown below, and undone if
+        // the attempt misses). Dropped, not finished in the background: a
+        // call still waiting for its connection (a reconnect) could send the
+        // script after our release or undo and leave our key until its TTL.
+        drop(stragglers);
         let took: Vec<(usize, u64)> = replies
             .iter()
             .enumerate()
@@ -242,16 +217,16 @@ impl RedlockMutex {
                     .filter(|(_, c)| *c < token)
                     .map(|(i, _)| *i)
                     .collect();
-                let value = token.to_string();
-                let mut invocation = REDLOCK_RAISE.key(&self.keys.lock);
-                invocation
-                    .key(&self.keys.fence)
-                    .arg(&lease.token)
-                    .arg(&value);
-                for (_, reply) in lease
-                    .on_masters("raise fencing token", &behind, &invocation)
-                    .await
-                {
+                let mut cmd = evalsha(&REDLOCK_RAISE, &[&self.keys.lock, &self.keys.fence]);
+                cmd.arg(&lease.token).arg(token.to_string());
+                let mut round = lease.round(
+                    "raise fencing token",
+                    &behind,
+                    &REDLOCK_RAISE,
+                    cmd,
+                    Instant::now(),
+                );
+                while let Some((_, reply)) = round.next().await {
                     match reply {
                         Ok(1) => holding += 1,
                         Ok(-2) => {
@@ -538,57 +513,59 @@ pub(crate) struct RedlockLease {
 }
 
 impl RedlockLease {
-    /// Runs a compare-and-act script on the masters `which`, in parallel,
-    /// the round bounded by the response timeout (one timer): a master that
-    /// has not answered by then gives [`Error::Timeout`].
-    async fn on_masters(
+    /// Starts one script (`cmd`, an `EVALSHA` of `script`) on the masters
+    /// `which`, in parallel, bounded as a whole by the response timeout
+    /// from `started`.
+    fn round<T: FromRedisValue + Send + 'static>(
         &self,
         operation: &'static str,
         which: &[usize],
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Vec<(usize, Result<i64>)> {
+        script: &'static Script,
+        cmd: Cmd,
+        started: Instant,
+    ) -> Round<T> {
         let timeout = self.shared.options.response_timeout;
-        let mut pending: FuturesUnordered<_> = which
+        let detached = Arc::new(AtomicBool::new(false));
+        let cmd = Arc::new(cmd);
+        let pending = which
             .iter()
-            .map(|&i| async move {
-                (
-                    i,
-                    self.shared.masters[i]
-                        .script::<i64>(operation, timeout, invocation)
-                        .await,
-                )
+            .map(|&i| {
+                let shared = Arc::clone(&self.shared);
+                let (cmd, detached) = (Arc::clone(&cmd), Arc::clone(&detached));
+                let call: BoxFuture<'static, (usize, Result<T>)> = Box::pin(async move {
+                    let master = &shared.masters[i];
+                    (
+                        i,
+                        master
+                            .eval(operation, timeout, script, &cmd, &detached)
+                            .await,
+                    )
+                });
+                call
             })
             .collect();
-        let mut out = Vec::with_capacity(which.len());
-        let collect = async {
-            while let Some(reply) = pending.next().await {
-                out.push(reply);
-            }
-        };
-        let _ = tokio::time::timeout(timeout, collect).await;
-        for &i in which {
-            if !out.iter().any(|(j, _)| *j == i) {
-                out.push((
-                    i,
-                    Err(Error::Timeout {
-                        operation,
-                        after: timeout,
-                    }),
-                ));
-            }
+        Round {
+            pending,
+            detached,
+            until: Box::pin(sleep_until(started.checked_add(timeout).unwrap_or(started))),
+            operation,
+            timeout,
         }
-        out
     }
 
-    /// Compare-and-delete with a release message, on the masters `which`.
+    /// Compare-and-delete with a release message on the masters `which`,
+    /// waiting for all of them (a master that does not answer in time gives
+    /// [`Error::Timeout`]).
     async fn release_on(
         &self,
         operation: &'static str,
         which: &[usize],
     ) -> Vec<(usize, Result<i64>)> {
-        let mut invocation = RELEASE.key(&self.keys.lock);
-        invocation.arg(&self.token).arg(&self.keys.channel);
-        self.on_masters(operation, which, &invocation).await
+        let mut cmd = evalsha(&RELEASE, &[&self.keys.lock]);
+        cmd.arg(&self.token).arg(&self.keys.channel);
+        self.round(operation, which, &RELEASE, cmd, Instant::now())
+            .all(which)
+            .await
     }
 
     fn all(&self) -> Vec<usize> {
@@ -601,10 +578,18 @@ impl LeaseBackend for RedlockLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let started = Instant::now();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut invocation = EXTEND.key(&self.keys.lock);
-        invocation.arg(&self.token).arg(ms);
+        let mut cmd = evalsha(&EXTEND, &[&self.keys.lock]);
+        cmd.arg(&self.token).arg(ms);
+        let n = self.shared.masters.len();
+        let quorum = self.shared.quorum;
+        let mut round = self.round("renew", &self.all(), &EXTEND, cmd, started);
         let (mut renewed, mut not_ours, mut first_error) = (0, 0, None);
-        for (_, reply) in self.on_masters("renew", &self.all(), &invocation).await {
+        // Decided once a quorum renewed or can no longer renew; the others
+        // finish in the background.
+        while renewed < quorum && not_ours <= n - quorum {
+            let Some((_, reply)) = round.next().await else {
+                break;
+            };
             match reply {
                 Ok(1) => renewed += 1,
                 Ok(_) => not_ours += 1,
@@ -613,8 +598,7 @@ impl LeaseBackend for RedlockLease {
                 }
             }
         }
-        let n = self.shared.masters.len();
-        let quorum = self.shared.quorum;
+        round.detach();
         if renewed >= quorum {
             if still_valid(started, ttl) {
                 return Ok(());
@@ -628,27 +612,124 @@ impl LeaseBackend for RedlockLease {
             // A quorum can no longer be ours.
             return Err(Error::not_held(self.name.as_str()));
         }
-        Err(first_error.unwrap_or_else(|| Error::not_held(self.name.as_str())))
+        Err(first_error.unwrap_or(Error::Timeout {
+            operation: "renew",
+            after: self.shared.options.response_timeout,
+        }))
     }
 
     async fn release(&self) -> Result<()> {
-        let (mut released, mut first_error) = (false, None);
-        for (_, reply) in self.release_on("release", &self.all()).await {
+        let mut cmd = evalsha(&RELEASE, &[&self.keys.lock]);
+        cmd.arg(&self.token).arg(&self.keys.channel);
+        let n = self.shared.masters.len();
+        let quorum = self.shared.quorum;
+        let mut round = self.round("release", &self.all(), &RELEASE, cmd, Instant::now());
+        let (mut released, mut answered, mut first_error) = (0, 0, None);
+        // Done once a quorum answered and one of them had our token: the
+        // lock is free for a quorum; the others finish in the background.
+        while !(released > 0 && answered >= quorum) && answered < n {
+            let Some((_, reply)) = round.next().await else {
+                break;
+            };
             match reply {
-                Ok(1) => released = true,
-                Ok(_) => {}
+                Ok(1) => {
+                    released += 1;
+                    answered += 1;
+                }
+                Ok(_) => answered += 1,
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
         }
-        if released {
+        round.detach();
+        if released > 0 {
             return Ok(());
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Err(Error::not_held(self.name.as_str())),
+        if answered == n {
+            return Err(Error::not_held(self.name.as_str()));
         }
+        Err(first_error.unwrap_or(Error::Timeout {
+            operation: "release",
+            after: self.shared.options.response_timeout,
+        }))
+    }
+}
+
+/// `EVALSHA` of `script` with `keys` (arguments to be added).
+fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
+}
+
+/// One parallel round of a script on some masters, with one timer.
+pub(crate) struct Round<T> {
+    pending: FuturesUnordered<BoxFuture<'static, (usize, Result<T>)>>,
+    /// Set when the round is left to finish in the background: its calls
+    /// then never send their script a second time (see [`Master::eval`]).
+    detached: Arc<AtomicBool>,
+    until: Pin<Box<Sleep>>,
+    operation: &'static str,
+    timeout: Duration,
+}
+
+impl<T: Send + 'static> Round<T> {
+    /// The next answer; `None` once all answered or the round's time is up.
+    async fn next(&mut self) -> Option<(usize, Result<T>)> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            next = self.pending.next() => next,
+            () = self.until.as_mut() => None,
+        }
+    }
+
+    /// Every answer of `which`: a master that did not answer in time gives
+    /// [`Error::Timeout`].
+    async fn all(mut self, which: &[usize]) -> Vec<(usize, Result<T>)> {
+        let mut out = Vec::with_capacity(which.len());
+        while let Some(reply) = self.next().await {
+            out.push(reply);
+        }
+        for &i in which {
+            if !out.iter().any(|(j, _)| *j == i) {
+                out.push((
+                    i,
+                    Err(Error::Timeout {
+                        operation: self.operation,
+                        after: self.timeout,
+                    }),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Lets the masters that have not answered finish in a background task
+    /// (until the round's time is up), never sending a script twice: their
+    /// commands went out with the round, in order on each master's
+    /// connection, so whatever the caller sends next lands after them.
+    fn detach(self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.detached.store(true, Ordering::SeqCst);
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Round {
+            mut pending, until, ..
+        } = self;
+        drop(handle.spawn(async move {
+            let drain = async { while pending.next().await.is_some() {} };
+            let _ = tokio::time::timeout_at(until.deadline(), drain).await;
+        }));
     }
 }
 
