@@ -166,9 +166,9 @@ pub(crate) struct Shared {
 ///   TTL/100 + 2 ms, checked arithmetic) is still above zero. In the steady
 ///   state no write-back round is needed: every acquisition increments
 ///   every master that takes the lock, so once the counters agree they
-///   stay so, and a master left behind or ahead (restarted, unreachable for
-///   a while) is written back to the maximum the first time it is in a
-///   quorum that disagrees.
+///   stay so; after a master fell behind or ahead (restarted, unreachable
+///   for a while), the first quorum that disagrees is raised to its
+///   maximum.
 /// * **Missed** (no quorum, no validity, or a write-back short of `Q`): the
 ///   attempt is undone with compare-and-delete (the release script, which
 ///   also publishes) at once on every master that took the lock, and in the
