@@ -50,6 +50,7 @@
 //! | `{PREFIX NAME}:elect:queue`, `…:elect:timeouts` | candidates, as the fair queue |
 //! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
+//! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master |
 //!
 //! The prefix is empty by default, so the lock key is the name itself.
 //! Auxiliary keys wrap the lock key in a hash tag, so in Redis Cluster they
@@ -290,6 +291,17 @@
 //! `replica-priority` forcing it); SAFETY.md's failover experiment measures
 //! what it changes.
 //!
+//! # Redlock
+//!
+//! [`RedlockProvider`] (`redis+redlock://h1:p1,h2:p2,h3:p3`) runs the mutex
+//! over N independent masters with a quorum of N/2 + 1, and fencing tokens
+//! that increase across the masters. The recipe, its keys and scripts
+//! (`redlock_acquire`, `redlock_raise`, and the mutex's `release` and
+//! `extend`), the proof that tokens increase, its limits (clock drift,
+//! delayed restart of an empty master) and the cost per acquisition are in
+//! [`RedlockProvider`]'s documentation
+//! ([proof](crate::RedlockProvider#why-fencing-tokens-increase)).
+//!
 //! # Feature flags
 //!
 //! * `cluster` — `RedisProvider::connect_cluster` for Redis Cluster.
@@ -307,6 +319,7 @@ mod ids;
 mod mutex;
 mod options;
 mod provider;
+mod redlock;
 mod rw_lock;
 mod scripts;
 mod semaphore;
@@ -321,6 +334,7 @@ pub use redis;
 
 pub use options::RedisOptions;
 pub use provider::RedisProvider;
+pub use redlock::RedlockProvider;
 pub use sentinel::SentinelAuth;
 
 use distlock_core::{Provider, Result};
@@ -333,6 +347,8 @@ use distlock_core::{Provider, Result};
 /// seed nodes of a Redis Cluster (feature `cluster`).
 /// `redis+sentinel://[user:password@]host:port,host:port/master-name[?options]`
 /// names the Sentinels of a master (see [Redis Sentinel](crate#redis-sentinel)).
+/// `redis+redlock://[user:password@]host:port,host:port,host:port[?options]`
+/// names independent masters for [`RedlockProvider`] (the mutex only).
 ///
 /// # Errors
 ///
@@ -346,7 +362,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
     if let Some(rest) = url.strip_prefix("redis+cluster://") {
         return connect_cluster_url(rest).await;
     }
-    Ok(Arc::new(RedisProvider::connect(url).await?))
+    // Boxed: the connect futures are large, and the facade's `connect`
+    // holds whichever one the URL names.
+    if url.starts_with("redis+redlock://") {
+        return Ok(Arc::new(Box::pin(RedlockProvider::connect(url)).await?));
+    }
+    Ok(Arc::new(Box::pin(RedisProvider::connect(url)).await?))
 }
 
 #[cfg(feature = "cluster")]

@@ -47,3 +47,7 @@ pub(crate) static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 pub(crate) static SEM_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/sem_extend.lua")));
+pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redlock_acquire.lua")));
+pub(crate) static REDLOCK_RAISE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redlock_raise.lua")));

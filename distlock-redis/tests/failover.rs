@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use distlock_core::{Error, LeaseOptions, LockGuard, LostReason, Provider};
-use distlock_redis::{RedisOptions, RedisProvider};
+use distlock_redis::{RedisOptions, RedisProvider, RedlockProvider};
+use test_support::masters::RedisMasters;
 use test_support::safety::{self, FencedStore};
 use test_support::sentinel::SentinelGroup;
 use test_support::unique_name;
@@ -376,4 +377,64 @@ async fn scenario_acknowledged_failovers_never_overlap() {
     let report = repeated_failovers("Sentinel, wait_replicas=1, 2 replicas", options, 2).await;
     assert!(report.acquisitions > 0, "{report:?}");
     assert_eq!(report.overlaps, 0, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_five_with_a_minority_killed_never_gives_two_holders() {
+    let mut masters = blocking(|| RedisMasters::start(5));
+    let url = masters.url();
+    let a = RedlockProvider::connect(&url).await.unwrap();
+    // Through the crate's URL dispatch (what `distlock::connect` calls).
+    let b = distlock_redis::connect(&url).await.unwrap();
+    assert_eq!(b.backend(), "redis+redlock");
+    let name = unique_name("failover-redlock");
+    let first = a
+        .mutex_with(&name, lease())
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free");
+    let mut outcome = Outcome {
+        mode: "Redlock over 5, 2 killed and restarted empty",
+        first: "acquired".into(),
+        ..Outcome::default()
+    };
+    let section = Section {
+        token: first.fencing_token(),
+        read: None,
+    };
+    blocking(|| {
+        masters.node_mut(0).kill();
+        masters.node_mut(1).kill();
+    });
+    let second_lock = b.mutex_with(&name, lease()).unwrap();
+    let during = second_lock.lock_timeout(Duration::from_secs(2)).await;
+    assert!(matches!(during, Ok(None)), "{during:?}");
+    // Restarted at once and empty (no persistence): still a minority.
+    blocking(|| {
+        masters.restart_empty(0);
+        masters.restart_empty(1);
+    });
+    let after = second_lock.lock_timeout(Duration::from_secs(2)).await;
+    assert!(matches!(after, Ok(None)), "{after:?}");
+    outcome.second = "waits (2 of 5 free: no quorum)".into();
+    outcome.two_holders = false;
+    let store = FencedStore::default();
+    fenced(&store, Some(section), None, &mut outcome);
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    let second = second_lock
+        .lock_timeout(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("free once released");
+    assert!(second.fencing_token() > first_token);
+    outcome.tokens = format!(
+        "{first_token}, {} (after the release)",
+        second.fencing_token()
+    );
+    publish(&outcome);
+    assert_eq!(outcome.lost_updates, 0, "{outcome}");
+    second.release().await.unwrap();
 }

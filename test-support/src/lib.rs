@@ -12,6 +12,7 @@
 
 pub mod conformance;
 pub mod curator;
+pub mod masters;
 pub mod primitives;
 pub mod properties;
 pub mod proxy;

@@ -1,0 +1,683 @@
+//! Redlock over N independent Redis masters, with fencing tokens that stay
+//! monotone across them: see [`RedlockProvider`].
+
+mod mutex;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::url::invalid_url;
+use distlock_core::backend::{check_permits, Lifecycle};
+use distlock_core::{
+    Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
+    Semaphore,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, FromRedisValue, Script};
+
+use crate::error::from_redis;
+use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
+use crate::scripts::{EXTEND, REDLOCK_ACQUIRE, REDLOCK_RAISE, RELEASE};
+use crate::subscriber::Subscriber;
+use mutex::{RedlockKeys, RedlockMutex};
+
+const BACKEND: &str = "redis+redlock";
+const SCHEME: &str = "redis+redlock://";
+
+/// One master: its command connection and its subscriber.
+pub(crate) struct Master {
+    conn: ConnectionManager,
+    subscriber: Subscriber,
+    /// `host:port`, for logs.
+    addr: String,
+}
+
+impl Master {
+    /// Runs `cmd` (an `EVALSHA` of `script`) on this master, unbounded: the
+    /// caller bounds the round it belongs to with one timer for all masters
+    /// (`timeout` names that bound in errors). On `NOSCRIPT` (a master that
+    /// restarted) it loads the script and runs it again, unless the round
+    /// was `detached` meanwhile: a detached call runs in the background
+    /// after its caller moved on (to an undo, a release), and a second send
+    /// could land after that; so it only loads the script for next time.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        script: &Script,
+        cmd: &Cmd,
+        detached: &AtomicBool,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        let fail = |e| from_redis(operation, timeout, e);
+        match cmd.query_async::<T>(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(fail)?;
+                if detached.load(Ordering::SeqCst) {
+                    return Err(fail(e));
+                }
+                cmd.query_async(&mut conn).await.map_err(fail)
+            }
+            reply => reply.map_err(fail),
+        }
+    }
+}
+
+/// What every mutex of one provider shares.
+pub(crate) struct Shared {
+    masters: Vec<Master>,
+    quorum: usize,
+    options: RedisOptions,
+    lifecycle: Arc<Lifecycle>,
+}
+
+/// Redlock over N independent Redis masters, with fencing tokens that stay
+/// monotone across them.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use distlock_redis::{RedlockProvider, distlock_core::Provider};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let locks = RedlockProvider::connect("redis+redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379").await?;
+/// let mutex = locks.mutex("orders/42")?;
+/// if let Some(guard) = mutex.lock_timeout(Duration::from_secs(5)).await? {
+///     println!("fencing token {}", guard.fencing_token());
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # What it offers
+///
+/// [`RedlockProvider`] offers **the mutex only** (`mutex`, `mutex_with`).
+/// The fair mutex, read-write lock, semaphore, election and id generators
+/// answer [`Error::Unsupported`] with `backend: "redis+redlock"`: use
+/// `redis://` or `redis+sentinel://` for them. Its
+/// [`backend()`](distlock_core::Provider::backend) is `"redis+redlock"`.
+///
+/// # URL and options
+///
+/// `redis+redlock://[user:password@]host:port,[user:password@]host:port,…[/db][?options]`:
+/// N ≥ 1 masters (N = 1 is one master), each named once (a master named
+/// twice is an [`Error::InvalidUrl`]: it would count twice in a quorum).
+/// Credentials given on the first host apply to every host that has none of
+/// its own; a `/db` applies to every host. The query takes the options of
+/// [`RedisOptions`]'s URL query (`prefix`, `response_timeout_ms`,
+/// `connect_timeout_ms`, `recheck_ms`, `lease_ttl_ms`, and `protocol` for
+/// the client) except `pool_size`: Redlock keeps **one multiplexed
+/// connection per master** (an auto-reconnecting `ConnectionManager`), and
+/// refuses a pool. Unknown or repeated keys are an [`Error::InvalidUrl`],
+/// with the password redacted. Masters are told apart by `host:port` as
+/// written (host names compared without case): two names of one server
+/// (`localhost` and `127.0.0.1`) are not detected, so do not do that.
+/// Masters are plain TCP for now: TLS (`rediss://`) and Unix sockets are an
+/// [`Error::InvalidUrl`].
+///
+/// Connecting succeeds once a quorum (N/2 + 1) of masters has loaded the
+/// scripts within the connect timeout; the others (a minority down) are connected
+/// when they come back.
+///
+/// # The recipe
+///
+/// Quorum `Q = N/2 + 1`. On every master the lock key is `PREFIX NAME`
+/// (the single-master mutex's, so redis-py's `Lock` on one master sees our
+/// token), the fencing counter is `{PREFIX NAME}:redlock:fence` (apart from
+/// the single-master mutex's `{PREFIX NAME}:fence`, whose floor is in
+/// microseconds: mixing the two would keep the counters of different masters
+/// apart, see below), and releases publish on `{PREFIX NAME}:released`.
+/// **Do not mix** a Redlock mutex and a single-master mutex of one name on
+/// the same servers: they exclude each other only on the shared master.
+///
+/// * **Acquire** (one attempt): the attempt's start `t0` is taken, then the
+///   script `redlock_acquire` runs on every master in parallel: atomically
+///   `SET lock token NX PX ttl` and, if that took the lock,
+///   `c := max(c + 1, floor)` on the master's counter, where
+///   `floor = TIME seconds × 10⁶`, returning `c`; otherwise it returns
+///   "busy" and the holder's `PTTL` there. The attempt goes on as soon as
+///   a quorum took the lock, or a quorum answered and the lock is held
+///   elsewhere, or the response timeout passed (a paused master costs
+///   nothing once a quorum answered). The calls still waiting are dropped:
+///   their command went out with the others (then whatever we send that
+///   master later, the release or an undo, reaches it after, on the same
+///   connection) or never will (a call still waiting for a reconnect is not
+///   left to send it after our release). A straggler that took the lock
+///   holds our token: released with the rest, undone if the attempt misses.
+/// * **Scripts** run by `EVALSHA`; a master that answers `NOSCRIPT` (it
+///   restarted) gets `SCRIPT LOAD` and the `EVALSHA` again. Renewals and
+///   releases also end at a quorum, but their remaining calls finish in the
+///   background (both are compare-and-act on our token: harmless whenever
+///   they land), sending no script twice once detached.
+/// * **Fencing token**: `T` = the largest `c` among the masters that took
+///   the lock. If fewer than `Q` of them returned exactly `T`, the script
+///   `redlock_raise` (`if GET lock == token then c := max(c, T); return 1
+///   else return 0`) runs on those that returned less, in parallel. The
+///   guard is returned only when at least `Q` masters hold a counter ≥ `T`
+///   *under our lock* (those that returned `T`, plus those whose write-back
+///   answered 1) and the validity `TTL − (now − t0) − drift` (drift =
+///   TTL/100 + 2 ms, checked arithmetic) is still above zero. In the steady
+///   state no write-back round is needed: every acquisition increments
+///   every master that takes the lock, so once the counters agree they
+///   stay so; after a master fell behind or ahead (restarted, unreachable
+///   for a while), the first quorum that disagrees is raised to its
+///   maximum.
+/// * **Missed** (no quorum, no validity, or a write-back short of `Q`): the
+///   attempt is undone with compare-and-delete (the release script, which
+///   also publishes) at once on every master that took the lock, and in the
+///   background, retried until the attempt's key would have expired, on
+///   every master that did not answer or failed: a lost reply may have taken
+///   the lock. Masters that answered "busy" changed nothing. Then:
+///   * fewer than `Q` masters answered at all: an outage, reported as the
+///     first connection error or timeout (`try_lock` returns it; a waiting
+///     acquisition retries with backoff until its deadline, then returns
+///     it). **With a quorum of masters down, `try_lock` is this typed error,
+///     not `Ok(None)`.**
+///   * the attempt took some masters but not a quorum (a split with other
+///     contenders): it tries again after a random pause of up to
+///     max(5 ms, 4 × the attempt's duration) (at most the re-check interval),
+///     so two contenders do not split again in lockstep.
+///   * it took none: the lock is held; the waiter waits (below).
+/// * **Guard**: the core's `LockGuard` with `LeaseTerms::Ttl`, acquired at
+///   `t0`: its local deadline `t0 + TTL − drift` *is* the Redlock validity.
+///   Dropping the acquire future at any await point leaves no key with the
+///   attempt's token on any master (an armed cleanup undoes on every master;
+///   each attempt has a fresh token, so an undo still running never touches
+///   a later attempt's key).
+/// * **Renew** (watchdog and `extend()`): compare-and-`PEXPIRE` on every
+///   master in parallel, from the renewal's start `t1`, decided as soon as
+///   a quorum renewed (the others finish in the background). Success needs
+///   a quorum renewed and `TTL − (now − t1) − drift > 0`; the core then moves
+///   the deadline to `t1 + TTL − drift`. When more than `N − Q` masters say
+///   "not ours" (a quorum can no longer be ours) it is `NotHeld` and
+///   `lost()` fires at once; any other shortfall is the first error, the
+///   lease is suspended, retried, and `lost()` fires at the deadline.
+///   Renewal never re-takes a master that lost the key (a restarted one).
+/// * **Release**: compare-and-delete plus `PUBLISH` on every master in
+///   parallel; done once a quorum answered and one of them had our token
+///   (the lock is then free on a quorum; the others finish in the
+///   background); `NotHeld` only when every master answered and none had
+///   our token. A master that does not answer keeps its key until the TTL
+///   (a minority: it blocks nobody).
+/// * **Waiting**: one pub/sub subscriber per master (spawned by the
+///   provider, opened at the first wait), listening on the release channel
+///   on every master; a waiter re-checks when any master's release message
+///   arrives, at the earliest holder `PTTL` reported, and every re-check
+///   interval: no fixed-sleep polling.
+///
+/// # Cost per acquisition
+///
+/// Commands per master: **1** script for the acquire, **0 or 1** write-back
+/// (0 in the steady state; only masters behind the maximum), **1** release;
+/// plus 1 per renewal (every TTL/3 with the watchdog), and a `SCRIPT LOAD`
+/// after a master restarted. All rounds are parallel and end at a quorum,
+/// so an uncontended lock + release costs the caller two round trips to the
+/// quorum-th fastest master. A missed attempt costs 1 undo per master that
+/// took the lock (or did not answer).
+///
+/// # Why fencing tokens increase
+///
+/// Call `W(G)` the set of masters that held a counter ≥ `T(G)` while their
+/// lock key held `G`'s token, for a guard `G` that was returned. By
+/// construction `|W(G)| ≥ Q`.
+///
+/// 1. **Any two returned guards `G1`, `G2` have distinct, ordered tokens.**
+///    `W(G1)` and `W(G2)` are both majorities of the N masters, so they
+///    share a master `m`. `G1` and `G2` held `m`'s lock key in disjoint
+///    intervals (`SET NX`; a key with a token is removed only by expiry or
+///    compare-and-delete of that token). Say `G1`'s came first. `G1` made
+///    `m`'s counter ≥ `T1` inside its interval (in the acquire script, or in
+///    a write-back that ran only while the key held `G1`'s token), so before
+///    `G2`'s acquire script took `m`'s key; counters never decrease, so that
+///    script read a counter ≥ `T1` and stored at least `T1 + 1`, which it
+///    returned. `T2` is the maximum of what `G2`'s masters returned, so
+///    `T2 > T1`.
+/// 2. **Successive holders' tokens increase.** If `G2`'s acquisition began
+///    after `G1`'s guard was returned, `G1` already held `m`'s key (it was
+///    in `W(G1)`) before `G2` sent anything, so `G2`'s interval on `m` is the
+///    later one, and `T2 > T1` by 1.
+/// 3. **Cancellation** between the acquire round and the write-back, or a
+///    write-back short of a quorum: that token's guard was never returned,
+///    so no resource ever saw it; its effects are counters raised, which
+///    only make later tokens larger. Skipping it is harmless.
+///
+/// ## Limits (what the proof assumes)
+///
+/// * **Counters never decrease — except when a master restarts empty.**
+///   Without persistence (or with `appendfsync everysec` after a crash) a
+///   master comes back with no counter. The floor `TIME seconds × 10⁶` then
+///   keeps step 1 true provided (a) the master stays down at least 1 s
+///   **and** at least the TTL (Redlock's "delayed restart": it also ensures
+///   every lock it held has expired), (b) fewer than 10⁶ tokens per second
+///   are issued on the name (so no counter runs ahead of
+///   `(current second + 1) × 10⁶`), and (c) the masters' clocks agree to
+///   better than the restart delay (a write-back may copy a counter set by
+///   another master's clock). A clock stepped back by more than the restart
+///   delay breaks it. With `appendonly yes` + `appendfsync always` none of
+///   this is needed.
+/// * **Clock drift**: the validity assumes the masters expire keys no
+///   earlier than `TTL − drift` after `t0` by the client's clock (drift =
+///   1% + 2 ms). A client paused (GC, SIGSTOP) past its deadline, or a
+///   master whose clock jumps forward, can let two clients hold at once —
+///   Redlock's known weakness; the **fencing token is what catches it**:
+///   by step 1 the later holder's token is larger, so a fenced resource
+///   refuses the earlier holder.
+/// * **Tokens stop at 2⁵³** ([`Error::Exhausted`]), as the single-master
+///   mutex's: the counter lives in Lua numbers. With the floor in seconds ×
+///   10⁶ that is about the year 2255.
+/// * A guard renewed on a bare quorum (one master restarted) is lost with
+///   one more master: renewal does not re-take masters.
+///
+/// Cheap to clone: clones share the connections and subscribers.
+#[derive(Clone)]
+pub struct RedlockProvider {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for RedlockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let masters: Vec<&str> = self
+            .shared
+            .masters
+            .iter()
+            .map(|m| m.addr.as_str())
+            .collect();
+        f.debug_struct("RedlockProvider")
+            .field("masters", &masters)
+            .field("quorum", &self.shared.quorum)
+            .field("prefix", &self.shared.options.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Splits `redis+redlock://…` into one `redis://` URL per master and the
+/// options of its query.
+fn parse_url(url: &str, options: RedisOptions) -> Result<(Vec<String>, RedisOptions)> {
+    let rest = url
+        .strip_prefix(SCHEME)
+        .ok_or_else(|| invalid_url(url, format_args!("does not start with {SCHEME}")))?;
+    if rest.contains('#') {
+        return Err(invalid_url(url, "takes no #fragment"));
+    }
+    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (options, client) = options.apply_query(url, query, CLIENT_KEYS_TCP)?;
+    let client_query = if client.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", client.join("&"))
+    };
+    // `/db` after the last host applies to all.
+    let (hosts, db) = match hosts.rfind('/') {
+        Some(i) if !hosts[i..].contains('@') && !hosts[i..].contains(',') => {
+            (&hosts[..i], &hosts[i..])
+        }
+        _ => (hosts, ""),
+    };
+    let mut auth = "";
+    let mut urls = Vec::new();
+    for (i, item) in hosts.split(',').enumerate() {
+        let (own, host) = match item.rsplit_once('@') {
+            Some((a, h)) => (Some(a), h),
+            None => (None, item),
+        };
+        if i == 0 {
+            auth = own.unwrap_or("");
+        }
+        if host.is_empty() {
+            return Err(invalid_url(
+                url,
+                "names an empty host (host:port[,host:port…])",
+            ));
+        }
+        let auth = own.unwrap_or(auth);
+        let at = if auth.is_empty() { "" } else { "@" };
+        urls.push(format!("redis://{auth}{at}{host}{db}{client_query}"));
+    }
+    Ok((urls, options))
+}
+
+impl RedlockProvider {
+    /// Connects to the masters of `url`
+    /// (`redis+redlock://[user:password@]h1:p1,h2:p2,…[/db][?options]`, see
+    /// the [type's docs](RedlockProvider)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] for a bad URL (no host, a bad port, a master
+    /// named twice, an unknown or repeated option), [`Error::InvalidOptions`]
+    /// for a bad option value or `pool_size`; [`Error::Connection`] or
+    /// [`Error::Timeout`] when fewer than a quorum of masters answer within
+    /// the connect timeout.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a dropped connect leaves no connection open.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let (urls, options) = parse_url(url, RedisOptions::new())?;
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        Self::connect_masters(url, &urls, options).await
+    }
+
+    /// Connects to the masters `urls` (`redis://[user:password@]host:port[/db]`
+    /// each, with at most the client's own query keys such as `protocol`)
+    /// with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedlockProvider::connect`]; distlock's options in a master's URL
+    /// query are an [`Error::InvalidUrl`] (they belong in `options`).
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`RedlockProvider::connect`].
+    pub async fn connect_with(urls: &[&str], options: RedisOptions) -> Result<Self> {
+        let mut clean = Vec::with_capacity(urls.len());
+        for url in urls {
+            let (client_url, own) = options.clone().from_url(url)?;
+            if own != options {
+                return Err(invalid_url(
+                    url,
+                    "sets distlock options: give them in RedisOptions, once for all masters",
+                ));
+            }
+            clean.push(client_url);
+        }
+        let clean: Vec<&str> = clean.iter().map(String::as_str).collect();
+        Self::connect_masters(&urls.join(","), &clean, options).await
+    }
+
+    async fn connect_masters(whole: &str, urls: &[&str], options: RedisOptions) -> Result<Self> {
+        options.validate()?;
+        if options.pool_size.is_some() {
+            return Err(Error::InvalidOptions(
+                "redis+redlock keeps one connection per master: pool_size is not supported".into(),
+            ));
+        }
+        if options.wait.is_some() {
+            return Err(Error::InvalidOptions(
+                "redis+redlock masters are independent (no replicas to wait for): wait_replicas is not supported"
+                    .into(),
+            ));
+        }
+        if urls.is_empty() {
+            return Err(invalid_url(whole, "names no master"));
+        }
+        let mut seen = HashSet::new();
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            let client =
+                redis::Client::open(*url).map_err(|e| invalid_url(url, format_args!("{e}")))?;
+            let addr = match &client.get_connection_info().addr() {
+                redis::ConnectionAddr::Tcp(host, port) => {
+                    format!("{}:{port}", host.to_ascii_lowercase())
+                }
+                other => {
+                    return Err(invalid_url(
+                        url,
+                        format_args!("is not a plain TCP master: {other}"),
+                    ))
+                }
+            };
+            if !seen.insert(addr.clone()) {
+                return Err(invalid_url(
+                    whole,
+                    format_args!("names master {addr} twice: it would count twice in a quorum"),
+                ));
+            }
+            clients.push((client, addr));
+        }
+        let quorum = clients.len() / 2 + 1;
+        let mut masters = Vec::with_capacity(clients.len());
+        for (client, addr) in clients {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(options.connect_timeout))
+                .set_response_timeout(Some(options.response_timeout))
+                .set_number_of_retries(2)
+                .set_min_delay(Duration::from_millis(10))
+                .set_max_delay(Duration::from_millis(500));
+            let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+                .map_err(|e| Error::InvalidOptions(e.to_string()))?;
+            let subscriber = Subscriber::spawn(
+                crate::subscriber::Source::Fixed(Box::new(client)),
+                options.response_timeout.max(options.connect_timeout),
+            );
+            masters.push(Master {
+                conn,
+                subscriber,
+                addr,
+            });
+        }
+        let provider = RedlockProvider {
+            shared: Arc::new(Shared {
+                masters,
+                quorum,
+                options,
+                lifecycle: Lifecycle::new(),
+            }),
+        };
+        provider.wait_for_quorum().await?;
+        Ok(provider)
+    }
+
+    /// Loads the scripts on every master in parallel (which also checks that
+    /// it answers) until a quorum answered, within the connect timeout. A
+    /// master that comes later loads them at first use (`NOSCRIPT`).
+    async fn wait_for_quorum(&self) -> Result<()> {
+        let timeout = self.shared.options.connect_timeout;
+        let mut pings: futures::stream::FuturesUnordered<_> = self
+            .shared
+            .masters
+            .iter()
+            .map(|m| {
+                let mut conn = m.conn.clone();
+                async move {
+                    for script in [&*REDLOCK_ACQUIRE, &*REDLOCK_RAISE, &*RELEASE, &*EXTEND] {
+                        script
+                            .prepare_invoke()
+                            .load_async(&mut conn)
+                            .await
+                            .map_err(|e| from_redis("connect", timeout, e))?;
+                    }
+                    Ok::<(), Error>(())
+                }
+            })
+            .collect();
+        let until = tokio::time::Instant::now() + timeout;
+        let (mut up, mut first_error) = (0, None);
+        while up < self.shared.quorum {
+            match tokio::time::timeout_at(until, futures::StreamExt::next(&mut pings)).await {
+                Ok(Some(Ok(_))) => up += 1,
+                Ok(Some(Err(e))) => {
+                    first_error.get_or_insert(e);
+                }
+                Ok(None) | Err(_) => {
+                    for m in &self.shared.masters {
+                        m.subscriber.shut_down();
+                    }
+                    return Err(first_error.unwrap_or(Error::Timeout {
+                        operation: "connect",
+                        after: timeout,
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The options in force.
+    #[must_use]
+    pub fn options(&self) -> &RedisOptions {
+        &self.shared.options
+    }
+
+    /// The number of masters.
+    #[must_use]
+    pub fn masters(&self) -> usize {
+        self.shared.masters.len()
+    }
+
+    /// The quorum: N/2 + 1 masters.
+    #[must_use]
+    pub fn quorum(&self) -> usize {
+        self.shared.quorum
+    }
+
+    /// The Redis key of the lock `name` on every master: the prefix followed
+    /// by the name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name.
+    pub fn lock_key(&self, name: &str) -> Result<String> {
+        Ok(RedlockKeys::new(&self.shared.options.prefix, &Name::new(name)?).lock)
+    }
+
+    /// The Redis key of the fencing counter of the lock `name` on every
+    /// master: `{PREFIX NAME}:redlock:fence`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name.
+    pub fn fence_key(&self, name: &str) -> Result<String> {
+        Ok(RedlockKeys::new(&self.shared.options.prefix, &Name::new(name)?).fence)
+    }
+
+    fn unsupported(what: &'static str) -> Error {
+        Error::Unsupported {
+            backend: BACKEND,
+            what,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for RedlockProvider {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn close(&self) -> Result<()> {
+        let released = self.shared.lifecycle.close().await;
+        for m in &self.shared.masters {
+            m.subscriber.shut_down();
+        }
+        released
+    }
+
+    fn default_lease(&self) -> LeaseOptions {
+        self.shared.options.lease
+    }
+
+    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        self.shared.lifecycle.check_open()?;
+        let name = Name::new(name)?;
+        Ok(Arc::new(RedlockMutex {
+            shared: Arc::clone(&self.shared),
+            keys: Arc::new(RedlockKeys::new(&self.shared.options.prefix, &name)),
+            name,
+            lease,
+        }))
+    }
+
+    fn fair_mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+        self.shared.lifecycle.check_open()?;
+        Name::new(name)?;
+        Err(Self::unsupported(
+            "the fair mutex (use redis:// or redis+sentinel:// for it)",
+        ))
+    }
+
+    fn election_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+        self.shared.lifecycle.check_open()?;
+        Name::new(name)?;
+        Err(Self::unsupported(
+            "leader election (use redis:// or redis+sentinel:// for it)",
+        ))
+    }
+
+    fn rw_lock_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+        self.shared.lifecycle.check_open()?;
+        Name::new(name)?;
+        Err(Self::unsupported(
+            "the read-write lock (use redis:// or redis+sentinel:// for it)",
+        ))
+    }
+
+    fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        _lease: LeaseOptions,
+    ) -> Result<Arc<dyn Semaphore>> {
+        self.shared.lifecycle.check_open()?;
+        Name::new(name)?;
+        check_permits(permits)?;
+        Err(Self::unsupported(
+            "the semaphore (use redis:// or redis+sentinel:// for it)",
+        ))
+    }
+
+    fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
+        self.shared.lifecycle.check_open()?;
+        Name::new(name)?;
+        if block_size == 0 {
+            return Err(Error::InvalidOptions(
+                "an id generator's block size must be at least 1".into(),
+            ));
+        }
+        Err(Self::unsupported(
+            "id generators (use redis:// or redis+sentinel:// for them)",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_per_master_with_shared_credentials_db_and_client_keys() {
+        let (urls, o) = parse_url(
+            "redis+redlock://u:pw@h1:1,h2:2,v:x@h3:3/2?prefix=app:&protocol=resp3&recheck_ms=50",
+            RedisOptions::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            urls,
+            [
+                "redis://u:pw@h1:1/2?protocol=resp3",
+                "redis://u:pw@h2:2/2?protocol=resp3",
+                "redis://v:x@h3:3/2?protocol=resp3",
+            ]
+        );
+        assert_eq!(o.prefix, "app:");
+        assert_eq!(o.recheck_interval, Duration::from_millis(50));
+        let (urls, _) = parse_url("redis+redlock://h1:1", RedisOptions::new()).unwrap();
+        assert_eq!(urls, ["redis://h1:1"]);
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_url_with_the_password_hidden() {
+        for (url, says) in [
+            ("redis+redlock://u:s3cret@", "empty host"),
+            ("redis+redlock://u:s3cret@h1:1,,h2:2", "empty host"),
+            ("redis+redlock://u:s3cret@h1:1?nope=1", "unknown option"),
+            ("redis+redlock://u:s3cret@h1:1?prefix=a&prefix=b", "twice"),
+            ("redis+redlock://u:s3cret@h1:1#x", "fragment"),
+            ("redis://u:s3cret@h1:1", "does not start with"),
+        ] {
+            let e = parse_url(url, RedisOptions::new()).unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
+            let text = e.to_string();
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("s3cret"), "{url}: {text}");
+        }
+    }
+}

@@ -1,0 +1,599 @@
+//! Redlock over independent redis-server masters on loopback: the
+//! conformance suite over 3 masters (and mutual exclusion and fencing over
+//! 5), quorum under killed and paused masters, splits, fencing tokens under
+//! kills, empty restarts and cancellations, the write-back path, the
+//! watchdog with masters down, and bad input.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use distlock_core::{Error, LeaseOptions, Lock, LostReason, Provider};
+use distlock_redis::{RedisOptions, RedisProvider, RedlockProvider};
+use futures::future::BoxFuture;
+use test_support::conformance::Fixture;
+use test_support::masters::RedisMasters;
+use test_support::safety::FencedStore;
+use test_support::unique_name;
+
+fn three() -> &'static RedisMasters {
+    static M: OnceLock<RedisMasters> = OnceLock::new();
+    M.get_or_init(|| RedisMasters::start(3))
+}
+
+fn five() -> &'static RedisMasters {
+    static M: OnceLock<RedisMasters> = OnceLock::new();
+    M.get_or_init(|| RedisMasters::start(5))
+}
+
+struct Redlock {
+    masters: fn() -> &'static RedisMasters,
+}
+
+impl Fixture for Redlock {
+    fn client(&self) -> BoxFuture<'_, Arc<dyn Provider>> {
+        Box::pin(async move {
+            let client = RedlockProvider::connect(&(self.masters)().url())
+                .await
+                .expect("connect to the test masters");
+            Arc::new(client) as Arc<dyn Provider>
+        })
+    }
+
+    fn lock(
+        &self,
+        client: &dyn Provider,
+        name: &str,
+        lease: LeaseOptions,
+    ) -> distlock_core::Result<Arc<dyn Lock>> {
+        client.mutex_with(name, lease)
+    }
+}
+
+mod over_three {
+    test_support::conformance_suite!(super::Redlock {
+        masters: super::three
+    });
+}
+
+mod over_five {
+    test_support::conformance_suite!(@tests super::Redlock { masters: super::five };
+        mutual_exclusion, fencing_monotonic, cancellation_leaves_nothing);
+}
+
+/// Fast failure detection for the fault tests.
+fn quick() -> RedisOptions {
+    RedisOptions::new()
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(500))
+        .recheck_interval(Duration::from_millis(100))
+}
+
+async fn connect(masters: &RedisMasters, options: RedisOptions) -> RedlockProvider {
+    let urls = masters.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    RedlockProvider::connect_with(&urls, options)
+        .await
+        .expect("connect")
+}
+
+fn lease(ms: u64) -> LeaseOptions {
+    LeaseOptions::new(Duration::from_millis(ms)).unwrap()
+}
+
+/// Whether master `i` has `key`.
+fn exists(masters: &RedisMasters, i: usize, key: &str) -> bool {
+    masters.node(i).cli(&["EXISTS", key]) == "1"
+}
+
+async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < until, "{what} within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_down_at_connect_and_after_still_locks_and_releases() {
+    let mut m = RedisMasters::start(3);
+    m.node_mut(2).kill();
+    let client = connect(&m, quick()).await;
+    assert_eq!((client.masters(), client.quorum()), (3, 2));
+    let name = unique_name("minority");
+    let key = client.lock_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(5000)).unwrap();
+    let g = lock.try_lock().await.unwrap().expect("2 of 3 masters up");
+    assert!(exists(&m, 0, &key) && exists(&m, 1, &key));
+    g.release().await.unwrap();
+    assert!(!exists(&m, 0, &key) && !exists(&m, 1, &key));
+    // The third comes back, another goes down.
+    m.node_mut(2).restart();
+    m.node_mut(0).kill();
+    let g = test_support::conformance::eventually_locks(
+        lock.as_ref(),
+        Duration::from_secs(5),
+        "Redlock over masters 1 and 2",
+    )
+    .await;
+    assert!(exists(&m, 1, &key) && exists(&m, 2, &key));
+    g.release().await.unwrap();
+    assert!(!exists(&m, 1, &key) && !exists(&m, 2, &key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_down_is_a_typed_error_and_leaves_nothing_on_the_live_master() {
+    let mut m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("majority");
+    let key = client.lock_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    m.node_mut(1).kill();
+    m.node_mut(2).kill();
+    for _ in 0..3 {
+        let r = lock.try_lock().await;
+        assert!(
+            matches!(r, Err(ref e) if e.is_retryable()),
+            "try_lock without a quorum: {r:?}"
+        );
+        assert!(!exists(&m, 0, &key), "the live master kept the attempt");
+    }
+    // A waiting acquisition rides it out until its deadline, then says why.
+    let start = Instant::now();
+    let r = lock.lock_timeout(Duration::from_millis(600)).await;
+    assert!(matches!(r, Err(ref e) if e.is_retryable()), "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(!exists(&m, 0, &key));
+    // Connecting needs a quorum too.
+    let urls = m.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let r = RedlockProvider::connect_with(&urls, quick()).await;
+    assert!(
+        matches!(r, Err(ref e) if e.is_retryable()),
+        "connect without a quorum: {r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_is_outvoted_within_the_response_timeout() {
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("paused");
+    let key = client.lock_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(1500)).unwrap();
+    m.node(0).pause();
+    let start = Instant::now();
+    let g = lock.try_lock().await.unwrap().expect("2 of 3 answer");
+    assert!(
+        start.elapsed() < Duration::from_millis(300 + 500),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(g.is_held());
+    g.release().await.unwrap();
+    assert!(!exists(&m, 1, &key) && !exists(&m, 2, &key));
+    m.node(0).resume();
+    // The paused master ran the acquire late: undone, or gone with the TTL.
+    eventually(
+        "the paused master's key is gone",
+        Duration::from_millis(1500) + Duration::from_secs(2),
+        || !exists(&m, 0, &key),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_gives_nobody_the_lock_and_leaves_nothing() {
+    let m = RedisMasters::start(3);
+    let a = connect(&m, quick()).await;
+    let b = connect(&m, quick()).await;
+    let name = unique_name("split");
+    let key = a.lock_key(&name).unwrap();
+    // Master 0 is held by "client A", master 1 by "client B" (by hand).
+    let _ = m.node(0).cli(&["SET", &key, "held-by-a", "PX", "60000"]);
+    let _ = m.node(1).cli(&["SET", &key, "held-by-b", "PX", "60000"]);
+    let la = a.mutex_with(&name, lease(60_000)).unwrap();
+    let lb = b.mutex_with(&name, lease(60_000)).unwrap();
+    let (ra, rb) = tokio::join!(la.try_lock(), lb.try_lock());
+    assert!(ra.unwrap().is_none() && rb.unwrap().is_none(), "no quorum");
+    // Undone at once, or (an answer not waited for) in the background.
+    eventually(
+        "no attempt left on master 2",
+        Duration::from_secs(2),
+        || !exists(&m, 2, &key),
+    )
+    .await;
+    let (ra, rb) = tokio::join!(
+        la.lock_timeout(Duration::from_millis(400)),
+        lb.lock_timeout(Duration::from_millis(400))
+    );
+    assert!(ra.unwrap().is_none() && rb.unwrap().is_none(), "no quorum");
+    // Undone at once, or (an answer not waited for) in the background.
+    eventually(
+        "no attempt left on master 2",
+        Duration::from_secs(2),
+        || !exists(&m, 2, &key),
+    )
+    .await;
+    assert_eq!(m.node(0).cli(&["GET", &key]), "held-by-a");
+    assert_eq!(m.node(1).cli(&["GET", &key]), "held-by-b");
+    // Once one side lets go, the lock is free for a quorum.
+    let _ = m.node(1).cli(&["DEL", &key]);
+    let g = la.try_lock().await.unwrap().expect("masters 1 and 2 free");
+    g.release().await.unwrap();
+    assert_eq!(m.node(0).cli(&["GET", &key]), "held-by-a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_that_split_end_up_taking_turns() {
+    let m = RedisMasters::start(3);
+    let clients = [
+        connect(&m, quick()).await,
+        connect(&m, quick()).await,
+        connect(&m, quick()).await,
+    ];
+    let name = unique_name("turns");
+    let store = Arc::new(FencedStore::default());
+    let mut tasks = Vec::new();
+    for (t, client) in clients.iter().enumerate() {
+        let lock = client.mutex_with(&name, lease(5000)).unwrap();
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..30 {
+                let g = lock
+                    .lock_timeout(Duration::from_secs(10))
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("task {t} starved"));
+                let v = store.read(g.fencing_token()).expect("fresh token");
+                store.write(g.fencing_token(), v + 1).expect("fresh token");
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(store.snapshot(), (90, 90));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unequal_counters_are_written_back_to_a_quorum_above_every_counter_seen() {
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("write_back");
+    let fence = client.fence_key(&name).unwrap();
+    let base: u64 = 3_000_000_000_000_000;
+    let set = [base, base + 10, base + 20];
+    for (i, c) in set.iter().enumerate() {
+        let _ = m.node(i).cli(&["SET", &fence, &c.to_string()]);
+    }
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let g = lock.try_lock().await.unwrap().expect("free");
+    let t = g.fencing_token();
+    // Any quorum holds master 1 or 2: T is above the largest counter of the
+    // quorum, so above at least two of the three.
+    assert!(t > set[1], "token {t} not above {}", set[1]);
+    assert!(t == set[1] + 1 || t == set[2] + 1, "token {t}");
+    let at_least_t = (0..3)
+        .filter(|&i| m.node(i).cli(&["GET", &fence]).parse::<u64>().unwrap() >= t)
+        .count();
+    assert!(at_least_t >= 2, "token {t} on {at_least_t} masters only");
+    g.release().await.unwrap();
+    let next = lock.try_lock().await.unwrap().expect("free");
+    let t2 = next.fencing_token();
+    assert!(t2 > t);
+    next.release().await.unwrap();
+    let again = lock.try_lock().await.unwrap().expect("free");
+    assert!(again.fencing_token() > t2);
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_under_kills_empty_restarts_and_cancellations() {
+    const TTL_MS: u64 = 500;
+    let masters = RedisMasters::start(3);
+    let clients = [
+        connect(&masters, quick()).await,
+        connect(&masters, quick()).await,
+        connect(&masters, quick()).await,
+    ];
+    let name = unique_name("fencing_faults");
+    let store = Arc::new(FencedStore::default());
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Chaos: one master at a time is killed and restarted empty after
+    // 1.1 s (>= 1 s and >= the TTL, the documented restart delay).
+    let chaos = {
+        let stop = Arc::clone(&stop);
+        tokio::task::spawn_blocking(move || {
+            let mut masters = masters;
+            let mut rng = fastrand::Rng::new();
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(rng.u64(200..600)));
+                let i = rng.usize(0..3);
+                masters.node_mut(i).kill();
+                std::thread::sleep(Duration::from_millis(1100));
+                masters.restart_empty(i);
+                rounds += 1;
+            }
+            (masters, rounds)
+        })
+    };
+    let mut tasks = Vec::new();
+    for (t, client) in clients.iter().enumerate() {
+        for k in 0..2 {
+            let lock = client.mutex_with(&name, lease(TTL_MS)).unwrap();
+            let (store, tokens, stop) =
+                (Arc::clone(&store), Arc::clone(&tokens), Arc::clone(&stop));
+            tasks.push(tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed((t * 2 + k) as u64);
+                let (mut held, mut refused) = (0u64, 0u64);
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if rng.u8(0..3) == 0 {
+                        // Cancelled at a random point of the acquisition.
+                        let cut = Duration::from_micros(rng.u64(0..3000));
+                        let _ = tokio::time::timeout(cut, lock.lock()).await;
+                        continue;
+                    }
+                    let Ok(Some(g)) = lock.lock_timeout(Duration::from_secs(2)).await else {
+                        continue;
+                    };
+                    let token = g.fencing_token();
+                    tokens.lock().unwrap().push(token);
+                    match store.read(token) {
+                        Ok(v) => {
+                            tokio::time::sleep(Duration::from_millis(rng.u64(0..5))).await;
+                            if store.write(token, v + 1).is_err() {
+                                refused += 1;
+                            }
+                        }
+                        Err(_) => refused += 1,
+                    }
+                    held += 1;
+                    let _ = g.release().await;
+                }
+                (held, refused)
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut held, mut refused) = (0, 0);
+    for t in tasks {
+        let (h, r) = t.await.unwrap();
+        held += h;
+        refused += r;
+    }
+    let (_masters, rounds) = chaos.await.unwrap();
+    assert!(rounds >= 3, "only {rounds} kill/restart rounds");
+    assert!(held >= 20, "only {held} acquisitions");
+    let tokens = tokens.lock().unwrap();
+    for pair in tokens.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "token went from {} to {}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let (value, accepted) = store.snapshot();
+    assert_eq!(
+        refused, 0,
+        "a holder was fenced off: two holders overlapped"
+    );
+    assert_eq!((value, accepted), (held, held), "lost update");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_the_lease_with_one_master_down_and_loses_it_without_a_quorum() {
+    let mut m = RedisMasters::start(3);
+    let a = connect(&m, quick()).await;
+    let b = connect(&m, quick()).await;
+    let name = unique_name("watchdog");
+    let ttl = Duration::from_millis(600);
+    let g = a
+        .mutex_with(&name, lease(600))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap();
+    let key = a.lock_key(&name).unwrap();
+    // Held on all three (a straggler may answer just after the guard).
+    eventually("the key on every master", Duration::from_secs(1), || {
+        (0..3).all(|i| exists(&m, i, &key))
+    })
+    .await;
+    m.node_mut(0).kill();
+    tokio::select! {
+        reason = g.lost() => panic!("lost with 2 of 3 masters up: {reason}"),
+        () = tokio::time::sleep(ttl * 4) => {}
+    }
+    assert!(g.is_held());
+    let other = b.mutex_with(&name, lease(60_000)).unwrap();
+    assert!(other.try_lock().await.unwrap().is_none(), "lease ran out");
+    let start = Instant::now();
+    m.node_mut(1).kill();
+    let reason = tokio::time::timeout(ttl + Duration::from_secs(2), g.lost())
+        .await
+        .expect("lost() did not fire without a quorum");
+    assert_eq!(reason, LostReason::Expired);
+    assert!(start.elapsed() <= ttl + Duration::from_secs(2));
+    assert!(!g.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_is_a_plain_lock_with_the_same_keys() {
+    let m = RedisMasters::start(1);
+    let client = RedlockProvider::connect(&m.url()).await.unwrap();
+    assert_eq!((client.masters(), client.quorum()), (1, 1));
+    let name = unique_name("one");
+    let key = client.lock_key(&name).unwrap();
+    assert_eq!(key, name);
+    let lock = client.mutex(&name).unwrap();
+    let g = lock.try_lock().await.unwrap().unwrap();
+    let pttl: i64 = m.node(0).cli(&["PTTL", &key]).parse().unwrap();
+    assert!(pttl > 0 && pttl <= 30_000, "{pttl}");
+    // The single-master provider sees the key as held (same lock key).
+    let single = RedisProvider::connect(&m.node(0).url()).await.unwrap();
+    assert!(single
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
+    let t = g.fencing_token();
+    g.release().await.unwrap();
+    let g = lock.try_lock().await.unwrap().unwrap();
+    assert!(g.fencing_token() > t);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_options_and_other_primitives_are_typed_errors() {
+    let m = three();
+    let p = |i: usize| m.node(i).port();
+    let dup = format!("redis+redlock://127.0.0.1:{},127.0.0.1:{}", p(0), p(0));
+    let dup_case = format!("redis+redlock://LOCALHOST:{},localhost:{}", p(0), p(0));
+    let unknown = format!("redis+redlock://127.0.0.1:{}?nope=1", p(0));
+    let twice = format!("redis+redlock://127.0.0.1:{}?prefix=a&prefix=b", p(0));
+    for url in [
+        "redis+redlock://",
+        "redis+redlock://u:s3cret@",
+        "redis+redlock://,",
+        "redis+redlock://127.0.0.1:notaport",
+        "redis+redlock://127.0.0.1:99999",
+        "redis://127.0.0.1:1",
+        &dup,
+        &dup_case,
+        &unknown,
+        &twice,
+    ] {
+        let r = RedlockProvider::connect(url).await;
+        let Err(e) = r else { panic!("{url} accepted") };
+        assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+    let pool = format!("redis+redlock://127.0.0.1:{}?pool_size=2", p(0));
+    let r = RedlockProvider::connect(&pool).await;
+    assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
+    let bad_ttl = format!("redis+redlock://127.0.0.1:{}?lease_ttl_ms=0", p(0));
+    let r = RedlockProvider::connect(&bad_ttl).await;
+    assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
+    let r = RedlockProvider::connect_with(&[], RedisOptions::new()).await;
+    assert!(matches!(r, Err(Error::InvalidUrl(_))), "{r:?}");
+    let with_option = format!("redis://127.0.0.1:{}?prefix=x", p(0));
+    let r = RedlockProvider::connect_with(&[&with_option], RedisOptions::new()).await;
+    assert!(matches!(r, Err(Error::InvalidUrl(_))), "{r:?}");
+
+    let client = RedlockProvider::connect(&m.url()).await.unwrap();
+    assert_eq!(client.backend(), "redis+redlock");
+    let name = unique_name("unsupported");
+    let unsupported = |r: distlock_core::Result<()>| match r {
+        Err(Error::Unsupported { backend, what }) => {
+            assert_eq!(backend, "redis+redlock");
+            assert!(
+                what.contains("redis://") && what.contains("redis+sentinel://"),
+                "{what}"
+            );
+        }
+        other => panic!("{other:?}"),
+    };
+    unsupported(client.fair_mutex(&name).map(|_| ()));
+    unsupported(client.election(&name).map(|_| ()));
+    unsupported(client.rw_lock(&name).map(|_| ()));
+    unsupported(client.semaphore(&name, 2).map(|_| ()));
+    unsupported(client.id_generator(&name, 10).map(|_| ()));
+    for bad in ["", "a//b", "{tag}", "a b"] {
+        assert!(matches!(client.mutex(bad), Err(Error::InvalidName { .. })));
+        assert!(client.lock_key(bad).is_err());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_cancelled_around_the_write_back_leave_nothing_and_tokens_still_increase() {
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("cancel_write_back");
+    let fence = client.fence_key(&name).unwrap();
+    let key = client.lock_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let base: u64 = 3_000_000_000_000_000;
+    let mut rng = fastrand::Rng::new();
+    let (mut completed, mut cancelled, mut highest) = (0, 0, 0);
+    let mut last_floor = 0;
+    for k in 0..30u64 {
+        // Unequal counters, so every attempt that takes a quorum needs the
+        // write-back round; cancelled at a random point of it all.
+        last_floor = base + 1000 * k;
+        for i in 0..3u64 {
+            let _ = m.node(usize::try_from(i).unwrap()).cli(&[
+                "SET",
+                &fence,
+                &(last_floor + 10 * i).to_string(),
+            ]);
+        }
+        let cut = Duration::from_micros(rng.u64(0..4000));
+        match tokio::time::timeout(cut, lock.lock()).await {
+            Ok(g) => {
+                let g = g.unwrap();
+                assert!(g.fencing_token() > highest);
+                highest = g.fencing_token();
+                completed += 1;
+                drop(g);
+            }
+            Err(_) => cancelled += 1,
+        }
+    }
+    assert!(
+        completed > 0 && cancelled > 0,
+        "{completed} completed, {cancelled} cancelled"
+    );
+    // Nothing left held: the next acquisition gets in (the dropped guards
+    // and the undone attempts release in the background).
+    let g = lock
+        .lock_timeout(Duration::from_secs(3))
+        .await
+        .unwrap()
+        .expect("a cancelled acquisition left the lock held");
+    assert!(g.fencing_token() > highest, "after {completed} completed");
+    // Any quorum holds master 1 or 2 of the last round's counters.
+    assert!(g.fencing_token() > last_floor + 10);
+    g.release().await.unwrap();
+    // The release returns once a quorum released; the third follows.
+    eventually("no master keeps a key", Duration::from_secs(2), || {
+        (0..3).all(|i| !exists(&m, i, &key))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_counter_is_a_typed_error_and_takes_nothing() {
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("exhausted");
+    let fence = client.fence_key(&name).unwrap();
+    let key = client.lock_key(&name).unwrap();
+    for i in 0..3 {
+        let _ = m.node(i).cli(&["SET", &fence, "9007199254740991"]);
+    }
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let r = lock.try_lock().await;
+    assert!(matches!(r, Err(Error::Exhausted { .. })), "{r:?}");
+    for i in 0..3 {
+        assert!(!exists(&m, i, &key), "master {i} kept the lock");
+    }
+    // A counter that is not a number is a conflict, not ours to fix.
+    for i in 0..3 {
+        let _ = m.node(i).cli(&["SET", &fence, "not-a-number"]);
+    }
+    let r = lock.try_lock().await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    for i in 0..3 {
+        assert!(!exists(&m, i, &key), "master {i} kept the lock");
+    }
+}
