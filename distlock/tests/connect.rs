@@ -45,6 +45,14 @@ fn schemes() {
     assert_eq!(Scheme::of("mem://").unwrap(), Scheme::Mem);
     assert_eq!(Scheme::of("REDIS://h:1").unwrap(), Scheme::Redis);
     assert_eq!(Scheme::of("rediss://h:1").unwrap(), Scheme::Redis);
+    assert_eq!(
+        Scheme::of("redis+sentinel://h:1,h:2/mymaster").unwrap(),
+        Scheme::Redis
+    );
+    assert_eq!(
+        Scheme::of("redis+redlock://h:1,h:2,h:3").unwrap(),
+        Scheme::Redis
+    );
     assert_eq!(Scheme::of("zk://h:1,h:2/app").unwrap(), Scheme::ZooKeeper);
 }
 
@@ -62,6 +70,23 @@ async fn redis_urls_reach_the_redis_backend_when_its_feature_is_on() {
     } else {
         assert!(matches!(r, Err(Error::UnsupportedBackend(_))));
     }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_and_sentinel_urls_reach_the_redis_backend() {
+    let masters = test_support::masters::RedisMasters::start(3);
+    let locks = distlock::connect(&masters.url()).await.unwrap();
+    assert_eq!(locks.backend(), "redis+redlock");
+    let name = test_support::unique_name("facade-redlock");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    g.release().await.unwrap();
+    let group = test_support::sentinel::SentinelGroup::start(0);
+    let locks = distlock::connect(&group.url()).await.unwrap();
+    assert_eq!(locks.backend(), "redis");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    assert_eq!(group.master().cli(&["EXISTS", &name]), "1");
+    g.release().await.unwrap();
 }
 
 #[tokio::test]
