@@ -147,8 +147,14 @@ async fn sentinel_experiment(
             outcome.first = "acquired".into();
             Some(guard.expect("free"))
         }
-        Err(e @ Error::NotReplicated { .. }) => {
-            outcome.first = format!("refused: `NotReplicated` ({e})");
+        Err(Error::NotReplicated {
+            acked,
+            wanted,
+            after,
+            ..
+        }) => {
+            outcome.first =
+                format!("refused: `NotReplicated` ({acked} of {wanted} replicas in {after:?})");
             None
         }
         Err(e) => panic!("{mode}: first acquisition: {e:?}"),
