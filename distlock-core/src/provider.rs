@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use crate::election::Election;
 use crate::error::Result;
 use crate::ids::IdGenerator;
+use crate::inspect::{PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
 use crate::lock::Lock;
 use crate::rwlock::ReadWriteLock;
@@ -102,6 +103,59 @@ pub trait Provider: Send + Sync + Debug {
     /// the releases not yet done are left to the TTL or session.
     async fn close(&self) -> Result<()>;
 
+    /// The owner identity this provider stores with every hold
+    /// (`host:pid`, or `label@host:pid`; see
+    /// [`owner_identity`](crate::inspect::owner_identity)).
+    fn owner(&self) -> &str {
+        default_owner()
+    }
+
+    /// A snapshot of `name` as the primitive `kind`: holders (owner
+    /// identity, fencing token, acquired at, lease left), waiters, leader
+    /// and term, a semaphore's permits. Takes no lock and changes nothing;
+    /// holds made by foreign clients are shown as such.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name;
+    /// [`Error::Conflict`](crate::Error::Conflict) when what is stored
+    /// under the name is not that primitive's; connection errors.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only reads.
+    async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
+        let _ = (name, kind);
+        Err(crate::Error::Unsupported {
+            backend: self.backend(),
+            what: "inspect",
+        })
+    }
+
+    /// **Dangerous: for operators.** Removes every current hold of `name` as
+    /// the primitive `kind`, whoever its owner, and advances the name's
+    /// fencing counter, so the next holder's token is above every evicted
+    /// one. The evicted holders are not asked: their `lost()` fires when
+    /// their backend can tell (a TTL lease at its next renewal, a ZooKeeper
+    /// holder when its node is deleted), and until then they may still be
+    /// working. Hand [`ForceReleased::fence`] to the protected resource to
+    /// refuse the evicted tokens at once. Waiters stay queued.
+    ///
+    /// # Errors
+    ///
+    /// As [`Provider::inspect`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Each hold is removed or not; a cancelled call may have removed some.
+    async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
+        let _ = (name, kind);
+        Err(crate::Error::Unsupported {
+            backend: self.backend(),
+            what: "force_release",
+        })
+    }
+
     /// An unfair mutex with the default lease.
     ///
     /// # Errors
@@ -146,4 +200,23 @@ pub trait Provider: Send + Sync + Debug {
     fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
         self.semaphore_with(name, permits, self.default_lease())
     }
+}
+
+/// What [`Provider::force_release`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForceReleased {
+    /// Holds removed.
+    pub evicted: usize,
+    /// The fencing counter after it was advanced: above every evicted
+    /// holder's token, at or below the next holder's. `None` where the
+    /// backend's tokens need no counter (ZooKeeper's are node ids).
+    pub fence: Option<u64>,
+}
+
+/// The process's owner identity without a label, computed once.
+fn default_owner() -> &'static str {
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER.get_or_init(|| {
+        crate::inspect::owner_identity(None).unwrap_or_else(|_| "unknown".to_owned())
+    })
 }

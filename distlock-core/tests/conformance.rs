@@ -72,3 +72,7 @@ mod semaphore {
 mod election {
     test_support::conformance_suite!(election super::Mem::new(test_support::primitives::Kind::Mutex));
 }
+
+mod operations {
+    test_support::conformance_suite!(operations super::Mem::new(test_support::primitives::Kind::Mutex));
+}

@@ -569,6 +569,11 @@ macro_rules! conformance_suite {
             election_one_leader, election_observe, election_cancelled_campaign_withdraws,
             election_expiry);
     };
+    (operations $fixture:expr) => {
+        $crate::conformance_suite!(@in operations $fixture;
+            inspect_mutexes, inspect_rw_lock, inspect_semaphore, inspect_election,
+            force_release_evicts);
+    };
     (session $fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,

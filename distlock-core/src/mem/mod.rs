@@ -38,10 +38,11 @@ use crate::election::{Election, LeaderInfo, LeaderStream, Leadership};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::ids::IdGenerator;
+use crate::inspect::{PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
 use crate::lock::{Lock, Wait};
 use crate::name::Name;
-use crate::provider::Provider;
+use crate::provider::{ForceReleased, Provider};
 use crate::rwlock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 use store::{Kind, SlotKey, Store, Want};
@@ -55,6 +56,15 @@ pub struct MemProvider {
     store: Arc<Store>,
     lease: LeaseOptions,
     lifecycle: Arc<Lifecycle>,
+    owner: Arc<str>,
+}
+
+/// The process's owner identity without a label.
+fn default_owner() -> Arc<str> {
+    static OWNER: OnceLock<Arc<str>> = OnceLock::new();
+    Arc::clone(OWNER.get_or_init(|| {
+        Arc::from(crate::inspect::owner_identity(None).unwrap_or_else(|_| "unknown".to_owned()))
+    }))
 }
 
 impl MemProvider {
@@ -65,6 +75,7 @@ impl MemProvider {
             store: Arc::new(Store::default()),
             lease: LeaseOptions::default(),
             lifecycle: Lifecycle::new(),
+            owner: default_owner(),
         }
     }
 
@@ -83,6 +94,7 @@ impl MemProvider {
             store: Arc::clone(store),
             lease: LeaseOptions::default(),
             lifecycle: Lifecycle::new(),
+            owner: default_owner(),
         }
     }
 
@@ -94,6 +106,7 @@ impl MemProvider {
             store: Arc::clone(&self.store),
             lease: self.lease,
             lifecycle: Lifecycle::new(),
+            owner: default_owner(),
         }
     }
 
@@ -101,6 +114,17 @@ impl MemProvider {
     #[must_use]
     pub fn with_default_lease(self, lease: LeaseOptions) -> Self {
         MemProvider { lease, ..self }
+    }
+
+    /// The same client with the owner identity `label@host:pid` (see
+    /// [`owner_identity`](crate::inspect::owner_identity)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for a bad label.
+    pub fn with_owner_label(self, label: &str) -> Result<Self> {
+        let owner = Arc::from(crate::inspect::owner_identity(Some(label))?);
+        Ok(MemProvider { owner, ..self })
     }
 
     fn key(kind: Kind, name: &str) -> Result<SlotKey> {
@@ -139,11 +163,26 @@ impl Provider for MemProvider {
         self.lease
     }
 
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
+        self.lifecycle.check_open()?;
+        Ok(self.store.inspect(&Self::key(slot_kind(kind), name)?, kind))
+    }
+
+    async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
+        self.lifecycle.check_open()?;
+        self.store.force_release(&Self::key(slot_kind(kind), name)?)
+    }
+
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
         self.lifecycle.check_open()?;
         Ok(Arc::new(MemMutex {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
+            owner: Arc::clone(&self.owner),
             key: Self::key(Kind::Mutex, name)?,
             want: Want::Exclusive { fair: false },
             lease,
@@ -155,6 +194,7 @@ impl Provider for MemProvider {
         Ok(Arc::new(MemMutex {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
+            owner: Arc::clone(&self.owner),
             key: Self::key(Kind::FairMutex, name)?,
             want: Want::Exclusive { fair: true },
             lease,
@@ -166,6 +206,7 @@ impl Provider for MemProvider {
         Ok(Arc::new(MemElection {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
+            owner: Arc::clone(&self.owner),
             key: Self::key(Kind::Election, name)?,
             lease,
         }))
@@ -178,6 +219,7 @@ impl Provider for MemProvider {
             Arc::new(MemMutex {
                 store: Arc::clone(&self.store),
                 lifecycle: Arc::clone(&self.lifecycle),
+                owner: Arc::clone(&self.owner),
                 key: key.clone(),
                 want,
                 lease,
@@ -202,6 +244,7 @@ impl Provider for MemProvider {
         Ok(Arc::new(MemMutex {
             store: Arc::clone(&self.store),
             lifecycle: Arc::clone(&self.lifecycle),
+            owner: Arc::clone(&self.owner),
             key,
             want: Want::Permit(permits),
             lease,
@@ -220,11 +263,23 @@ impl Provider for MemProvider {
     }
 }
 
+/// The table's kind of a primitive.
+fn slot_kind(kind: PrimitiveKind) -> Kind {
+    match kind {
+        PrimitiveKind::FairMutex => Kind::FairMutex,
+        PrimitiveKind::ReadWrite => Kind::RwLock,
+        PrimitiveKind::Semaphore => Kind::Semaphore,
+        PrimitiveKind::Election => Kind::Election,
+        _ => Kind::Mutex,
+    }
+}
+
 /// An in-process lock: a mutex (fair or unfair), one side of a read-write
 /// lock, or a semaphore, as `want` says.
 struct MemMutex {
     store: Arc<Store>,
     lifecycle: Arc<Lifecycle>,
+    owner: Arc<str>,
     key: SlotKey,
     want: Want,
     lease: LeaseOptions,
@@ -285,6 +340,7 @@ impl Lock for MemMutex {
                 wait,
                 self.lease,
                 None,
+                &self.owner,
             )
             .await
     }
@@ -294,6 +350,7 @@ impl Lock for MemMutex {
 struct MemElection {
     store: Arc<Store>,
     lifecycle: Arc<Lifecycle>,
+    owner: Arc<str>,
     key: SlotKey,
     lease: LeaseOptions,
 }
@@ -323,6 +380,7 @@ impl Election for MemElection {
                 Wait::Forever,
                 self.lease,
                 Some(Arc::from(candidate)),
+                &self.owner,
             )
             .await?
             .ok_or(Error::Closed)?;

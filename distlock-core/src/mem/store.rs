@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -13,10 +13,12 @@ use tokio::time::{sleep_until, Instant};
 use crate::backend::{GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle};
 use crate::election::LeaderInfo;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, LostReason};
+use crate::inspect::{HoldRole, Holder as Held, LeaseLeft, PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
 use crate::lock::Wait;
 use crate::name::Name;
+use crate::provider::ForceReleased;
 
 /// Which primitive a slot belongs to: the same name in two kinds is two locks,
 /// as on the servers (different keys or node layouts).
@@ -61,6 +63,14 @@ struct Holder {
     data: Option<Arc<str>>,
     /// A write or exclusive hold (not a read share or a permit).
     exclusive: bool,
+    /// What it holds, for `inspect`.
+    role: HoldRole,
+    /// The owner identity of the provider that acquired it.
+    who: Arc<str>,
+    /// When it was acquired.
+    since: SystemTime,
+    /// Its lease's status cell: a force-release reports the loss at once.
+    signal: LeaseSignal,
 }
 
 struct Slot {
@@ -69,6 +79,8 @@ struct Slot {
     fence: u64,
     /// Queued waiters (owner id, what they want), first come first.
     queue: VecDeque<(u64, Want)>,
+    /// The owner identities of the queued waiters.
+    waiting: HashMap<u64, Arc<str>>,
     /// The number of permits the current holders of a semaphore were
     /// admitted under.
     permits: u32,
@@ -83,6 +95,7 @@ impl Default for Slot {
             holders: Vec::new(),
             fence: 0,
             queue: VecDeque::new(),
+            waiting: HashMap::new(),
             permits: 0,
             version: watch::Sender::new(0),
         }
@@ -183,6 +196,7 @@ impl Drop for QueuePlace<'_> {
         if let Some(slot) = slots.get_mut(self.key) {
             let before = slot.queue.len();
             slot.queue.retain(|(o, _)| *o != self.owner);
+            slot.waiting.remove(&self.owner);
             if slot.queue.len() != before {
                 slot.bump();
             }
@@ -202,6 +216,7 @@ impl Store {
         wait: Wait,
         lease: LeaseOptions,
         mut data: Option<Arc<str>>,
+        who: &Arc<str>,
     ) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         lifecycle.check_open()?;
@@ -218,6 +233,7 @@ impl Store {
             let mut slots = lock(&self.slots);
             let slot = slots.entry(key.clone()).or_default();
             slot.queue.push_back((owner, want));
+            slot.waiting.insert(owner, Arc::clone(who));
             slot.bump();
         }
         loop {
@@ -232,23 +248,35 @@ impl Store {
                     })?;
                     if queued {
                         slot.queue.retain(|(o, _)| *o != owner);
+                        slot.waiting.remove(&owner);
                         place.armed = false;
                     }
                     if let Want::Permit(permits) = want {
                         slot.permits = permits;
                     }
                     slot.fence = token;
+                    let signal = LeaseSignal::new();
                     slot.holders.push(Holder {
                         owner,
                         token,
                         expires: expiry(now, lease.ttl()),
                         data: data.take(),
                         exclusive: matches!(want, Want::Exclusive { .. } | Want::Write),
+                        role: match (key.kind, want) {
+                            (Kind::Election, _) => HoldRole::Leader,
+                            (_, Want::Read) => HoldRole::Read,
+                            (_, Want::Write) => HoldRole::Write,
+                            (_, Want::Permit(_)) => HoldRole::Permit,
+                            (_, Want::Exclusive { .. }) => HoldRole::Exclusive,
+                        },
+                        who: Arc::clone(who),
+                        since: SystemTime::now(),
+                        signal: signal.clone(),
                     });
                     slot.bump();
                     drop(slots);
                     return self
-                        .guard(lifecycle, key, owner, token, lease, now)
+                        .guard(lifecycle, key, owner, token, lease, now, signal)
                         .map(Some);
                 }
                 if wait == Wait::No {
@@ -272,6 +300,7 @@ impl Store {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn guard(
         self: &Arc<Self>,
         lifecycle: &Arc<Lifecycle>,
@@ -280,6 +309,7 @@ impl Store {
         token: u64,
         lease: LeaseOptions,
         acquired_at: Instant,
+        signal: LeaseSignal,
     ) -> Result<LockGuard> {
         let backend = Arc::new(MemLease {
             store: Arc::clone(self),
@@ -289,7 +319,7 @@ impl Store {
         let parts = GuardParts {
             name: key.name.clone(),
             fencing_token: token,
-            signal: LeaseSignal::new(),
+            signal,
             terms: LeaseTerms::Ttl(lease),
             acquired_at,
             lifecycle: Arc::clone(lifecycle),
@@ -315,6 +345,62 @@ impl Store {
         let slot = slots.entry(key.clone()).or_default();
         slot.expire(Instant::now());
         (slot.leader(), slot.version.subscribe(), slot.next_expiry())
+    }
+
+    /// A snapshot of `key` as `kind`, read under the table's lock.
+    pub(crate) fn inspect(&self, key: &SlotKey, kind: PrimitiveKind) -> Snapshot {
+        let mut snapshot = Snapshot::empty(key.name.clone(), kind, "mem");
+        let mut slots = lock(&self.slots);
+        let Some(slot) = slots.get_mut(key) else {
+            return snapshot;
+        };
+        let now = Instant::now();
+        slot.expire(now);
+        snapshot.holders = slot
+            .holders
+            .iter()
+            .map(|h| Held {
+                role: h.role,
+                owner: Some(h.who.to_string()),
+                foreign: None,
+                fencing_token: Some(h.token),
+                acquired_at: Some(h.since),
+                lease: LeaseLeft::Ttl(h.expires.saturating_duration_since(now)),
+            })
+            .collect();
+        snapshot.waiters.count = slot.queue.len();
+        snapshot.waiters.owners = slot
+            .queue
+            .iter()
+            .filter_map(|(o, _)| slot.waiting.get(o).map(ToString::to_string))
+            .collect();
+        if key.kind == Kind::Election {
+            snapshot.leader = slot.leader();
+        }
+        if key.kind == Kind::Semaphore && !slot.holders.is_empty() {
+            snapshot.permits = Some(slot.permits);
+        }
+        snapshot
+    }
+
+    /// Removes every hold of `key`, reports each holder's lease lost at
+    /// once, and advances the fencing counter past them.
+    pub(crate) fn force_release(&self, key: &SlotKey) -> Result<ForceReleased> {
+        let mut slots = lock(&self.slots);
+        let slot = slots.entry(key.clone()).or_default();
+        slot.expire(Instant::now());
+        let evicted = std::mem::take(&mut slot.holders);
+        for holder in &evicted {
+            holder.signal.lose(LostReason::Deleted);
+        }
+        slot.fence = slot.fence.checked_add(1).ok_or_else(|| Error::Exhausted {
+            name: key.name.to_string(),
+        })?;
+        slot.bump();
+        Ok(ForceReleased {
+            evicted: evicted.len(),
+            fence: Some(slot.fence),
+        })
     }
 
     /// Adds `n` to the counter `name`; returns the new value.
