@@ -359,12 +359,17 @@ use distlock_core::{Provider, Result};
 ///
 /// Cancellation safe: a dropped connect leaves no connection open.
 pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
-    if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        return connect_cluster_url(rest).await;
+    // Schemes are case-insensitive (as `distlock::Scheme::of` reads them).
+    let scheme = url
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    if scheme == "redis+cluster" {
+        return connect_cluster_url(&url[scheme.len() + 3..]).await;
     }
     // Boxed: the connect futures are large, and the facade's `connect`
     // holds whichever one the URL names.
-    if url.starts_with("redis+redlock://") {
+    if scheme == "redis+redlock" {
         return Ok(Arc::new(Box::pin(RedlockProvider::connect(url)).await?));
     }
     Ok(Arc::new(Box::pin(RedisProvider::connect(url)).await?))

@@ -194,7 +194,9 @@ impl RedisOptions {
     ///   replica missed only leaves a lease to expire).
     ///
     /// `replicas` 0 turns it off. `timeout` must be at least 1 ms (Redis
-    /// reads 0 as "forever") and below the response timeout. Every command
+    /// reads 0 as "forever") and below half the response timeout (after a
+    /// `NOSCRIPT`, from a restarted server, the script and its `WAIT` go
+    /// out again). Every command
     /// on the connection waits behind a `WAIT` in progress, so with replicas
     /// down each acquisition costs up to `timeout`: keep it short. What `WAIT`
     /// does not give: it is not consensus. A replica that acknowledged can
@@ -230,6 +232,19 @@ impl RedisOptions {
         self
     }
 
+    /// Refuses TLS certificates for a mode that does not use them (Sentinel
+    /// and Redlock connect over plain TCP), rather than ignoring them.
+    pub(crate) fn refuse_tls(&self, mode: &str) -> Result<()> {
+        #[cfg(feature = "tls")]
+        if self.tls != TlsOptions::default() {
+            return Err(Error::InvalidOptions(format!(
+                "{mode} connects over plain TCP: TLS certificates are not supported there"
+            )));
+        }
+        let _ = mode;
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.prefix.len() > 100
             || self
@@ -253,9 +268,12 @@ impl RedisOptions {
             return Err(Error::InvalidOptions("pool size must be at least 1".into()));
         }
         if let Some(wait) = self.wait {
-            if wait.timeout < Duration::from_millis(1) || wait.timeout >= self.response_timeout {
+            // Twice: after a NOSCRIPT the script and its WAIT are sent again.
+            if wait.timeout < Duration::from_millis(1)
+                || wait.timeout.saturating_mul(2) >= self.response_timeout
+            {
                 return Err(Error::InvalidOptions(format!(
-                    "the replica acknowledgement timeout ({:?}) must be at least 1 ms and below the response timeout ({:?})",
+                    "the replica acknowledgement timeout ({:?}) must be at least 1 ms and below half the response timeout ({:?})",
                     wait.timeout, self.response_timeout
                 )));
             }
@@ -466,6 +484,17 @@ mod tests {
 
     #[cfg(feature = "tls")]
     #[test]
+    fn tls_certificates_are_refused_where_they_would_be_ignored() {
+        let o = RedisOptions::new().tls_root_cert(b"ROOT".to_vec());
+        assert!(matches!(
+            o.refuse_tls("redis+redlock"),
+            Err(Error::InvalidOptions(m)) if m.contains("redis+redlock")
+        ));
+        RedisOptions::new().refuse_tls("redis+redlock").unwrap();
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
     fn debug_hides_the_tls_key() {
         let o = RedisOptions::new()
             .tls_root_cert(b"ROOT-CERT-BYTES".to_vec())
@@ -522,7 +551,7 @@ mod tests {
             RedisOptions::new().wait_for_replicas(1, Duration::from_secs(2)),
             RedisOptions::new()
                 .response_timeout(Duration::from_millis(100))
-                .wait_for_replicas(1, Duration::from_millis(100)),
+                .wait_for_replicas(1, Duration::from_millis(50)),
         ] {
             assert!(matches!(bad.validate(), Err(Error::InvalidOptions(_))));
         }

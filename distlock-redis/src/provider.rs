@@ -131,7 +131,10 @@ impl RedisProvider {
     ///
     /// As [`RedisProvider::connect`].
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        if url.starts_with("redis+sentinel://") {
+        if url
+            .get(..17)
+            .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
+        {
             let parsed = crate::sentinel::parse_url(url, options)?;
             let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
             return Self::connect_sentinel_with(
@@ -272,6 +275,7 @@ impl RedisProvider {
         options: RedisOptions,
     ) -> Result<Self> {
         options.validate()?;
+        options.refuse_tls("redis+sentinel")?;
         if options.pool_size.is_some() {
             return Err(Error::InvalidOptions(
                 "pool_size is not supported with Sentinel (one multiplexed connection to the master)"

@@ -616,9 +616,16 @@ pub(crate) struct SentinelUrl {
 pub(crate) fn parse_url(url: &str, options: RedisOptions) -> Result<SentinelUrl> {
     let shown = hide_sentinel_password(url);
     let rest = url
-        .strip_prefix("redis+sentinel://")
+        .get(..17)
+        .filter(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
+        .map(|_| &url[17..])
         .ok_or_else(|| invalid_url(&shown, "is not a redis+sentinel:// URL"))?;
-    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+    if rest.contains('#') {
+        return Err(invalid_url(
+            &shown,
+            "has a #fragment, which redis+sentinel:// does not read",
+        ));
+    }
     let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (userinfo, main) = match main.rsplit_once('@') {
         Some((userinfo, main)) => (Some(userinfo), main),
@@ -704,6 +711,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_scheme_is_case_insensitive() {
+        let u = parse_url("REDIS+Sentinel://h:1/m", RedisOptions::new()).unwrap();
+        assert_eq!(u.master_name, "m");
+    }
+
+    #[test]
     fn urls_name_sentinels_master_credentials_and_options() {
         let u = parse_url(
             "redis+sentinel://u:p%40ss@127.0.0.1:26379,h2:26380/mymaster?prefix=app:&sentinel_password=sp&db=3&lease_ttl_ms=900",
@@ -734,6 +747,7 @@ mod tests {
     #[test]
     fn bad_urls_are_refused_with_secrets_hidden() {
         for (url, says) in [
+            ("redis+sentinel://u:s3cret@h:1/m#x", "#fragment"),
             ("redis+sentinel://u:s3cret@h:1", "names no master"),
             ("redis+sentinel://u:s3cret@h:1/", "names no master"),
             ("redis+sentinel://u:s3cret@/m", "names no Sentinel"),

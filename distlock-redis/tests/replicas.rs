@@ -291,7 +291,7 @@ async fn the_url_query_turns_it_on() {
 async fn a_lost_reply_to_an_acknowledged_acquisition_leaves_nothing() {
     let set = Replicated::start(1);
     let proxy = test_support::Proxy::start(set.master().addr());
-    let options = acked(1).response_timeout(Duration::from_millis(400));
+    let options = acked(1).response_timeout(Duration::from_millis(500));
     let victim = RedisProvider::connect_with(&format!("redis://{}", proxy.addr()), options)
         .await
         .unwrap();

@@ -76,7 +76,9 @@ async fn redis_urls_reach_the_redis_backend_when_its_feature_is_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_and_sentinel_urls_reach_the_redis_backend() {
     let masters = test_support::masters::RedisMasters::start(3);
-    let locks = distlock::connect(&masters.url()).await.unwrap();
+    // Schemes are case-insensitive.
+    let url = masters.url().replacen("redis+redlock", "Redis+Redlock", 1);
+    let locks = distlock::connect(&url).await.unwrap();
     assert_eq!(locks.backend(), "redis+redlock");
     let name = test_support::unique_name("facade-redlock");
     let g = locks.mutex(&name).unwrap().lock().await.unwrap();

@@ -188,9 +188,12 @@ pub(crate) struct Shared {
 /// * **Guard**: the core's `LockGuard` with `LeaseTerms::Ttl`, acquired at
 ///   `t0`: its local deadline `t0 + TTL − drift` *is* the Redlock validity.
 ///   Dropping the acquire future at any await point leaves no key with the
-///   attempt's token on any master (an armed cleanup undoes on every master;
-///   each attempt has a fresh token, so an undo still running never touches
-///   a later attempt's key).
+///   attempt's token held past its TTL: an armed cleanup undoes on every
+///   master (each attempt has a fresh token, so an undo still running never
+///   touches a later attempt's key). One case is left to the TTL: a master
+///   whose connection was re-established between the attempt and its undo
+///   (a paused master) can run the undo before the late attempt; that key,
+///   on a minority of masters, then blocks nobody and expires with its TTL.
 /// * **Renew** (watchdog and `extend()`): compare-and-`PEXPIRE` on every
 ///   master in parallel, from the renewal's start `t1`, decided as soon as
 ///   a quorum renewed (the others finish in the background). Success needs
@@ -301,7 +304,9 @@ impl fmt::Debug for RedlockProvider {
 /// options of its query.
 fn parse_url(url: &str, options: RedisOptions) -> Result<(Vec<String>, RedisOptions)> {
     let rest = url
-        .strip_prefix(SCHEME)
+        .get(..SCHEME.len())
+        .filter(|s| s.eq_ignore_ascii_case(SCHEME))
+        .map(|_| &url[SCHEME.len()..])
         .ok_or_else(|| invalid_url(url, format_args!("does not start with {SCHEME}")))?;
     if rest.contains('#') {
         return Err(invalid_url(url, "takes no #fragment"));
@@ -395,6 +400,7 @@ impl RedlockProvider {
 
     async fn connect_masters(whole: &str, urls: &[&str], options: RedisOptions) -> Result<Self> {
         options.validate()?;
+        options.refuse_tls("redis+redlock")?;
         if options.pool_size.is_some() {
             return Err(Error::InvalidOptions(
                 "redis+redlock keeps one connection per master: pool_size is not supported".into(),
