@@ -32,6 +32,9 @@ pub enum LostReason {
     SessionClosed,
     /// The lease's node or key was deleted by someone else.
     Deleted,
+    /// The lease was held for its [`LeaseOptions::max_hold`](crate::LeaseOptions::max_hold):
+    /// the watchdog stopped renewing it and released it.
+    MaxHold,
     /// The provider that acquired the lease was closed.
     ProviderClosed,
 }
@@ -40,6 +43,7 @@ impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LostReason::Expired => "lease expired without renewal",
+            LostReason::MaxHold => "lease held for its max_hold",
             LostReason::Taken => "lease is held by someone else",
             LostReason::SessionExpired => "session expired",
             LostReason::SessionClosed => "session closed",
@@ -185,6 +189,16 @@ impl LockGuard {
                 (timeout.saturating_sub(interval), Some(interval))
             }
         };
+        if let LeaseTerms::Ttl(lease) = parts.terms {
+            if let Some(limit) = lease.hold_limit() {
+                parts.signal.set_hold_limit(
+                    parts
+                        .acquired_at
+                        .checked_add(limit)
+                        .unwrap_or(parts.acquired_at),
+                );
+            }
+        }
         let watchdog = Watchdog::spawn(
             &handle,
             parts.name.clone(),

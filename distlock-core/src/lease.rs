@@ -42,6 +42,7 @@ pub enum Renewal {
 pub struct LeaseOptions {
     ttl: Duration,
     renewal: Renewal,
+    max_hold: Option<Duration>,
 }
 
 impl LeaseOptions {
@@ -70,6 +71,7 @@ impl LeaseOptions {
             renewal: Renewal::Watchdog {
                 interval: default_interval(ttl),
             },
+            max_hold: None,
         })
     }
 
@@ -83,6 +85,7 @@ impl LeaseOptions {
         Ok(LeaseOptions {
             ttl: check_ttl(ttl)?,
             renewal: Renewal::Manual,
+            max_hold: None,
         })
     }
 
@@ -108,6 +111,36 @@ impl LeaseOptions {
             renewal: Renewal::Watchdog { interval },
             ..self
         })
+    }
+
+    /// The same lease, held at most `limit` from its acquisition: then
+    /// `lost()` fires with [`LostReason::MaxHold`](crate::LostReason::MaxHold),
+    /// renewals stop (`extend()` is refused), and in watchdog mode the lease
+    /// is released at once (in manual mode it runs out with its TTL). A stuck
+    /// holder cannot keep a lease forever. `is_held()` turns false at the
+    /// limit by the clock, even if the runtime is starved. A `limit` longer
+    /// than a manual lease's TTL never comes into play.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for a zero limit or one above
+    /// [`Self::MAX_TTL`] × 1000.
+    pub fn max_hold(self, limit: Duration) -> Result<Self> {
+        if limit.is_zero() || limit > Self::MAX_TTL.saturating_mul(1000) {
+            return Err(Error::InvalidOptions(format!(
+                "max_hold {limit:?} must be above zero and at most 30 000 days"
+            )));
+        }
+        Ok(LeaseOptions {
+            max_hold: Some(limit),
+            ..self
+        })
+    }
+
+    /// The longest hold allowed ([`LeaseOptions::max_hold`]), if any.
+    #[must_use]
+    pub fn hold_limit(&self) -> Option<Duration> {
+        self.max_hold
     }
 
     /// The lease's time to live.
@@ -137,6 +170,7 @@ impl Default for LeaseOptions {
             renewal: Renewal::Watchdog {
                 interval: default_interval(Self::DEFAULT_TTL),
             },
+            max_hold: None,
         }
     }
 }
@@ -256,6 +290,21 @@ mod tests {
             panic!("watchdog expected");
         };
         assert!(interval > Duration::ZERO && interval <= max_interval(LeaseOptions::MIN_TTL));
+    }
+
+    #[test]
+    fn max_hold_is_checked_and_kept() {
+        let l = LeaseOptions::default()
+            .max_hold(Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(l.hold_limit(), Some(Duration::from_secs(60)));
+        assert_eq!(LeaseOptions::default().hold_limit(), None);
+        for bad in [Duration::ZERO, Duration::MAX] {
+            assert!(matches!(
+                LeaseOptions::default().max_hold(bad),
+                Err(Error::InvalidOptions(_))
+            ));
+        }
     }
 
     #[test]

@@ -173,6 +173,13 @@ async fn run(renewer: Arc<Renewer>) {
             biased;
             active = signal.next_change(&mut status) => {
                 if !active {
+                    if signal.status() == crate::guard::LeaseStatus::Lost(LostReason::MaxHold) {
+                        // Held as long as allowed: give it back now rather
+                        // than at the TTL.
+                        if let Err(e) = renewer.backend.release().await {
+                            tracing::debug!(name = %renewer.name, error = %e, "distlock release at max_hold failed");
+                        }
+                    }
                     return;
                 }
             }

@@ -75,4 +75,9 @@ mod election {
 
 mod operations {
     test_support::conformance_suite!(operations super::Mem::new(test_support::primitives::Kind::Mutex));
+    test_support::conformance_suite!(max_hold super::Mem::new(test_support::primitives::Kind::Mutex));
+}
+
+mod max_hold_fair {
+    test_support::conformance_suite!(max_hold super::Mem::new(test_support::primitives::Kind::FairMutex));
 }

@@ -113,3 +113,13 @@ mod election {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(election super::Redis::single(Kind::Mutex));
 }
+
+mod max_hold {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(max_hold super::Redis::single(Kind::Mutex));
+}
+
+mod max_hold_rw_write {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(max_hold super::Redis::single(Kind::RwWrite));
+}

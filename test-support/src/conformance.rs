@@ -574,6 +574,9 @@ macro_rules! conformance_suite {
             inspect_mutexes, inspect_rw_lock, inspect_semaphore, inspect_election,
             force_release_evicts);
     };
+    (max_hold $fixture:expr) => {
+        $crate::conformance_suite!(@in operations $fixture; max_hold_ends_the_hold);
+    };
     (session $fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,

@@ -332,3 +332,48 @@ pub async fn force_release_evicts<F: Fixture>(fx: &F) {
         assert_eq!(nothing.evicted, 0, "{kind}: {nothing:?}");
     }
 }
+
+/// `LeaseOptions::max_hold`: a lease renewed by its watchdog is still held
+/// before the limit, then lost with `MaxHold` on time and released, so the
+/// next client gets in; renewing after the limit is refused.
+pub async fn max_hold_ends_the_hold<F: Fixture>(fx: &F) {
+    use distlock_core::LostReason;
+
+    let holder = fx.client().await;
+    let other = fx.client().await;
+    let name = unique_name("max-hold");
+    let limit = Duration::from_millis(1500);
+    let base = if fx.session() {
+        holder.default_lease()
+    } else {
+        LeaseOptions::new(Duration::from_millis(600)).expect("valid TTL")
+    };
+    let lease = base.max_hold(limit).expect("valid max_hold");
+    let lock = fx.lock(holder.as_ref(), &name, lease).expect("lock");
+    let started = tokio::time::Instant::now();
+    let guard = lock.try_lock().await.unwrap().expect("free");
+    // Past several TTLs the watchdog still renews.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        guard.is_held(),
+        "lost before max_hold: {:?}",
+        guard.status()
+    );
+    let reason = tokio::time::timeout(limit + SLACK, guard.lost())
+        .await
+        .expect("lost() fired");
+    assert_eq!(reason, LostReason::MaxHold);
+    assert!(started.elapsed() >= limit - Duration::from_millis(50));
+    assert!(guard.extend(Duration::from_secs(1)).await.is_err());
+    // Released at the limit: the next client gets in well before the TTL
+    // (or the session) would have run out.
+    let next = fx
+        .lock(other.as_ref(), &name, other.default_lease())
+        .expect("lock")
+        .lock_timeout(SLACK)
+        .await
+        .unwrap()
+        .expect("released at max_hold");
+    assert!(next.fencing_token() > guard.fencing_token());
+    next.release().await.unwrap();
+}

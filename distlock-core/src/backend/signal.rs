@@ -14,6 +14,8 @@ pub(crate) struct State {
     /// When the holder must treat the lease as gone unless it is renewed:
     /// the server's earliest possible expiry less the drift margin.
     deadline: Option<Instant>,
+    /// The end of the longest hold allowed (`LeaseOptions::max_hold`).
+    hold_end: Option<Instant>,
 }
 
 /// The shared status cell of one lease.
@@ -41,6 +43,7 @@ impl LeaseSignal {
             tx: Arc::new(watch::Sender::new(State {
                 status: LeaseStatus::Held,
                 deadline: None,
+                hold_end: None,
             })),
         }
     }
@@ -54,20 +57,31 @@ impl LeaseSignal {
     }
 
     /// Marks the lease [`LostReason::Expired`] if its deadline, as it stands
-    /// at this moment (a renewal may just have moved it), has passed.
+    /// at this moment (a renewal may just have moved it), has passed, or
+    /// [`LostReason::MaxHold`] if its hold limit passed first.
     /// Returns whether this call made the change.
     fn expire_if_due(&self) -> bool {
         let now = Instant::now();
+        let mut reason = LostReason::Expired;
         let expired = self.tx.send_if_modified(|s| {
-            if s.status.is_active() && s.deadline.is_some_and(|d| now >= d) {
-                s.status = LeaseStatus::Lost(LostReason::Expired);
-                true
-            } else {
-                false
+            if !s.status.is_active() {
+                return false;
             }
+            let lapsed = s.deadline.filter(|d| now >= *d);
+            let ended = s.hold_end.filter(|h| now >= *h);
+            let next = match (lapsed, ended) {
+                // The earlier of the two says why.
+                (Some(d), Some(h)) if h <= d => LostReason::MaxHold,
+                (Some(_), _) => LostReason::Expired,
+                (None, Some(_)) => LostReason::MaxHold,
+                (None, None) => return false,
+            };
+            reason = next;
+            s.status = LeaseStatus::Lost(next);
+            true
         });
         if expired {
-            tracing::warn!(reason = %LostReason::Expired, "distlock lease lost");
+            tracing::warn!(%reason, "distlock lease lost");
         }
         expired
     }
@@ -86,6 +100,19 @@ impl LeaseSignal {
                 return false;
             }
             s.deadline = deadline;
+            true
+        });
+    }
+
+    /// Ends the lease at `at` whatever its renewals (`LeaseOptions::max_hold`):
+    /// from then on it reads as lost with [`LostReason::MaxHold`], unless it
+    /// was lost or released before. Only ever moves the limit earlier.
+    pub fn set_hold_limit(&self, at: Instant) {
+        self.tx.send_if_modified(|s| {
+            if !s.status.is_active() || s.hold_end.is_some_and(|h| h <= at) {
+                return false;
+            }
+            s.hold_end = Some(at);
             true
         });
     }
@@ -140,7 +167,10 @@ impl LeaseSignal {
             if !state.status.is_active() {
                 return false;
             }
-            state.deadline
+            match (state.deadline, state.hold_end) {
+                (Some(d), Some(h)) => Some(d.min(h)),
+                (d, h) => d.or(h),
+            }
         };
         if deadline.is_some_and(|d| Instant::now() >= d) && self.expire_if_due() {
             rx.mark_unchanged();
@@ -195,6 +225,29 @@ mod tests {
         // Ended for good: a late renewal cannot bring it back.
         s.set_deadline(Some(Instant::now() + Duration::from_secs(10)));
         assert_eq!(s.status(), LeaseStatus::Lost(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_earlier_of_deadline_and_hold_limit_says_why() {
+        let s = LeaseSignal::new();
+        let start = Instant::now();
+        s.set_deadline(Some(start + Duration::from_secs(5)));
+        s.set_hold_limit(start + Duration::from_secs(2));
+        s.set_hold_limit(start + Duration::from_secs(3));
+        let ended = tokio::spawn({
+            let s = s.clone();
+            async move { s.ended().await }
+        });
+        tokio::time::advance(Duration::from_millis(1999)).await;
+        assert_eq!(s.status(), LeaseStatus::Held);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        ended.await.unwrap();
+        assert_eq!(s.status(), LeaseStatus::Lost(LostReason::MaxHold));
+        let t = LeaseSignal::new();
+        t.set_deadline(Some(start + Duration::from_secs(1)));
+        t.set_hold_limit(start + Duration::from_secs(4));
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(t.status(), LeaseStatus::Lost(LostReason::Expired));
     }
 
     #[tokio::test(start_paused = true)]
