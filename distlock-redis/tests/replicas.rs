@@ -17,11 +17,15 @@ use test_support::primitives::Kind;
 use test_support::replicas::Replicated;
 use test_support::unique_name;
 
-const WAIT_TIMEOUT: Duration = Duration::from_millis(200);
+/// Long enough that a replica that is up always acknowledges in time on a
+/// loaded machine; the frozen-replica cases pay it once per attempt.
+const WAIT_TIMEOUT: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_secs(3);
 
 fn acked(replicas: u32) -> RedisOptions {
-    RedisOptions::new().wait_for_replicas(replicas, WAIT_TIMEOUT)
+    RedisOptions::new()
+        .response_timeout(Duration::from_secs(3))
+        .wait_for_replicas(replicas, WAIT_TIMEOUT)
 }
 
 async fn connect(set: &Replicated, options: RedisOptions) -> RedisProvider {
@@ -200,13 +204,13 @@ async fn renewals_the_replica_does_not_acknowledge_suspend_then_lose_the_lease()
     let set = Replicated::start(1);
     let client = connect(&set, acked(1)).await;
     let name = unique_name("renew");
-    for lock in every_lock(&client, &name, ttl(1_500)) {
+    for lock in every_lock(&client, &name, ttl(3_000)) {
         let guard = lock.try_lock().await.unwrap().unwrap();
         let mut watch = guard.watch();
         set.replica(0).pause();
         let frozen = Instant::now();
         let mut suspended = false;
-        let reason = tokio::time::timeout(Duration::from_millis(1_500) + SLACK, async {
+        let reason = tokio::time::timeout(Duration::from_millis(3_000) + SLACK, async {
             loop {
                 match watch.status() {
                     LeaseStatus::Suspended => suspended = true,
@@ -248,7 +252,10 @@ async fn asking_for_more_replicas_than_there_are_never_acquires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_url_query_turns_it_on() {
     let set = Replicated::start(1);
-    let url = format!("{}?wait_replicas=1&wait_timeout_ms=150", set.master().url());
+    let url = format!(
+        "{}?wait_replicas=1&wait_timeout_ms=900&response_timeout_ms=3000",
+        set.master().url()
+    );
     let client = RedisProvider::connect(&url).await.unwrap();
     let name = unique_name("url");
     let lock = client.mutex(&name).unwrap();
@@ -262,7 +269,7 @@ async fn the_url_query_turns_it_on() {
     set.replica(0).pause();
     match lock.try_lock().await {
         Err(Error::NotReplicated { after, .. }) => {
-            assert_eq!(after, Duration::from_millis(150));
+            assert_eq!(after, Duration::from_millis(900));
         }
         other => panic!("{other:?}"),
     }
@@ -291,7 +298,9 @@ async fn the_url_query_turns_it_on() {
 async fn a_lost_reply_to_an_acknowledged_acquisition_leaves_nothing() {
     let set = Replicated::start(1);
     let proxy = test_support::Proxy::start(set.master().addr());
-    let options = acked(1).response_timeout(Duration::from_millis(500));
+    let options = RedisOptions::new()
+        .response_timeout(Duration::from_millis(1200))
+        .wait_for_replicas(1, Duration::from_millis(500));
     let victim = RedisProvider::connect_with(&format!("redis://{}", proxy.addr()), options)
         .await
         .unwrap();

@@ -276,7 +276,11 @@ pub(crate) struct Shared {
 ///   mutex's: the counter lives in Lua numbers. With the floor in seconds ×
 ///   10⁶ that is about the year 2255.
 /// * A guard renewed on a bare quorum (one master restarted) is lost with
-///   one more master: renewal does not re-take masters.
+///   one more master: renewal does not re-take masters. The same holds from
+///   the start when the acquisition ended at a quorum and the stragglers'
+///   calls were dropped: on a loaded machine a lock over 5 is often on 3
+///   (SAFETY.md's failover experiment shows both cases). Its `lost()` then
+///   fires at its deadline, before anyone else can take it.
 ///
 /// Cheap to clone: clones share the connections and subscribers.
 #[derive(Clone)]
