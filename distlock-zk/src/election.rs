@@ -16,7 +16,8 @@ use zookeeper_client::{Error as ZkError, OneshotWatcher};
 use crate::error::from_zk;
 use crate::lease::guard;
 use crate::provider::Shared;
-use crate::queue::{enter_queue, sorted_queue};
+use crate::ops::latch_tag;
+use crate::queue::{enter_tagged_queue, sorted_queue};
 
 /// A ZooKeeper election.
 pub(crate) struct ZkElection {
@@ -95,10 +96,13 @@ impl Election for ZkElection {
     async fn campaign(&self, candidate: &str) -> Result<Leadership> {
         validate_candidate(candidate)?;
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = enter_queue(
+        // The data stays the candidate id (Curator's LeaderLatch reads it);
+        // our owner identity goes into the node's name.
+        let acquired = enter_tagged_queue(
             &self.shared,
             &self.dir,
             "latch",
+            &latch_tag(&self.shared.owner),
             candidate.as_bytes(),
             Wait::Forever,
         )

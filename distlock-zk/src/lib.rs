@@ -157,6 +157,7 @@ mod fair_mutex;
 mod ids;
 mod lease;
 mod node;
+mod ops;
 mod options;
 mod provider;
 mod queue;
