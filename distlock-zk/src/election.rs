@@ -15,8 +15,8 @@ use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::from_zk;
 use crate::lease::guard;
-use crate::provider::Shared;
 use crate::ops::latch_tag;
+use crate::provider::Shared;
 use crate::queue::{enter_tagged_queue, sorted_queue};
 
 /// A ZooKeeper election.

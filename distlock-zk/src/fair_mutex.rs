@@ -41,7 +41,8 @@ impl Lock for FairMutex {
             "lock",
             &owner_data(&self.shared.owner),
             wait,
-        ).await?;
+        )
+        .await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, true))
             .transpose()

@@ -167,7 +167,10 @@ fn who(node: &Node, what: &str) -> (Option<String>, Option<String>) {
 }
 
 /// Waiters from queue nodes, first in line first.
-fn waiters<'a>(nodes: impl Iterator<Item = &'a Node>, owner: impl Fn(&Node) -> Option<String>) -> Waiters {
+fn waiters<'a>(
+    nodes: impl Iterator<Item = &'a Node>,
+    owner: impl Fn(&Node) -> Option<String>,
+) -> Waiters {
     let mut w = Waiters::default();
     for node in nodes {
         w.count += 1;
@@ -230,7 +233,9 @@ async fn first_read(
     let mut results = results.into_iter();
     let data = |results: &mut std::vec::IntoIter<MultiReadResult>| match results.next() {
         Some(MultiReadResult::Data { data, stat }) => Ok(Some((data, stat))),
-        Some(MultiReadResult::Error { err: ZkError::NoNode }) => Ok(None),
+        Some(MultiReadResult::Error {
+            err: ZkError::NoNode,
+        }) => Ok(None),
         Some(MultiReadResult::Error { err }) => Err(zk(timeout)(err)),
         _ => Err(Error::server("zookeeper", "unexpected multi-read reply")),
     };
@@ -240,7 +245,9 @@ async fn first_read(
     for _ in lists {
         children.push(match results.next() {
             Some(MultiReadResult::Children { children }) => Some(children),
-            Some(MultiReadResult::Error { err: ZkError::NoNode }) => None,
+            Some(MultiReadResult::Error {
+                err: ZkError::NoNode,
+            }) => None,
             Some(MultiReadResult::Error { err }) => return Err(zk(timeout)(err)),
             _ => return Err(Error::server("zookeeper", "unexpected multi-read reply")),
         });
@@ -293,7 +300,12 @@ async fn read_nodes(shared: &Shared, parent: &str, names: Vec<String>) -> Result
 async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> Result<State> {
     let mut snapshot = Snapshot::empty(name.clone(), kind, "zookeeper");
     let mut holds = Vec::new();
-    let wrapped = |_| conflict(dir, "lock directory whose sequence counter has not passed 2^31");
+    let wrapped = |_| {
+        conflict(
+            dir,
+            "lock directory whose sequence counter has not passed 2^31",
+        )
+    };
     match kind {
         PrimitiveKind::Mutex => {
             let node = format!("{dir}/{UNFAIR_NODE}");
@@ -321,7 +333,8 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
             let children = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(children, marker).map_err(wrapped)?;
-            let nodes = read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+            let nodes =
+                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
             let owner_of = |node: &Node| {
                 if election {
                     latch_owner(&node.name)
@@ -359,7 +372,8 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
                 .filter(|(_, w, _)| *w)
                 .map(|(_, _, n)| n.clone())
                 .collect();
-            let nodes = read_nodes(shared, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
+            let nodes =
+                read_nodes(shared, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
             // Holding: the first node if it is a write, else every read
             // before the first write.
             let first_write = nodes.iter().position(|n| writes.contains(&n.name));
@@ -371,10 +385,16 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             for node in &nodes[..holding] {
                 let write = writes.contains(&node.name);
                 let (owner, foreign) = who(node, if write { "write lock" } else { "read lock" });
-                let role = if write { HoldRole::Write } else { HoldRole::Read };
+                let role = if write {
+                    HoldRole::Write
+                } else {
+                    HoldRole::Read
+                };
                 holds.push(holder(role, node, owner, foreign));
             }
-            snapshot.waiters = waiters(nodes[holding..].iter(), |n| parse(&n.data).and_then(|o| o.owner));
+            snapshot.waiters = waiters(nodes[holding..].iter(), |n| {
+                parse(&n.data).and_then(|o| o.owner)
+            });
         }
         PrimitiveKind::Semaphore => {
             let locks = format!("{dir}/{}", crate::semaphore::LOCKS);
@@ -415,10 +435,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             // (only the head of `locks` may have a lease node that does not
             // hold yet, and it is the newest): the first N hold.
             leases.sort_by_key(|n| n.stat.czxid);
-            snapshot.permits = leases.iter().find_map(|n| parse(&n.data).and_then(|o| o.permits));
-            let holding = snapshot
-                .permits
-                .map_or(leases.len(), |p| leases.len().min(usize::try_from(p).unwrap_or(usize::MAX)));
+            snapshot.permits = leases
+                .iter()
+                .find_map(|n| parse(&n.data).and_then(|o| o.permits));
+            let holding = snapshot.permits.map_or(leases.len(), |p| {
+                leases.len().min(usize::try_from(p).unwrap_or(usize::MAX))
+            });
             for node in &leases[..holding] {
                 let (owner, foreign) = who(node, "semaphore lease");
                 holds.push(holder(HoldRole::Permit, node, owner, foreign));
@@ -462,12 +484,8 @@ pub(crate) async fn force_release(
         let client = &session.client;
         async move { client.delete(&hold.path, None).await }
     });
-    let deleted = with_timeout(
-        "force release",
-        timeout,
-        futures::future::join_all(deletes),
-    )
-    .await?;
+    let deleted =
+        with_timeout("force release", timeout, futures::future::join_all(deletes)).await?;
     let mut evicted = 0;
     for (hold, outcome) in state.holds.iter().zip(deleted) {
         match outcome {
@@ -520,17 +538,34 @@ mod tests {
                 permits: Some(2)
             })
         );
-        for theirs in [&b"127.0.1.1"[..], b"", b"kazoo", b"distlockowner=x", &[0xff]] {
+        for theirs in [
+            &b"127.0.1.1"[..],
+            b"",
+            b"kazoo",
+            b"distlockowner=x",
+            &[0xff],
+        ] {
             assert_eq!(parse(theirs), None, "{theirs:?}");
         }
-        assert_eq!(foreign("lock node x", b"10.0.0.1"), "lock node x, data \"10.0.0.1\"");
+        assert_eq!(
+            foreign("lock node x", b"10.0.0.1"),
+            "lock node x, data \"10.0.0.1\""
+        );
         assert_eq!(foreign("lock node x", b""), "lock node x, no data");
-        assert_eq!(foreign("lock node x", &[0, 1, 2]), "lock node x, 3 bytes of data");
+        assert_eq!(
+            foreign("lock node x", &[0, 1, 2]),
+            "lock node x, 3 bytes of data"
+        );
     }
 
     #[test]
     fn latch_tags_round_trip_and_never_hold_a_dash_or_slash() {
-        for owner in ["h:1", "web-1@h-2.example:42", "a/b_c.d:e@f%g", "x-latch-y@h:1"] {
+        for owner in [
+            "h:1",
+            "web-1@h-2.example:42",
+            "a/b_c.d:e@f%g",
+            "x-latch-y@h:1",
+        ] {
             let tag = latch_tag(owner);
             assert!(!tag.contains('-') && !tag.contains('/'), "{tag}");
             let child = format!("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-{tag}-latch-0000000042");

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use distlock_core::backend::check_permits;
 use distlock_core::backend::{BlockIds, Lifecycle};
 use distlock_core::{
-    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind,
-    Provider, ReadWriteLock, Result, Semaphore, Snapshot,
+    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind, Provider,
+    ReadWriteLock, Result, Semaphore, Snapshot,
 };
 
 use crate::election::ZkElection;

@@ -63,7 +63,9 @@ const WRITE: &str = "__WRIT__";
 
 /// The read and write nodes among `children`, in queue order, as
 /// `(sequence, is_write, name)`; other children are not part of the queue.
-pub(crate) fn rw_queue(children: Vec<String>) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
+pub(crate) fn rw_queue(
+    children: Vec<String>,
+) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
     let mut queue = Vec::with_capacity(children.len());
     for child in children {
         // Curator: a child containing `__WRIT__` is a writer.
@@ -143,7 +145,8 @@ impl Lock for RwSide {
             &self.side,
             &owner_data(&self.shared.owner),
             wait,
-        ).await?;
+        )
+        .await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, true))
             .transpose()
