@@ -83,7 +83,7 @@ pub(crate) fn semaphore(
 /// not do: `leases` is a container node that the server deletes once it is
 /// empty, and a new one counts from 0 again.
 ///
-/// Permits: our lease nodes hold `distlock permits=N` (words separated by
+/// Permits: our lease nodes hold `distlock permits=N owner=<identity>` (words separated by
 /// spaces, so that more can be added). An acquisition reads the data of
 /// every other lease node it counts; one that parses as ours with another
 /// `N` is a holder admitted under another number, and the acquisition

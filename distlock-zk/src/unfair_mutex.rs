@@ -1,4 +1,5 @@
-//! The unfair mutex: one ephemeral node holding the owner's id; losers watch
+//! The unfair mutex: one ephemeral node holding `distlock owner=<identity>
+//! id=<uuid>` (the id is this acquisition's own); losers watch
 //! it and race again when it goes (every waiter wakes: the herd effect the
 //! benches measure).
 //!
