@@ -403,3 +403,37 @@ async fn inspect_of_64_waiters_sends_two_requests() {
         tokio::time::timeout(SLACK * 2, t).await.unwrap().unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_a_distlock_leader_ends_its_term_and_elects_the_next() {
+    let a = provider().await;
+    let b = provider().await;
+    let name = unique_name("evict-leader");
+    let leader = a.election(&name).unwrap().campaign("a").await.unwrap();
+    let election = b.election(&name).unwrap();
+    let next = tokio::spawn(async move { election.campaign("b").await });
+    inspect_until(&b, &name, PrimitiveKind::Election, SLACK, |s| {
+        s.waiters.count == 1
+    })
+    .await;
+    let done = b
+        .force_release(&name, PrimitiveKind::Election)
+        .await
+        .unwrap();
+    assert_eq!((done.evicted, done.fence), (1, None));
+    let reason = tokio::time::timeout(SLACK, leader.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::Deleted);
+    assert!(!leader.is_leader());
+    let next = tokio::time::timeout(SLACK, next)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.term() > leader.term());
+    let s = a.inspect(&name, PrimitiveKind::Election).await.unwrap();
+    assert_eq!(
+        s.leader.map(|l| (l.id, l.term)),
+        Some(("b".into(), next.term()))
+    );
+    next.resign().await.unwrap();
+}
