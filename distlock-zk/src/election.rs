@@ -1,5 +1,7 @@
 //! Leader election, LeaderLatch-style: candidates queue as
-//! `_c_<uuid>-latch-<seq>` ephemeral sequential nodes holding their id; the
+//! `_c_<uuid>-o=<owner identity>-latch-<seq>` ephemeral sequential nodes
+//! holding their candidate id (the identity is in the name because
+//! Curator's `LeaderLatch` reads the data as the participant id); the
 //! leader is the lowest node, and a candidate counts itself leader only for
 //! a node whose `ephemeralOwner` is its current session (so a reconnect can
 //! never make two leaders).
@@ -15,8 +17,9 @@ use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::from_zk;
 use crate::lease::guard;
+use crate::ops::latch_tag;
 use crate::provider::Shared;
-use crate::queue::{enter_queue, sorted_queue};
+use crate::queue::{enter_tagged_queue, sorted_queue};
 
 /// A ZooKeeper election.
 pub(crate) struct ZkElection {
@@ -95,10 +98,13 @@ impl Election for ZkElection {
     async fn campaign(&self, candidate: &str) -> Result<Leadership> {
         validate_candidate(candidate)?;
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = enter_queue(
+        // The data stays the candidate id (Curator's LeaderLatch reads it);
+        // our owner identity goes into the node's name.
+        let acquired = enter_tagged_queue(
             &self.shared,
             &self.dir,
             "latch",
+            &latch_tag(&self.shared.owner),
             candidate.as_bytes(),
             Wait::Forever,
         )

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 
 use crate::lease::guard;
+use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::enter_queue;
 
@@ -34,7 +35,14 @@ impl Lock for FairMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = enter_queue(&self.shared, &self.dir, "lock", &[], wait).await?;
+        let acquired = enter_queue(
+            &self.shared,
+            &self.dir,
+            "lock",
+            &owner_data(&self.shared.owner),
+            wait,
+        )
+        .await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, true))
             .transpose()

@@ -21,12 +21,12 @@
 //!
 //! | primitive | nodes under `ROOT/NAME` |
 //! |---|---|
-//! | fair mutex | `_c_<uuid>-lock-<seq10>`, ephemeral sequential (Curator `InterProcessMutex` names); kazoo's `…__lock__<seq10>` are queued too |
-//! | unfair mutex | `_unfair_lock`, ephemeral, holding the owner's id |
-//! | read-write lock | `_c_<uuid>-__READ__<seq10>` and `_c_<uuid>-__WRIT__<seq10>`, ephemeral sequential, one per hold (Curator `InterProcessReadWriteLock` names) |
-//! | election | `_c_<uuid>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` names) |
+//! | fair mutex | `_c_<uuid>-lock-<seq10>`, ephemeral sequential (Curator `InterProcessMutex` names), holding `distlock owner=<identity>`; kazoo's `…__lock__<seq10>` are queued too |
+//! | unfair mutex | `_unfair_lock`, ephemeral, holding `distlock owner=<identity> id=<uuid>` |
+//! | read-write lock | `_c_<uuid>-__READ__<seq10>` and `_c_<uuid>-__WRIT__<seq10>`, ephemeral sequential, one per hold (Curator `InterProcessReadWriteLock` names), holding `distlock owner=<identity>` |
+//! | election | `_c_<uuid>-o=<identity>-latch-<seq10>`, ephemeral sequential, holding the candidate id (Curator `LeaderLatch` order and data) |
 //! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
-//! | semaphore | `locks/_c_<uuid>-lock-<seq10>` (the internal fair mutex) and `leases/_c_<uuid>-lease-<seq10>`, ephemeral sequential, one lease node per permit held, holding `distlock permits=N` (Curator `InterProcessSemaphoreV2`) |
+//! | semaphore | `locks/_c_<uuid>-lock-<seq10>` (the internal fair mutex, holding `distlock owner=<identity>`) and `leases/_c_<uuid>-lease-<seq10>`, ephemeral sequential, one lease node per permit held, holding `distlock permits=N owner=<identity>` (Curator `InterProcessSemaphoreV2`) |
 //!
 //! A Curator `InterProcessMutex` on `ROOT/NAME` queues with a distlock fair
 //! mutex of the same name (same node names, same order). A kazoo `Lock`
@@ -74,7 +74,8 @@
 //!   acquisition is in progress. Each permit is a session lease of its own,
 //!   with the `czxid` of its lease node as fencing token (not the sequence:
 //!   `leases` is a container that the server deletes when empty, and its
-//!   sequence then restarts). Our lease nodes hold `distlock permits=N`; an
+//!   sequence then restarts). Our lease nodes hold `distlock permits=N
+//!   owner=<identity>`; an
 //!   acquisition that finds a distlock holder admitted under another N
 //!   deletes its nodes and fails with `Error::PermitsMismatch`.
 //! * **Read-write lock** — one queue of read and write nodes, joined like
@@ -136,6 +137,58 @@
 //!   jittered back-off on conflict; with a block size, one write serves many
 //!   ids.
 //!
+//! # Inspect and force-release
+//!
+//! Every hold records its provider's **owner identity** (`host:pid`, or
+//! `label@host:pid` with [`ZkOptions::owner_label`] or the URL query key
+//! `owner=`), without an extra request: it is written by the create that
+//! queues or takes the lock.
+//!
+//! * Lock nodes (fair mutex, read-write lock, the semaphore's internal
+//!   lock) hold `distlock owner=<identity>`, the unfair lock's node
+//!   `distlock owner=<identity> id=<uuid>`, and semaphore lease nodes
+//!   `distlock permits=N owner=<identity>` (the older `distlock permits=N`
+//!   still parses). Curator ignores the data of lock and lease nodes, so
+//!   interop is unchanged.
+//! * Election nodes keep the candidate id as their data, since Curator's
+//!   `LeaderLatch` reads the participant id from there; the identity goes
+//!   into the node's name, `_c_<uuid>-o=<identity>-latch-<seq10>`, with every
+//!   byte other than ASCII letters, digits, `_`, `.`, `:`, `@` escaped as
+//!   `%XX` (so the name has no `/`, and no `-` before `-latch-`). Curator
+//!   orders latch nodes by the sequence after the last `latch-`, as we do.
+//!
+//! [`Provider::inspect`] reads a name in **two requests** whatever the
+//! number of waiters: one multi-read of the directory's data and children
+//! (of `locks` and `leases` for a semaphore), then one multi-read of the
+//! data and stat of every child (one more per 512 children; the unfair
+//! mutex needs only the first). It shows each holder's owner, its fencing
+//! token (the node's `czxid`, the guard's token), when it acquired (the
+//! node's `ctime`), and its lease (`LeaseLeft::Session` with the node's
+//! `ephemeralOwner`); the waiters behind the holders in queue order, with
+//! their identities (an unfair mutex's waiters are not queued: count 0); an
+//! election's leader (the candidate id from the head's data, its `czxid` as
+//! term); a semaphore's permits as its distlock holders recorded them. The
+//! holders of a semaphore are its first N lease nodes by `czxid` (a waiter
+//! at the head of `locks` may have a lease node that does not hold yet: it
+//! is always the newest), and its waiters are the nodes of `locks`. A node
+//! whose data does not begin with `distlock` (or an election node without
+//! `o=`) is **foreign**: `owner: None`, `foreign: Some("lock node <name>,
+//! data \"10.0.0.7\"")` — a Curator client's IP address, a kazoo
+//! identifier, a LeaderLatch participant id — the data shown when it is
+//! short printable text, else its length. A name whose node holds data (an
+//! id counter) or is ephemeral, or whose `_unfair_lock` is persistent, is a
+//! `Conflict`.
+//!
+//! [`Provider::force_release`] is **dangerous**: it deletes the holding
+//! nodes, whoever made them (any session may delete another's ephemeral
+//! node, unless digest ACLs forbid it). The waiters' watches fire as on a
+//! release and the next one gets in; each evicted distlock holder's
+//! `lost()` fires (`LostReason::Deleted`) as soon as the exists-watch every
+//! guard sets on its own node at acquisition reports the deletion. Until
+//! then the evicted holder may still be working: hand its successor's token
+//! to the protected resource. `fence` is `None`: tokens are `czxid`s, and
+//! every later node has a larger one.
+//!
 //! # Security
 //!
 //! With digest credentials (`zk://user:password@…`) every node is created
@@ -157,6 +210,7 @@ mod fair_mutex;
 mod ids;
 mod lease;
 mod node;
+mod ops;
 mod options;
 mod provider;
 mod queue;

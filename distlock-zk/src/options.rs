@@ -12,6 +12,7 @@ const OPTION_KEYS: &[&str] = &[
     "connect_timeout_ms",
     "operation_timeout_ms",
     "base",
+    "owner",
 ];
 
 /// How a [`ZkProvider`](crate::ZkProvider) connects and where it keeps its
@@ -19,7 +20,8 @@ const OPTION_KEYS: &[&str] = &[
 ///
 /// From a URL: `zk://[user:password@]host:port[,host:port…][/chroot][?options]`
 /// with the query keys `session_timeout_ms`, `connect_timeout_ms`,
-/// `operation_timeout_ms` and `base` (the base path under the chroot). Any
+/// `operation_timeout_ms`, `base` (the base path under the chroot) and
+/// `owner` (the owner label, see [`ZkOptions::owner_label`]). Any
 /// other key, or a key given twice, is an [`Error::InvalidUrl`] (the rule
 /// `redis://` URLs follow too).
 ///
@@ -32,6 +34,7 @@ pub struct ZkOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) operation_timeout: Duration,
     pub(crate) digest: Option<String>,
+    pub(crate) owner_label: Option<String>,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<crate::TlsOptions>,
 }
@@ -52,6 +55,7 @@ impl ZkOptions {
             connect_timeout: Duration::from_secs(5),
             operation_timeout: Duration::from_secs(6),
             digest: None,
+            owner_label: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -95,6 +99,7 @@ impl ZkOptions {
                 "session_timeout_ms" => options.session_timeout = millis(url, key, value)?,
                 "connect_timeout_ms" => options.connect_timeout = millis(url, key, value)?,
                 "operation_timeout_ms" => options.operation_timeout = millis(url, key, value)?,
+                "owner" => options.owner_label = Some(value.to_owned()),
                 _ => base = value.trim_end_matches('/').to_owned(),
             }
         }
@@ -146,6 +151,23 @@ impl ZkOptions {
         self
     }
 
+    /// The owner label: the provider's owner identity, stored in the data of
+    /// every node it holds with (see the crate docs, "Inspect and
+    /// force-release"), becomes `label@host:pid` instead of `host:pid`.
+    /// Checked when connecting ([`check_label`](distlock_core::inspect::check_label):
+    /// 1-64 ASCII letters, digits, `-`, `_`, `.`, `:`, `/`).
+    #[must_use]
+    pub fn owner_label(mut self, label: impl Into<String>) -> Self {
+        self.owner_label = Some(label.into());
+        self
+    }
+
+    /// The owner identity these options give a provider: `host:pid`, or
+    /// `label@host:pid` with an [owner label](ZkOptions::owner_label).
+    pub(crate) fn owner(&self) -> Result<String> {
+        distlock_core::inspect::owner_identity(self.owner_label.as_deref())
+    }
+
     /// TLS options for the connection (feature `tls`). Build them after
     /// [`install_crypto_provider`], or with your own provider installed.
     #[cfg(feature = "tls")]
@@ -180,6 +202,9 @@ impl ZkOptions {
         ] {
             distlock_core::lease::check_setting(what, d)?;
         }
+        if let Some(label) = &self.owner_label {
+            distlock_core::inspect::check_label(label)?;
+        }
         if self.digest.as_deref().is_some_and(|d| !d.contains(':')) {
             return Err(Error::InvalidOptions(
                 "digest credentials must be user:password".into(),
@@ -202,7 +227,8 @@ impl fmt::Debug for ZkOptions {
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("operation_timeout", &self.operation_timeout)
-            .field("digest", &digest);
+            .field("digest", &digest)
+            .field("owner_label", &self.owner_label);
         #[cfg(feature = "tls")]
         s.field("tls", &self.tls.as_ref().map(|_| "<set>"));
         s.finish()
@@ -283,7 +309,7 @@ mod tests {
         assert_eq!(o.session_timeout, Duration::from_millis(900));
         assert_eq!(o.root, "/b");
         for (url, says) in [
-            ("zk://u:s3cret@h:1?nope=1", "unknown option \"nope\" (known: session_timeout_ms, connect_timeout_ms, operation_timeout_ms, base)"),
+            ("zk://u:s3cret@h:1?nope=1", "unknown option \"nope\" (known: session_timeout_ms, connect_timeout_ms, operation_timeout_ms, base, owner)"),
             ("zk://u:s3cret@h:1?prefix=a", "unknown option \"prefix\""),
             ("zk://u:s3cret@h:1?base=/a&base=/b", "given twice"),
             ("zk://u:s3cret@h:1?session_timeout_ms=x", "not a whole number of milliseconds"),

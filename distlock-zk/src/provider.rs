@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use distlock_core::backend::check_permits;
 use distlock_core::backend::{BlockIds, Lifecycle};
 use distlock_core::{
-    Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
-    Semaphore,
+    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind, Provider,
+    ReadWriteLock, Result, Semaphore, Snapshot,
 };
 
 use crate::election::ZkElection;
@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) timeout: Duration,
     pub(crate) stats: Stats,
     pub(crate) lifecycle: Arc<Lifecycle>,
+    /// The owner identity stored with every hold (`label@host:pid`).
+    pub(crate) owner: String,
 }
 
 /// A connected ZooKeeper backend.
@@ -86,6 +88,7 @@ impl ZkProvider {
     /// As [`ZkProvider::connect`].
     pub async fn connect_with(options: ZkOptions) -> Result<Self> {
         options.validate()?;
+        let owner = options.owner()?;
         let first = session::open(&options).await?;
         Ok(ZkProvider {
             shared: Arc::new(Shared {
@@ -94,6 +97,7 @@ impl ZkProvider {
                 sessions: Sessions::new(options, first),
                 stats: Stats::default(),
                 lifecycle: Lifecycle::new(),
+                owner,
             }),
         })
     }
@@ -171,6 +175,52 @@ impl Provider for ZkProvider {
 
     fn default_lease(&self) -> LeaseOptions {
         LeaseOptions::default()
+    }
+
+    fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Reads the name's nodes in two requests (see the crate docs,
+    /// "Inspect and force-release"): a multi-read of the directory and its
+    /// children, then one multi-read of every child's data and stat.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](distlock_core::Error::InvalidName) for a bad
+    /// name; [`Error::Conflict`](distlock_core::Error::Conflict) when the
+    /// name's node holds data (an id counter) or is ephemeral, or the
+    /// unfair lock's node is persistent, or a queue's sequence wrapped;
+    /// connection errors and timeouts.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only reads.
+    async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
+        let (name, dir) = self.named(name, None)?;
+        crate::ops::inspect(&self.shared, &name, &dir, kind).await
+    }
+
+    /// **Dangerous: for operators.** Deletes every holding node of the name
+    /// as `kind` (any session may delete another's ephemeral node, unless
+    /// the nodes were made with digest credentials: then only the same
+    /// user may). The waiters' watches fire as on a release, and each
+    /// evicted distlock holder's `lost()` fires (`LostReason::Deleted`)
+    /// when its node watch reports the deletion. `fence` is `None`: tokens
+    /// are the nodes' `czxid`s, and every later node has a larger one.
+    ///
+    /// # Errors
+    ///
+    /// As [`ZkProvider::inspect`](Provider::inspect); a server error (no
+    /// auth) when the ACL forbids the delete.
+    ///
+    /// # Cancellation safety
+    ///
+    /// The deletes are sent together; a cancelled call may have deleted
+    /// some holders' nodes.
+    async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
+        let (name, dir) = self.named(name, None)?;
+        crate::ops::force_release(&self.shared, &name, &dir, kind).await
     }
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {

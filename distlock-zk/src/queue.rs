@@ -486,6 +486,38 @@ pub(crate) async fn enter_queue(
     join_queue(shared, dir, &Fifo(marker), data, wait).await
 }
 
+/// A FIFO queue of `marker` nodes whose own nodes carry `tag` in their
+/// name, before the marker: `_c_<uuid>-<tag>-<marker>-<seq>` (the
+/// election's owner identity, see `ops::latch_tag`; `tag` has no `-`).
+struct Tagged<'a> {
+    marker: &'a str,
+    tag: &'a str,
+}
+
+impl QueueRules for Tagged<'_> {
+    fn node_name(&self) -> String {
+        format!("{}-{}-", self.tag, self.marker)
+    }
+
+    fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
+        Fifo(self.marker).standing(children, own)
+    }
+}
+
+/// As [`enter_queue`], with `tag` in our node's name.
+///
+/// Cancellation safe: as [`join_queue`].
+pub(crate) async fn enter_tagged_queue(
+    shared: &Shared,
+    dir: &str,
+    marker: &str,
+    tag: &str,
+    data: &[u8],
+    wait: Wait,
+) -> Result<Option<Acquired>> {
+    join_queue(shared, dir, &Tagged { marker, tag }, data, wait).await
+}
+
 /// Adds our node to the queue in `dir` and waits until `rules` say it holds,
 /// watching only the node they name.
 ///

@@ -52,6 +52,7 @@ use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
 use crate::lease::guard;
+use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
 
@@ -62,7 +63,9 @@ const WRITE: &str = "__WRIT__";
 
 /// The read and write nodes among `children`, in queue order, as
 /// `(sequence, is_write, name)`; other children are not part of the queue.
-fn rw_queue(children: Vec<String>) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
+pub(crate) fn rw_queue(
+    children: Vec<String>,
+) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
     let mut queue = Vec::with_capacity(children.len());
     for child in children {
         // Curator: a child containing `__WRIT__` is a writer.
@@ -136,7 +139,14 @@ impl Lock for RwSide {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = join_queue(&self.shared, &self.dir, &self.side, &[], wait).await?;
+        let acquired = join_queue(
+            &self.shared,
+            &self.dir,
+            &self.side,
+            &owner_data(&self.shared.owner),
+            wait,
+        )
+        .await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, true))
             .transpose()

@@ -35,6 +35,7 @@ use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage_timed, Triage};
 use crate::lease::guard;
+use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
     clean_up_now, enter_queue, join, passed, pause_before_retry, start_over, watch_fired, Acquired,
@@ -43,9 +44,9 @@ use crate::queue::{
 use crate::session::Session;
 
 /// The internal lock's directory under the semaphore's.
-const LOCKS: &str = "locks";
+pub(crate) const LOCKS: &str = "locks";
 /// The lease nodes' directory under the semaphore's.
-const LEASES: &str = "leases";
+pub(crate) const LEASES: &str = "leases";
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///
@@ -82,7 +83,7 @@ pub(crate) fn semaphore(
 /// not do: `leases` is a container node that the server deletes once it is
 /// empty, and a new one counts from 0 again.
 ///
-/// Permits: our lease nodes hold `distlock permits=N` (words separated by
+/// Permits: our lease nodes hold `distlock permits=N owner=<identity>` (words separated by
 /// spaces, so that more can be added). An acquisition reads the data of
 /// every other lease node it counts; one that parses as ours with another
 /// `N` is a holder admitted under another number, and the acquisition
@@ -142,9 +143,9 @@ impl Semaphore for ZkSemaphore {
     }
 }
 
-/// The data of our lease nodes.
-fn lease_data(permits: u32) -> Vec<u8> {
-    format!("distlock permits={permits}").into_bytes()
+/// The data of our lease nodes: `distlock permits=N owner=<identity>`.
+fn lease_data(permits: u32, owner: &str) -> Vec<u8> {
+    format!("distlock permits={permits} owner={owner}").into_bytes()
 }
 
 /// The permits in a lease node's data, if distlock wrote it.
@@ -258,11 +259,12 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
     let locks = format!("{}/{LOCKS}", sem.dir);
     let leases = format!("{}/{LEASES}", sem.dir);
     let prefix = format!("_c_{}-lease-", uuid::Uuid::new_v4());
-    let data = lease_data(sem.permits);
+    let data = lease_data(sem.permits, &shared.owner);
+    let lock_data = owner_data(&shared.owner);
     let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
     'attempt: loop {
         // The internal lock; Wait::No takes it only if nobody is ahead.
-        let Some(lock) = enter_queue(shared, &locks, "lock", &[], wait).await? else {
+        let Some(lock) = enter_queue(shared, &locks, "lock", &lock_data, wait).await? else {
             return Ok(None);
         };
         let session = lock.session;
@@ -370,8 +372,9 @@ mod tests {
 
     #[test]
     fn lease_data_round_trips_and_foreign_data_is_not_ours() {
-        assert_eq!(lease_data(3), b"distlock permits=3");
-        assert_eq!(permits_of(&lease_data(7)), Some(7));
+        assert_eq!(lease_data(3, "w@h:1"), b"distlock permits=3 owner=w@h:1");
+        assert_eq!(permits_of(&lease_data(7, "h:2")), Some(7));
+        assert_eq!(permits_of(b"distlock permits=3"), Some(3));
         assert_eq!(permits_of(b"distlock owner=host:1 permits=2"), Some(2));
         assert_eq!(permits_of(b"distlock  permits=2 owner=x"), Some(2));
         // Curator's default node data: the client's IP address.

@@ -1,4 +1,5 @@
-//! The unfair mutex: one ephemeral node holding the owner's id; losers watch
+//! The unfair mutex: one ephemeral node holding `distlock owner=<identity>
+//! id=<uuid>` (the id is this acquisition's own); losers watch
 //! it and race again when it goes (every waiter wakes: the herd effect the
 //! benches measure).
 //!
@@ -107,7 +108,14 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
     let deadline = wait.deadline();
     let timeout = shared.timeout;
     let node = format!("{dir}/{UNFAIR_NODE}");
-    let owner = uuid::Uuid::new_v4().simple().to_string().into_bytes();
+    // Our identity, and an id that tells this acquisition's node from
+    // another's of the same identity.
+    let owner = format!(
+        "distlock owner={} id={}",
+        shared.owner,
+        uuid::Uuid::new_v4().simple()
+    )
+    .into_bytes();
     let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
     'session: loop {
         shared.lifecycle.check_open()?;

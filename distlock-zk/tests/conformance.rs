@@ -106,3 +106,8 @@ mod election {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(election session super::Zk::standalone(Kind::Mutex));
 }
+
+mod operations {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(operations super::Zk::standalone(Kind::FairMutex));
+}

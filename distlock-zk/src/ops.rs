@@ -1,0 +1,584 @@
+//! Operations: the owner identity in our nodes, `inspect` and
+//! `force_release`.
+//!
+//! What our nodes carry (see the crate docs, "Inspect and force-release"):
+//!
+//! * lock nodes (fair mutex, read-write lock, the semaphore's internal lock):
+//!   data `distlock owner=<identity>`;
+//! * the unfair lock's node: `distlock owner=<identity> id=<uuid>` (the id
+//!   tells our acquisition's node from another's of the same identity);
+//! * semaphore lease nodes: `distlock permits=<N> owner=<identity>` (older
+//!   distlock wrote `distlock permits=<N>`; both parse);
+//! * election nodes: the data stays the candidate id (Curator's
+//!   `LeaderLatch` reads it as the participant id), and the identity goes
+//!   into the node's name instead: `_c_<uuid>-o=<identity, %-escaped>-latch-<seq>`.
+//!
+//! Data that does not begin with the word `distlock` is a foreign node's.
+//!
+//! `inspect` costs two requests: one multi-read of the directory's data and
+//! its children (of `locks` and `leases` for a semaphore), and one
+//! multi-read of the data and stat of every child (none when there is no
+//! child; one per [`READ_BATCH`] children beyond that). The unfair mutex
+//! needs only the first (its one node is read with the directory).
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use distlock_core::backend::with_timeout;
+use distlock_core::inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapshot, Waiters};
+use distlock_core::{Error, ForceReleased, LeaderInfo, Name, Result};
+use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
+
+use crate::error::from_zk;
+use crate::node::CONTAINER_OWNER;
+use crate::provider::Shared;
+use crate::queue::sorted_queue;
+use crate::unfair_mutex::UNFAIR_NODE;
+
+/// The first word of our nodes' data.
+const MARK: &str = "distlock";
+
+/// Children read per multi-read.
+pub(crate) const READ_BATCH: usize = 512;
+
+/// The data of our lock nodes: `distlock owner=<owner>`.
+pub(crate) fn owner_data(owner: &str) -> Vec<u8> {
+    format!("{MARK} owner={owner}").into_bytes()
+}
+
+/// What our data says: `None` when it is not ours.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ours {
+    pub(crate) owner: Option<String>,
+    pub(crate) permits: Option<u32>,
+}
+
+/// Parses `distlock word=value…` (words in any order; unknown words are
+/// skipped, so more can be added).
+pub(crate) fn parse(data: &[u8]) -> Option<Ours> {
+    let mut words = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
+    if words.next()? != MARK {
+        return None;
+    }
+    let mut ours = Ours::default();
+    for word in words {
+        if let Some(owner) = word.strip_prefix("owner=") {
+            ours.owner = Some(owner.to_owned());
+        } else if let Some(permits) = word.strip_prefix("permits=") {
+            ours.permits = permits.parse().ok();
+        }
+    }
+    Some(ours)
+}
+
+/// What is known of a foreign node: its kind and its data if printable.
+fn foreign(what: &str, data: &[u8]) -> String {
+    match std::str::from_utf8(data) {
+        Ok("") => format!("{what}, no data"),
+        Ok(s) if s.len() <= 256 && !s.chars().any(char::is_control) => {
+            format!("{what}, data {s:?}")
+        }
+        _ => format!("{what}, {} bytes of data", data.len()),
+    }
+}
+
+/// The election node name's tag before `-latch-`: `o=<owner>` with every
+/// byte but ASCII letters, digits, `_`, `.`, `:`, `@` escaped as `%XX` (so
+/// no `-` or `/` is left in it).
+pub(crate) fn latch_tag(owner: &str) -> String {
+    let mut tag = String::from("o=");
+    for b in owner.bytes() {
+        if b.is_ascii_alphanumeric() || b"_.:@".contains(&b) {
+            tag.push(char::from(b));
+        } else {
+            tag.push_str(&format!("%{b:02X}"));
+        }
+    }
+    tag
+}
+
+/// The owner in an election node's name (see [`latch_tag`]), if it has one.
+pub(crate) fn latch_owner(child: &str) -> Option<String> {
+    let (_, rest) = child.split_once("-o=")?;
+    let escaped = rest.split('-').next()?;
+    let mut bytes = Vec::with_capacity(escaped.len());
+    let mut it = escaped.bytes();
+    while let Some(b) = it.next() {
+        if b == b'%' {
+            let hex = [it.next()?, it.next()?];
+            let hex = std::str::from_utf8(&hex).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+        } else {
+            bytes.push(b);
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// One child read: its path, data and stat.
+struct Node {
+    name: String,
+    path: String,
+    data: Vec<u8>,
+    stat: Stat,
+}
+
+/// One found hold: the node to delete, and how it shows.
+struct Hold {
+    path: String,
+    holder: Holder,
+}
+
+/// A name's state as read, with the paths of its holds.
+struct State {
+    snapshot: Snapshot,
+    holds: Vec<Hold>,
+}
+
+fn holder(role: HoldRole, node: &Node, owner: Option<String>, foreign: Option<String>) -> Hold {
+    let stat = &node.stat;
+    Hold {
+        path: node.path.clone(),
+        holder: Holder {
+            role,
+            owner,
+            foreign,
+            fencing_token: u64::try_from(stat.czxid).ok(),
+            acquired_at: u64::try_from(stat.ctime)
+                .ok()
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            lease: match stat.ephemeral_owner {
+                0 => LeaseLeft::NoExpiry,
+                session_id => LeaseLeft::Session { session_id },
+            },
+        },
+    }
+}
+
+/// The owner and foreign description of a lock node (`what` names its
+/// kind for a foreign one).
+fn who(node: &Node, what: &str) -> (Option<String>, Option<String>) {
+    match parse(&node.data) {
+        Some(ours) => (ours.owner, None),
+        None => (
+            None,
+            Some(foreign(&format!("{what} node {}", node.name), &node.data)),
+        ),
+    }
+}
+
+/// Waiters from queue nodes, first in line first.
+fn waiters<'a>(
+    nodes: impl Iterator<Item = &'a Node>,
+    owner: impl Fn(&Node) -> Option<String>,
+) -> Waiters {
+    let mut w = Waiters::default();
+    for node in nodes {
+        w.count += 1;
+        w.owners.extend(owner(node));
+    }
+    w
+}
+
+fn conflict(path: &str, expected: &'static str) -> Error {
+    Error::Conflict {
+        what: format!("zookeeper node {path:?}"),
+        expected,
+    }
+}
+
+/// Checks the primitive's directory: absent, or an empty persistent or
+/// container node (an id counter holds 8 bytes; an ephemeral node cannot
+/// hold lock nodes).
+fn check_dir(dir: &str, found: Option<&(Vec<u8>, Stat)>) -> Result<()> {
+    let Some((data, stat)) = found else {
+        return Ok(());
+    };
+    if stat.ephemeral_owner != 0 && stat.ephemeral_owner != CONTAINER_OWNER {
+        return Err(conflict(dir, "lock directory (it is an ephemeral node)"));
+    }
+    if !data.is_empty() {
+        return Err(conflict(
+            dir,
+            "lock directory without data (it holds data: an id counter or another client's node)",
+        ));
+    }
+    Ok(())
+}
+
+fn zk(timeout: Duration) -> impl Fn(ZkError) -> Error {
+    move |e| from_zk("inspect", timeout, e)
+}
+
+/// Round 1: the directory's data and, for each of `lists`, its children
+/// (`None`: no such node); for each of `reads`, its data and stat.
+async fn first_read(
+    shared: &Shared,
+    dir: &str,
+    lists: &[String],
+    reads: &[String],
+) -> Result<(Vec<Option<Vec<String>>>, Vec<Option<(Vec<u8>, Stat)>>)> {
+    let timeout = shared.timeout;
+    let session = shared.sessions.get().await?;
+    let mut reader = session.client.new_multi_reader();
+    reader.add_get_data(dir).map_err(zk(timeout))?;
+    for path in lists {
+        reader.add_get_children(path).map_err(zk(timeout))?;
+    }
+    for path in reads {
+        reader.add_get_data(path).map_err(zk(timeout))?;
+    }
+    let results = with_timeout("inspect", timeout, reader.commit())
+        .await?
+        .map_err(zk(timeout))?;
+    let mut results = results.into_iter();
+    let data = |results: &mut std::vec::IntoIter<MultiReadResult>| match results.next() {
+        Some(MultiReadResult::Data { data, stat }) => Ok(Some((data, stat))),
+        Some(MultiReadResult::Error {
+            err: ZkError::NoNode,
+        }) => Ok(None),
+        Some(MultiReadResult::Error { err }) => Err(zk(timeout)(err)),
+        _ => Err(Error::server("zookeeper", "unexpected multi-read reply")),
+    };
+    let dir_data = data(&mut results)?;
+    check_dir(dir, dir_data.as_ref())?;
+    let mut children = Vec::with_capacity(lists.len());
+    for _ in lists {
+        children.push(match results.next() {
+            Some(MultiReadResult::Children { children }) => Some(children),
+            Some(MultiReadResult::Error {
+                err: ZkError::NoNode,
+            }) => None,
+            Some(MultiReadResult::Error { err }) => return Err(zk(timeout)(err)),
+            _ => return Err(Error::server("zookeeper", "unexpected multi-read reply")),
+        });
+    }
+    let mut read = Vec::with_capacity(reads.len());
+    for _ in reads {
+        read.push(data(&mut results)?);
+    }
+    Ok((children, read))
+}
+
+/// Round 2: the data and stat of `names` in `parent`, in one multi-read per
+/// [`READ_BATCH`]; children gone meanwhile are left out.
+async fn read_nodes(shared: &Shared, parent: &str, names: Vec<String>) -> Result<Vec<Node>> {
+    let timeout = shared.timeout;
+    let mut nodes = Vec::with_capacity(names.len());
+    if names.is_empty() {
+        return Ok(nodes);
+    }
+    let session = shared.sessions.get().await?;
+    for batch in names.chunks(READ_BATCH) {
+        let mut reader = session.client.new_multi_reader();
+        let paths: Vec<String> = batch.iter().map(|n| format!("{parent}/{n}")).collect();
+        for path in &paths {
+            reader.add_get_data(path).map_err(zk(timeout))?;
+        }
+        let results = with_timeout("inspect", timeout, reader.commit())
+            .await?
+            .map_err(zk(timeout))?;
+        for ((name, path), result) in batch.iter().zip(paths).zip(results) {
+            match result {
+                MultiReadResult::Data { data, stat } => nodes.push(Node {
+                    name: name.clone(),
+                    path,
+                    data,
+                    stat,
+                }),
+                MultiReadResult::Error {
+                    err: ZkError::NoNode,
+                } => {}
+                MultiReadResult::Error { err } => return Err(zk(timeout)(err)),
+                _ => return Err(Error::server("zookeeper", "unexpected multi-read reply")),
+            }
+        }
+    }
+    Ok(nodes)
+}
+
+/// Reads `name`'s nodes as the primitive `kind` in `dir`.
+async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> Result<State> {
+    let mut snapshot = Snapshot::empty(name.clone(), kind, "zookeeper");
+    let mut holds = Vec::new();
+    let wrapped = |_| {
+        conflict(
+            dir,
+            "lock directory whose sequence counter has not passed 2^31",
+        )
+    };
+    match kind {
+        PrimitiveKind::Mutex => {
+            let node = format!("{dir}/{UNFAIR_NODE}");
+            let (_, mut read) = first_read(shared, dir, &[], std::slice::from_ref(&node)).await?;
+            if let Some((data, stat)) = read.pop().flatten() {
+                if stat.ephemeral_owner == 0 {
+                    return Err(conflict(
+                        &node,
+                        "lock node (it is persistent, so it would never be released)",
+                    ));
+                }
+                let node = Node {
+                    name: UNFAIR_NODE.to_owned(),
+                    path: node,
+                    data,
+                    stat,
+                };
+                let (owner, foreign) = who(&node, "unfair lock");
+                holds.push(holder(HoldRole::Exclusive, &node, owner, foreign));
+            }
+        }
+        PrimitiveKind::FairMutex | PrimitiveKind::Election => {
+            let election = kind == PrimitiveKind::Election;
+            let marker = if election { "latch" } else { "lock" };
+            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let children = lists.pop().flatten().unwrap_or_default();
+            let queue = sorted_queue(children, marker).map_err(wrapped)?;
+            let nodes =
+                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+            let owner_of = |node: &Node| {
+                if election {
+                    latch_owner(&node.name)
+                } else {
+                    parse(&node.data).and_then(|o| o.owner)
+                }
+            };
+            let mut nodes = nodes.iter();
+            if let Some(head) = nodes.next() {
+                if election {
+                    let id = String::from_utf8_lossy(&head.data).into_owned();
+                    let owner = latch_owner(&head.name);
+                    let foreign = owner
+                        .is_none()
+                        .then(|| foreign(&format!("latch node {}", head.name), &head.data));
+                    let hold = holder(HoldRole::Leader, head, owner, foreign);
+                    snapshot.leader = Some(LeaderInfo {
+                        id,
+                        term: hold.holder.fencing_token.unwrap_or_default(),
+                    });
+                    holds.push(hold);
+                } else {
+                    let (owner, foreign) = who(head, "lock");
+                    holds.push(holder(HoldRole::Exclusive, head, owner, foreign));
+                }
+            }
+            snapshot.waiters = waiters(nodes, owner_of);
+        }
+        PrimitiveKind::ReadWrite => {
+            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let children = lists.pop().flatten().unwrap_or_default();
+            let queue = crate::rw_lock::rw_queue(children).map_err(wrapped)?;
+            let writes: std::collections::HashSet<String> = queue
+                .iter()
+                .filter(|(_, w, _)| *w)
+                .map(|(_, _, n)| n.clone())
+                .collect();
+            let nodes =
+                read_nodes(shared, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
+            // Holding: the first node if it is a write, else every read
+            // before the first write.
+            let first_write = nodes.iter().position(|n| writes.contains(&n.name));
+            let holding = match first_write {
+                Some(0) => 1,
+                Some(i) => i,
+                None => nodes.len(),
+            };
+            for node in &nodes[..holding] {
+                let write = writes.contains(&node.name);
+                let (owner, foreign) = who(node, if write { "write lock" } else { "read lock" });
+                let role = if write {
+                    HoldRole::Write
+                } else {
+                    HoldRole::Read
+                };
+                holds.push(holder(role, node, owner, foreign));
+            }
+            snapshot.waiters = waiters(nodes[holding..].iter(), |n| {
+                parse(&n.data).and_then(|o| o.owner)
+            });
+        }
+        PrimitiveKind::Semaphore => {
+            let locks = format!("{dir}/{}", crate::semaphore::LOCKS);
+            let leases = format!("{dir}/{}", crate::semaphore::LEASES);
+            let (mut lists, _) =
+                first_read(shared, dir, &[locks.clone(), leases.clone()], &[]).await?;
+            let lease_names = lists.pop().flatten().unwrap_or_default();
+            let lock_names = lists.pop().flatten().unwrap_or_default();
+            let queue = sorted_queue(lock_names, "lock").map_err(wrapped)?;
+            let queued = queue.len();
+            let mut names: Vec<String> = queue.into_iter().map(|(_, n)| n).collect();
+            names.extend(lease_names);
+            // One multi-read for both directories: read_nodes takes one
+            // parent, so read them as paths under `dir`.
+            let names: Vec<String> = names
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let sub = if i < queued {
+                        crate::semaphore::LOCKS
+                    } else {
+                        crate::semaphore::LEASES
+                    };
+                    format!("{sub}/{n}")
+                })
+                .collect();
+            let nodes = read_nodes(shared, dir, names).await?;
+            let in_locks = format!("{}/", crate::semaphore::LOCKS);
+            let (mut queue, mut leases): (Vec<Node>, Vec<Node>) = nodes
+                .into_iter()
+                .partition(|n| n.name.starts_with(&in_locks));
+            for node in queue.iter_mut().chain(leases.iter_mut()) {
+                if let Some((_, child)) = node.name.split_once('/') {
+                    node.name = child.to_owned();
+                }
+            }
+            // Every holder's lease node was created before any waiting one
+            // (only the head of `locks` may have a lease node that does not
+            // hold yet, and it is the newest): the first N hold.
+            leases.sort_by_key(|n| n.stat.czxid);
+            snapshot.permits = leases
+                .iter()
+                .find_map(|n| parse(&n.data).and_then(|o| o.permits));
+            let holding = snapshot.permits.map_or(leases.len(), |p| {
+                leases.len().min(usize::try_from(p).unwrap_or(usize::MAX))
+            });
+            for node in &leases[..holding] {
+                let (owner, foreign) = who(node, "semaphore lease");
+                holds.push(holder(HoldRole::Permit, node, owner, foreign));
+            }
+            snapshot.waiters = waiters(queue.iter(), |n| parse(&n.data).and_then(|o| o.owner));
+        }
+        _ => {
+            return Err(Error::InvalidOptions(format!(
+                "the ZooKeeper backend does not know the kind {kind}"
+            )))
+        }
+    }
+    snapshot.holders = holds.iter().map(|h| h.holder.clone()).collect();
+    Ok(State { snapshot, holds })
+}
+
+/// `Provider::inspect`.
+pub(crate) async fn inspect(
+    shared: &Shared,
+    name: &Name,
+    dir: &str,
+    kind: PrimitiveKind,
+) -> Result<Snapshot> {
+    Ok(read(shared, name, dir, kind).await?.snapshot)
+}
+
+/// `Provider::force_release`: deletes every holding node (pipelined), so
+/// that the watches of the waiters behind them fire as on a release, and
+/// the holders' own node watches report their leases lost
+/// (`LostReason::Deleted`).
+pub(crate) async fn force_release(
+    shared: &Shared,
+    name: &Name,
+    dir: &str,
+    kind: PrimitiveKind,
+) -> Result<ForceReleased> {
+    let state = read(shared, name, dir, kind).await?;
+    let timeout = shared.timeout;
+    let session = shared.sessions.get().await?;
+    let deletes = state.holds.iter().map(|hold| {
+        let client = &session.client;
+        async move { client.delete(&hold.path, None).await }
+    });
+    let deleted =
+        with_timeout("force release", timeout, futures::future::join_all(deletes)).await?;
+    let mut evicted = 0;
+    for (hold, outcome) in state.holds.iter().zip(deleted) {
+        match outcome {
+            Ok(()) => {
+                evicted += 1;
+                tracing::warn!(
+                    name = %name,
+                    kind = %kind,
+                    node = %hold.path,
+                    owner = hold.holder.owner.as_deref().unwrap_or("-"),
+                    foreign = hold.holder.foreign.as_deref().unwrap_or("-"),
+                    "distlock force-release deleted a holder's node"
+                );
+            }
+            // Released meanwhile: not evicted by us.
+            Err(ZkError::NoNode) => {}
+            Err(e) => return Err(from_zk("force release", timeout, e)),
+        }
+    }
+    Ok(ForceReleased {
+        evicted,
+        fence: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_data_parses_and_foreign_data_does_not() {
+        assert_eq!(
+            parse(&owner_data("web@h:1")),
+            Some(Ours {
+                owner: Some("web@h:1".into()),
+                permits: None
+            })
+        );
+        assert_eq!(
+            parse(b"distlock permits=3"),
+            Some(Ours {
+                owner: None,
+                permits: Some(3)
+            })
+        );
+        assert_eq!(
+            parse(b"distlock permits=2 owner=h:7 id=abc"),
+            Some(Ours {
+                owner: Some("h:7".into()),
+                permits: Some(2)
+            })
+        );
+        for theirs in [
+            &b"127.0.1.1"[..],
+            b"",
+            b"kazoo",
+            b"distlockowner=x",
+            &[0xff],
+        ] {
+            assert_eq!(parse(theirs), None, "{theirs:?}");
+        }
+        assert_eq!(
+            foreign("lock node x", b"10.0.0.1"),
+            "lock node x, data \"10.0.0.1\""
+        );
+        assert_eq!(foreign("lock node x", b""), "lock node x, no data");
+        assert_eq!(
+            foreign("lock node x", &[0, 1, 2]),
+            "lock node x, 3 bytes of data"
+        );
+    }
+
+    #[test]
+    fn latch_tags_round_trip_and_never_hold_a_dash_or_slash() {
+        for owner in [
+            "h:1",
+            "web-1@h-2.example:42",
+            "a/b_c.d:e@f%g",
+            "x-latch-y@h:1",
+        ] {
+            let tag = latch_tag(owner);
+            assert!(!tag.contains('-') && !tag.contains('/'), "{tag}");
+            let child = format!("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-{tag}-latch-0000000042");
+            assert_eq!(latch_owner(&child).as_deref(), Some(owner), "{child}");
+            assert_eq!(
+                crate::queue::sequence(&child, "latch").ok().flatten(),
+                Some(42)
+            );
+        }
+        // Curator's LeaderLatch nodes carry no owner.
+        assert_eq!(
+            latch_owner("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-latch-0000000001"),
+            None
+        );
+    }
+}

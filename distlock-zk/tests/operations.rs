@@ -1,0 +1,439 @@
+//! Operations on ZooKeeper beyond the shared checks: foreign (Curator,
+//! LeaderLatch-style) holders shown as such, the owner label from options
+//! and the URL, inspect of an id counter, force-release of a free name, the
+//! evicted holder's token refused by a fenced resource, and the number of
+//! requests an inspect of 64 waiters sends.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::inspect::owner_identity;
+use distlock_core::{
+    Error, HoldRole, LeaseLeft, Lock, LostReason, PrimitiveKind, Provider, Snapshot,
+};
+use distlock_zk::zookeeper_client::{self, CreateMode};
+use distlock_zk::{ZkOptions, ZkProvider};
+use test_support::safety::{FencedStore, Stale};
+use test_support::unique_name;
+use tokio::time::Instant;
+
+const SLACK: Duration = Duration::from_secs(5);
+
+fn hosts() -> String {
+    test_support::zookeeper::shared().connect_string()
+}
+
+async fn provider() -> ZkProvider {
+    ZkProvider::connect_with(ZkOptions::new(hosts()))
+        .await
+        .unwrap()
+}
+
+async fn inspect_until(
+    p: &ZkProvider,
+    name: &str,
+    kind: PrimitiveKind,
+    limit: Duration,
+    done: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = p.inspect(name, kind).await.unwrap();
+        if done(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "never came: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_holder_is_foreign_and_force_release_lets_distlock_in() {
+    let hosts = hosts();
+    let ours = provider().await;
+    let name = unique_name("curator-ops");
+    let path = ours.path(&name).unwrap();
+    let mut curator = test_support::curator::spawn("CuratorPeer", &hosts, &path, &["hold", "60"]);
+    // JVM start-up: wait for Curator's node.
+    let snapshot = inspect_until(
+        &ours,
+        &name,
+        PrimitiveKind::FairMutex,
+        Duration::from_secs(30),
+        Snapshot::is_held,
+    )
+    .await;
+    let holder = &snapshot.holders[0];
+    assert_eq!(holder.role, HoldRole::Exclusive);
+    assert_eq!(holder.owner, None, "{snapshot:?}");
+    let foreign = holder.foreign.as_deref().expect("foreign");
+    // Curator's InterProcessMutex node, its data the client's IP address.
+    assert!(
+        foreign.starts_with("lock node _c_") && foreign.contains("-lock-"),
+        "{foreign}"
+    );
+    assert!(foreign.contains("data \""), "{foreign}");
+    assert!(matches!(holder.lease, LeaseLeft::Session { session_id } if session_id != 0));
+    assert!(holder.fencing_token.is_some() && holder.acquired_at.is_some());
+
+    // A distlock waiter queues behind it, with its identity.
+    let lock = ours.fair_mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.lock().await });
+    let snapshot = inspect_until(&ours, &name, PrimitiveKind::FairMutex, SLACK, |s| {
+        s.waiters.count == 1
+    })
+    .await;
+    assert_eq!(snapshot.waiters.owners, vec![ours.owner().to_owned()]);
+    assert!(snapshot.holders[0].foreign.is_some());
+
+    // The operator evicts Curator: the distlock waiter gets in.
+    let done = ours
+        .force_release(&name, PrimitiveKind::FairMutex)
+        .await
+        .unwrap();
+    assert_eq!((done.evicted, done.fence), (1, None));
+    let guard = tokio::time::timeout(SLACK, waiting)
+        .await
+        .expect("the waiter got in")
+        .unwrap()
+        .unwrap();
+    assert!(guard.fencing_token() > holder.fencing_token.unwrap());
+    guard.release().await.unwrap();
+    let _ = curator.kill();
+    let _ = curator.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_latch_style_candidate_is_a_foreign_leader() {
+    let ours = provider().await;
+    let name = unique_name("latch-ops");
+    let dir = ours.path(&name).unwrap();
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    raw.mkdir(
+        &dir,
+        &CreateMode::Container.with_acls(zookeeper_client::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    // What Curator's LeaderLatch creates: a protected ephemeral sequential
+    // `latch-` node holding the participant id.
+    let (stat, _) = raw
+        .create(
+            &format!("{dir}/_c_5e0c1a2b-0000-4000-8000-00000000abcd-latch-"),
+            b"peer-1",
+            &CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let election = ours.election(&name).unwrap();
+    let campaign = tokio::spawn(async move { election.campaign("node-b").await });
+    let snapshot = inspect_until(&ours, &name, PrimitiveKind::Election, SLACK, |s| {
+        s.waiters.count == 1
+    })
+    .await;
+    let leader = snapshot.leader.clone().expect("a leader");
+    assert_eq!(leader.id, "peer-1");
+    assert_eq!(leader.term, u64::try_from(stat.czxid).unwrap());
+    let holder = &snapshot.holders[0];
+    assert_eq!(holder.role, HoldRole::Leader);
+    assert_eq!(holder.owner, None);
+    assert!(
+        holder
+            .foreign
+            .as_deref()
+            .unwrap()
+            .contains("data \"peer-1\""),
+        "{snapshot:?}"
+    );
+    assert_eq!(snapshot.waiters.owners, vec![ours.owner().to_owned()]);
+    // Force-release makes the distlock candidate leader.
+    let done = ours
+        .force_release(&name, PrimitiveKind::Election)
+        .await
+        .unwrap();
+    assert_eq!(done.evicted, 1);
+    let leadership = tokio::time::timeout(SLACK, campaign)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let snapshot = ours.inspect(&name, PrimitiveKind::Election).await.unwrap();
+    assert_eq!(snapshot.leader.unwrap().id, "node-b");
+    assert_eq!(snapshot.holders[0].owner.as_deref(), Some(ours.owner()));
+    assert_eq!(snapshot.holders[0].fencing_token, Some(leadership.term()));
+    leadership.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_label_comes_from_the_url_or_the_options_and_bad_ones_are_refused() {
+    let hosts = hosts();
+    let base = owner_identity(None).unwrap();
+    let labelled = ZkProvider::connect(&format!("zk://{hosts}?owner=billing/eu-1:7"))
+        .await
+        .unwrap();
+    assert_eq!(labelled.owner(), format!("billing/eu-1:7@{base}"));
+    let plain = provider().await;
+    assert_eq!(plain.owner(), base);
+    let by_options = ZkProvider::connect_with(ZkOptions::new(&hosts).owner_label("worker_2"))
+        .await
+        .unwrap();
+    assert_eq!(by_options.owner(), format!("worker_2@{base}"));
+
+    // Stored with every kind of hold, read back by another provider.
+    let name = unique_name("owner");
+    let mutex = labelled.mutex(&name).unwrap().lock().await.unwrap();
+    let fair = labelled.fair_mutex(&name).unwrap().lock().await.unwrap();
+    let read = labelled
+        .rw_lock(&name)
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let permit = labelled.semaphore(&name, 2).unwrap().lock().await.unwrap();
+    let leader = labelled
+        .election(&name)
+        .unwrap()
+        .campaign("c-1")
+        .await
+        .unwrap();
+    for kind in PrimitiveKind::ALL {
+        let s = plain.inspect(&name, kind).await.unwrap();
+        assert_eq!(s.holders.len(), 1, "{kind}: {s:?}");
+        assert_eq!(
+            s.holders[0].owner.as_deref(),
+            Some(labelled.owner()),
+            "{kind}: {s:?}"
+        );
+        assert_eq!(s.holders[0].foreign, None, "{kind}");
+    }
+    assert_eq!(
+        plain
+            .inspect(&name, PrimitiveKind::Semaphore)
+            .await
+            .unwrap()
+            .permits,
+        Some(2)
+    );
+    for g in [mutex, fair, read, permit] {
+        g.release().await.unwrap();
+    }
+    leader.resign().await.unwrap();
+
+    for url in [
+        format!("zk://{hosts}?owner="),
+        format!("zk://{hosts}?owner=a@b"),
+        format!("zk://{hosts}?owner=a%20b"),
+        format!("zk://{hosts}?owner={}", "x".repeat(65)),
+    ] {
+        assert!(
+            matches!(ZkOptions::from_url(&url), Err(Error::InvalidOptions(_))),
+            "{url}"
+        );
+    }
+    assert!(matches!(
+        ZkOptions::from_url(&format!("zk://{hosts}?owner=a&owner=b")),
+        Err(Error::InvalidUrl(_))
+    ));
+    assert!(matches!(
+        ZkProvider::connect_with(ZkOptions::new(&hosts).owner_label("two words")).await,
+        Err(Error::InvalidOptions(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_counter_is_a_conflict_for_inspect_and_force_release_and_stays() {
+    let p = provider().await;
+    let name = unique_name("ids-ops");
+    let ids = p.id_generator(&name, 1).unwrap();
+    let first = ids.next().await.unwrap();
+    for kind in PrimitiveKind::ALL {
+        let e = p.inspect(&name, kind).await.unwrap_err();
+        assert!(matches!(e, Error::Conflict { .. }), "{kind}: {e:?}");
+        let e = p.force_release(&name, kind).await.unwrap_err();
+        assert!(matches!(e, Error::Conflict { .. }), "{kind}: {e:?}");
+    }
+    // Unchanged: the counter goes on.
+    let again = p.id_generator(&name, 1).unwrap();
+    assert_eq!(again.next().await.unwrap(), first + 1);
+    for bad in ["", "a//b", "/x"] {
+        for kind in PrimitiveKind::ALL {
+            assert!(matches!(
+                p.inspect(bad, kind).await,
+                Err(Error::InvalidName { .. })
+            ));
+            assert!(matches!(
+                p.force_release(bad, kind).await,
+                Err(Error::InvalidName { .. })
+            ));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_a_free_name_evicts_nothing() {
+    let p = provider().await;
+    let name = unique_name("free");
+    for kind in PrimitiveKind::ALL {
+        // Never used, then used and released (the directory is there).
+        let done = p.force_release(&name, kind).await.unwrap();
+        assert_eq!((done.evicted, done.fence), (0, None), "{kind}");
+    }
+    let g = p.fair_mutex(&name).unwrap().lock().await.unwrap();
+    g.release().await.unwrap();
+    let g = p.semaphore(&name, 1).unwrap().lock().await.unwrap();
+    g.release().await.unwrap();
+    for kind in PrimitiveKind::ALL {
+        let done = p.force_release(&name, kind).await.unwrap();
+        assert_eq!(done.evicted, 0, "{kind}");
+        assert!(!p.inspect(&name, kind).await.unwrap().is_held(), "{kind}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_evicted_holders_token_is_refused_after_the_next_holder_wrote() {
+    let holder = provider().await;
+    let waiter = provider().await;
+    let operator = provider().await;
+    for kind in [
+        PrimitiveKind::Mutex,
+        PrimitiveKind::FairMutex,
+        PrimitiveKind::ReadWrite,
+        PrimitiveKind::Semaphore,
+    ] {
+        let name = unique_name("fenced");
+        let open = |p: &ZkProvider| -> Arc<dyn Lock> {
+            match kind {
+                PrimitiveKind::Mutex => p.mutex(&name).unwrap(),
+                PrimitiveKind::FairMutex => p.fair_mutex(&name).unwrap(),
+                PrimitiveKind::ReadWrite => p.rw_lock(&name).unwrap().write(),
+                _ => p.semaphore(&name, 1).unwrap(),
+            }
+        };
+        let store = FencedStore::default();
+        let evicted = open(&holder).lock().await.unwrap();
+        store.write(evicted.fencing_token(), 1).unwrap();
+        let lock = open(&waiter);
+        let task = tokio::spawn(async move { lock.lock().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let done = operator.force_release(&name, kind).await.unwrap();
+        assert_eq!(done.evicted, 1, "{kind}");
+        let next = tokio::time::timeout(SLACK, task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        store.write(next.fencing_token(), 2).unwrap();
+        assert_eq!(
+            store.write(evicted.fencing_token(), 3),
+            Err(Stale),
+            "{kind}"
+        );
+        assert_eq!(store.snapshot(), (2, 2));
+        // Its node watch saw the deletion.
+        let reason = tokio::time::timeout(SLACK, evicted.lost()).await.unwrap();
+        assert_eq!(reason, LostReason::Deleted, "{kind}");
+        assert!(evicted.release().await.is_err(), "{kind}");
+        next.release().await.unwrap();
+    }
+}
+
+/// The requests ZooKeeper has received on the connection of `session`
+/// (four-letter word `cons`: `recved=` of the line with `sid=0x…`).
+fn received(session: i64) -> u64 {
+    let addr = test_support::zookeeper::shared().addr(0);
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"cons").unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).unwrap();
+    #[allow(clippy::cast_sign_loss)]
+    let sid = format!("sid=0x{:x},", session as u64);
+    let line = out
+        .lines()
+        .find(|l| l.contains(&sid))
+        .unwrap_or_else(|| panic!("{sid} not in {out}"));
+    let recved = line.split("recved=").nth(1).unwrap();
+    recved.split(',').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_of_64_waiters_sends_two_requests() {
+    const WAITERS: usize = 64;
+    let holder = provider().await;
+    let waiters = provider().await;
+    let reader = provider().await;
+    let name = unique_name("inspect-64");
+    let guard = holder.fair_mutex(&name).unwrap().lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let lock = waiters.fair_mutex(&name).unwrap();
+        tasks.push(tokio::spawn(async move {
+            lock.lock().await.unwrap().release().await.unwrap();
+        }));
+    }
+    inspect_until(&reader, &name, PrimitiveKind::FairMutex, SLACK * 2, |s| {
+        s.waiters.count == WAITERS
+    })
+    .await;
+    let session = reader.session_id().await.unwrap();
+    // A session ping may fall between the two counts: the fewest of a few
+    // tries is the inspect's own.
+    let mut fewest = u64::MAX;
+    for _ in 0..3 {
+        let before = received(session);
+        let s = reader
+            .inspect(&name, PrimitiveKind::FairMutex)
+            .await
+            .unwrap();
+        let after = received(session);
+        assert_eq!(s.waiters.count, WAITERS);
+        assert_eq!(s.waiters.owners.len(), WAITERS);
+        fewest = fewest.min(after - before);
+    }
+    println!("inspect of a fair mutex with {WAITERS} waiters: {fewest} requests");
+    assert_eq!(
+        fewest, 2,
+        "one multi-read for the listing, one for the nodes"
+    );
+    guard.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(SLACK * 2, t).await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_a_distlock_leader_ends_its_term_and_elects_the_next() {
+    let a = provider().await;
+    let b = provider().await;
+    let name = unique_name("evict-leader");
+    let leader = a.election(&name).unwrap().campaign("a").await.unwrap();
+    let election = b.election(&name).unwrap();
+    let next = tokio::spawn(async move { election.campaign("b").await });
+    inspect_until(&b, &name, PrimitiveKind::Election, SLACK, |s| {
+        s.waiters.count == 1
+    })
+    .await;
+    let done = b
+        .force_release(&name, PrimitiveKind::Election)
+        .await
+        .unwrap();
+    assert_eq!((done.evicted, done.fence), (1, None));
+    let reason = tokio::time::timeout(SLACK, leader.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::Deleted);
+    assert!(!leader.is_leader());
+    let next = tokio::time::timeout(SLACK, next)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.term() > leader.term());
+    let s = a.inspect(&name, PrimitiveKind::Election).await.unwrap();
+    assert_eq!(
+        s.leader.map(|l| (l.id, l.term)),
+        Some(("b".into(), next.term()))
+    );
+    next.resign().await.unwrap();
+}
