@@ -22,8 +22,9 @@ pub enum Renewal {
 /// Lease TTL and renewal mode of a lock or leadership.
 ///
 /// Session-based backends (ZooKeeper) tie a lease to the client session
-/// instead: they accept only their provider's default options and refuse any
-/// other with [`Error::InvalidOptions`], never ignoring them silently.
+/// instead: they accept only their provider's default options (plus a
+/// [`LeaseOptions::max_hold`]) and refuse any other with
+/// [`Error::InvalidOptions`], never ignoring them silently.
 ///
 /// ```
 /// use std::time::Duration;

@@ -26,6 +26,8 @@ pub(crate) struct ZkElection {
     pub(crate) shared: Arc<Shared>,
     pub(crate) name: Name,
     pub(crate) dir: String,
+    /// The lease's `max_hold`, if any.
+    pub(crate) hold: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for ZkElection {
@@ -113,7 +115,7 @@ impl Election for ZkElection {
         // The node we lead with is ours by construction: created in this
         // session (or found by prefix with this session as its owner).
         Ok(Leadership::new(
-            guard(&self.shared, &self.name, acquired, true)?,
+            guard(&self.shared, &self.name, acquired, true, self.hold)?,
             candidate,
         ))
     }

@@ -17,6 +17,8 @@ pub(crate) struct FairMutex {
     pub(crate) shared: Arc<Shared>,
     pub(crate) name: Name,
     pub(crate) dir: String,
+    /// The lease's `max_hold`, if any.
+    pub(crate) hold: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for FairMutex {
@@ -44,7 +46,7 @@ impl Lock for FairMutex {
         )
         .await?;
         acquired
-            .map(|a| guard(&self.shared, &self.name, a, true))
+            .map(|a| guard(&self.shared, &self.name, a, true, self.hold))
             .transpose()
     }
 }

@@ -132,8 +132,19 @@ pub(crate) fn guard(
     name: &Name,
     acquired: Acquired,
     own_path: bool,
+    hold: Option<std::time::Duration>,
 ) -> Result<LockGuard> {
     let signal = LeaseSignal::new();
+    if let Some(limit) = hold {
+        // `max_hold`: the core ends the hold at the limit and the watchdog
+        // deletes the node.
+        signal.set_hold_limit(
+            acquired
+                .heard_at
+                .checked_add(limit)
+                .unwrap_or(acquired.heard_at),
+        );
+    }
     let fencing_token = token(acquired.czxid);
     let backend = Arc::new(ZkLease {
         shared: Arc::clone(shared),

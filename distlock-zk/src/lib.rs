@@ -115,7 +115,9 @@
 //!   say); a disconnected session is reported as `LeaseStatus::Suspended`.
 //!   Lease options other than the provider's default are refused with
 //!   `Error::InvalidOptions`, and `extend()` too: set the session timeout
-//!   instead. The provider opens a new session at the next operation after
+//!   instead. The one exception is `LeaseOptions::max_hold`
+//!   (`provider.default_lease().max_hold(d)`): the hold ends at the limit,
+//!   `lost()` fires with `LostReason::MaxHold` and the node is deleted. The provider opens a new session at the next operation after
 //!   one expires.
 //! * **Unknown outcomes** — after a create whose reply was lost, only the
 //!   lookup is retried (after a `sync`, so a server we reconnected to has

@@ -147,17 +147,30 @@ impl ZkProvider {
     /// A primitive's name and directory, after the checks every primitive
     /// makes: the provider is open and the lease options are the session's.
     fn named(&self, name: &str, lease: Option<LeaseOptions>) -> Result<(Name, String)> {
+        Ok(self.named_with_hold(name, lease)?.0)
+    }
+
+    /// As [`ZkProvider::named`], also returning the lease's `max_hold`: the
+    /// only lease option a session lease can honour (the guard ends the
+    /// hold and deletes its node at the limit).
+    fn named_with_hold(
+        &self,
+        name: &str,
+        lease: Option<LeaseOptions>,
+    ) -> Result<((Name, String), Option<std::time::Duration>)> {
         self.shared.lifecycle.check_open()?;
-        if lease.is_some_and(|l| l != self.default_lease()) {
+        let default = self.default_lease();
+        let hold = lease.and_then(|l| l.hold_limit());
+        if lease.is_some_and(|l| l.ttl() != default.ttl() || l.renewal() != default.renewal()) {
             return Err(Error::InvalidOptions(
-                "ZooKeeper leases are the session: lease options cannot be set per primitive \
-                 (set the session timeout of the provider instead)"
+                "ZooKeeper leases are the session: lease options other than max_hold cannot be set \
+                 per primitive (set the session timeout of the provider instead)"
                     .into(),
             ));
         }
         let name = Name::new(name)?;
         let dir = dir(&self.shared.sessions.options().root, &name);
-        Ok((name, dir))
+        Ok(((name, dir), hold))
     }
 }
 
@@ -224,35 +237,38 @@ impl Provider for ZkProvider {
     }
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        let (name, dir) = self.named(name, Some(lease))?;
+        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
         Ok(Arc::new(UnfairMutex {
             shared: Arc::clone(&self.shared),
             name,
             dir,
+            hold,
         }))
     }
 
     fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        let (name, dir) = self.named(name, Some(lease))?;
+        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
         Ok(Arc::new(FairMutex {
             shared: Arc::clone(&self.shared),
             name,
             dir,
+            hold,
         }))
     }
 
     fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
-        let (name, dir) = self.named(name, Some(lease))?;
+        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
         Ok(Arc::new(ZkElection {
             shared: Arc::clone(&self.shared),
             name,
             dir,
+            hold,
         }))
     }
 
     fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
-        let (name, dir) = self.named(name, Some(lease))?;
-        crate::rw_lock::rw_lock(&self.shared, name, dir)
+        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+        crate::rw_lock::rw_lock(&self.shared, name, dir, hold)
     }
 
     fn semaphore_with(
@@ -261,8 +277,8 @@ impl Provider for ZkProvider {
         permits: u32,
         lease: LeaseOptions,
     ) -> Result<Arc<dyn Semaphore>> {
-        let (name, dir) = self.named(name, Some(lease))?;
-        crate::semaphore::semaphore(&self.shared, name, dir, check_permits(permits)?)
+        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+        crate::semaphore::semaphore(&self.shared, name, dir, check_permits(permits)?, hold)
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {

@@ -117,6 +117,7 @@ struct RwSide {
     name: Name,
     dir: String,
     side: Side,
+    hold: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for RwSide {
@@ -148,7 +149,7 @@ impl Lock for RwSide {
         )
         .await?;
         acquired
-            .map(|a| guard(&self.shared, &self.name, a, true))
+            .map(|a| guard(&self.shared, &self.name, a, true, self.hold))
             .transpose()
     }
 }
@@ -192,6 +193,7 @@ pub(crate) fn rw_lock(
     shared: &Arc<Shared>,
     name: Name,
     dir: String,
+    hold: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ReadWriteLock>> {
     let side = |write: bool, dir: String| -> Arc<dyn Lock> {
         Arc::new(RwSide {
@@ -199,6 +201,7 @@ pub(crate) fn rw_lock(
             name: name.clone(),
             dir,
             side: Side { write },
+            hold,
         })
     };
     let write = side(true, dir.clone());

@@ -59,12 +59,14 @@ pub(crate) fn semaphore(
     name: Name,
     dir: String,
     permits: u32,
+    hold: Option<std::time::Duration>,
 ) -> Result<Arc<dyn Semaphore>> {
     Ok(Arc::new(ZkSemaphore {
         shared: Arc::clone(shared),
         name,
         dir,
         permits,
+        hold,
     }))
 }
 
@@ -97,6 +99,7 @@ pub(crate) struct ZkSemaphore {
     name: Name,
     dir: String,
     permits: u32,
+    hold: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for ZkSemaphore {
@@ -344,7 +347,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 };
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).
-                let held = guard(&sem.shared, &sem.name, acquired, true)?;
+                let held = guard(&sem.shared, &sem.name, acquired, true, sem.hold)?;
                 clean_up_now(unlock, timeout).await;
                 return Ok(Some(held));
             }

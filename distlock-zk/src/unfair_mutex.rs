@@ -34,6 +34,8 @@ pub(crate) struct UnfairMutex {
     pub(crate) shared: Arc<Shared>,
     pub(crate) name: Name,
     pub(crate) dir: String,
+    /// The lease's `max_hold`, if any.
+    pub(crate) hold: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for UnfairMutex {
@@ -253,7 +255,7 @@ impl Lock for UnfairMutex {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let acquired = take(&self.shared, &self.dir, wait).await?;
         acquired
-            .map(|a| guard(&self.shared, &self.name, a, false))
+            .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
             .transpose()
     }
 }

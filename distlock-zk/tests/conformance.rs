@@ -55,11 +55,16 @@ impl Fixture for Zk {
         &self,
         client: &dyn Provider,
         name: &str,
-        _lease: LeaseOptions,
+        lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>> {
         // The session is the lease: ZooKeeper refuses other lease options
-        // (tested in zookeeper.rs), so the suite's are not passed on.
-        self.kind.open(client, name, client.default_lease())
+        // (tested in zookeeper.rs), so the suite's are not passed on; only
+        // `max_hold`, which a session lease honours.
+        let session = match lease.hold_limit() {
+            Some(limit) => client.default_lease().max_hold(limit)?,
+            None => client.default_lease(),
+        };
+        self.kind.open(client, name, session)
     }
 
     fn session(&self) -> bool {
@@ -110,4 +115,19 @@ mod election {
 mod operations {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(operations super::Zk::standalone(Kind::FairMutex));
+}
+
+mod max_hold {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(max_hold super::Zk::standalone(Kind::FairMutex));
+}
+
+mod max_hold_unfair {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(max_hold super::Zk::standalone(Kind::Mutex));
+}
+
+mod max_hold_semaphore {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(max_hold super::Zk::standalone(Kind::Semaphore1));
 }
