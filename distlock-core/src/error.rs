@@ -117,6 +117,19 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// The server refused the client: authentication failed, or the user
+    /// lacks a permission the operation needs (Redis `NOAUTH`, `WRONGPASS`,
+    /// `NOPERM`; ZooKeeper `NoAuth`, `AuthFailed`). Not retryable: fix the
+    /// credentials or the ACL.
+    #[error("{backend} refused: not allowed")]
+    NotAllowed {
+        /// The backend (`"redis"`, `"zookeeper"`, ...).
+        backend: &'static str,
+        /// The server's answer.
+        #[source]
+        source: BoxError,
+    },
+
     /// The server answered with an error.
     #[error("{backend} server error")]
     Server {
@@ -179,6 +192,13 @@ impl Error {
                 | Error::InvalidUrl(_)
                 | Error::UnsupportedBackend(_)
         )
+    }
+
+    /// The server refused the credentials or the permission
+    /// ([`Error::NotAllowed`]).
+    #[must_use]
+    pub fn is_not_allowed(&self) -> bool {
+        matches!(self, Error::NotAllowed { .. })
     }
 
     /// Data already under the name is not distlock's; nothing was changed.

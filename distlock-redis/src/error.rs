@@ -13,6 +13,14 @@ pub(crate) fn from_redis(operation: &'static str, timeout: Duration, e: RedisErr
             after: timeout,
         };
     }
+    if matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+        || e.kind() == redis::ErrorKind::AuthenticationFailed
+    {
+        return Error::NotAllowed {
+            backend: "redis",
+            source: Box::new(e),
+        };
+    }
     if e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()

@@ -426,6 +426,15 @@ async fn passwords_and_acl_users_come_from_the_url() {
         "~*",
         "&*",
         "+@all",
+        "--user",
+        "bob",
+        "on",
+        ">builder",
+        "~*",
+        "&*",
+        "+@all",
+        "-evalsha",
+        "-eval",
     ]);
     let port = redis.port();
     for url in [
@@ -443,15 +452,33 @@ async fn passwords_and_acl_users_come_from_the_url() {
     }
     let wrong = RedisProvider::connect(&format!("redis://alice:wrong@127.0.0.1:{port}")).await;
     let e = wrong.expect_err("a wrong password connected");
-    assert!(!e.is_invalid_input(), "{e:?}");
+    assert!(e.is_not_allowed() && !e.is_retryable(), "{e:?}");
     // No password: the connection opens, every command is refused, typed.
     match RedisProvider::connect(&format!("redis://127.0.0.1:{port}")).await {
-        Err(e) => assert!(!e.is_invalid_input(), "{e:?}"),
+        Err(e) => assert!(e.is_not_allowed(), "{e:?}"),
         Ok(locks) => {
             let r = locks.mutex("acl/none").unwrap().try_lock().await;
-            assert!(matches!(r, Err(Error::Server { .. })), "{r:?}");
+            assert!(matches!(&r, Err(e) if e.is_not_allowed()), "{r:?}");
         }
     }
+    // A user without the scripting commands: not allowed, not "busy", not
+    // "down".
+    let bob = connect(
+        &format!("redis://bob:builder@127.0.0.1:{port}"),
+        RedisOptions::new(),
+    )
+    .await;
+    let r = bob.mutex("acl/bob").unwrap().try_lock().await;
+    assert!(
+        matches!(
+            &r,
+            Err(Error::NotAllowed {
+                backend: "redis",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,10 @@ pub(crate) fn from_zk(operation: &'static str, timeout: Duration, e: ZkError) ->
         | ZkError::ClientClosed
         | ZkError::SessionMoved
         | ZkError::Throttled => Error::connection("zookeeper", e),
+        ZkError::NoAuth | ZkError::AuthFailed => Error::NotAllowed {
+            backend: "zookeeper",
+            source: Box::new(e),
+        },
         other => Error::server("zookeeper", other),
     }
 }
