@@ -317,6 +317,7 @@ mod error;
 mod fair_mutex;
 mod ids;
 mod mutex;
+mod ops;
 mod options;
 mod provider;
 mod redlock;

@@ -113,3 +113,13 @@ mod election {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(election super::Redis::single(Kind::Mutex));
 }
+
+mod operations {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(operations super::Redis::single(Kind::Mutex));
+}
+
+mod pool_operations {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(operations super::Redis::pool(Kind::Mutex));
+}
