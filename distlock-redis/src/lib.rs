@@ -181,7 +181,7 @@
 //!
 //! Every provider has an **owner identity**, `host:pid` or `label@host:pid`
 //! with [`RedisOptions::owner_label`] (URL query `owner=<label>`), returned
-//! by [`Provider::owner`](distlock_core::Provider::owner). The acquire
+//! by [`Provider::owner`]. The acquire
 //! scripts store it with every hold, **in the same script call** (no extra
 //! round trip), next to the hold and in its slot: the lock key's value stays
 //! the random token (so redis-py's `Lock` still shares the lock), and the
@@ -192,7 +192,7 @@
 //! with expired holders. Queued waiters' owners are in the `…:owners`
 //! hashes.
 //!
-//! [`Provider::inspect`](distlock_core::Provider::inspect) is **one Lua
+//! [`Provider::inspect`] is **one Lua
 //! script** (`inspect_lock`, `inspect_queued`; one round trip whatever the
 //! number of holders and waiters) that only reads: holders with owner,
 //! fencing token, acquired at and lease left (`PTTL`, or the holder's zset
@@ -206,7 +206,7 @@
 //! from `PTTL` (`NoExpiry` without one). Data of another type under one of
 //! the name's keys is `Conflict`, and nothing is changed.
 //!
-//! [`Provider::force_release`](distlock_core::Provider::force_release) is
+//! [`Provider::force_release`] is
 //! **dangerous**: for an operator whose holder is stuck or gone. One script
 //! per kind (`force_lock`, `rw_force`, `sem_force`) deletes every hold
 //! (distlock's or foreign) and its records, advances the fencing counter

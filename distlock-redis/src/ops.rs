@@ -182,7 +182,7 @@ impl KindKeys {
     }
 }
 
-fn conflict(what: String, expected: &'static str) -> Error {
+fn conflict(what: &str, expected: &'static str) -> Error {
     Error::Conflict {
         what: format!("redis key {what:?}"),
         expected,
@@ -287,7 +287,7 @@ pub(crate) async fn inspect(
     if status == -1 {
         let index = items.get(1).map(int).transpose()?.unwrap_or(1);
         let (key, expected) = keys.key_at(index);
-        return Err(conflict(key, expected));
+        return Err(conflict(&key, expected));
     }
     let [_, holders, waiters, extra] = items else {
         return Err(bad_reply());
@@ -307,7 +307,7 @@ pub(crate) async fn inspect(
         PrimitiveKind::Semaphore if !extra.is_empty() => {
             snapshot.permits = Some(extra.parse::<u32>().map_err(|_| {
                 let (key, expected) = keys.key_at(1);
-                conflict(key, expected)
+                conflict(&key, expected)
             })?);
         }
         PrimitiveKind::Election if !extra.is_empty() => {
@@ -321,7 +321,7 @@ pub(crate) async fn inspect(
                 })
                 .ok_or_else(|| {
                     let (key, _) = keys.key_at(6);
-                    conflict(key, "election leader record (\"<term> <candidate>\")")
+                    conflict(&key, "election leader record (\"<term> <candidate>\")")
                 })?;
             snapshot.leader = Some(leader);
         }
@@ -349,9 +349,9 @@ pub(crate) async fn force_release(
     match status {
         -1 => {
             let (key, expected) = keys.force_key_at(value);
-            Err(conflict(key, expected))
+            Err(conflict(&key, expected))
         }
-        -2 => Err(conflict(keys.fence_key().to_owned(), "fencing counter")),
+        -2 => Err(conflict(keys.fence_key(), "fencing counter")),
         -3 => Err(Error::Exhausted {
             name: keys.fence_key().to_owned(),
         }),

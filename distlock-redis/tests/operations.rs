@@ -207,11 +207,15 @@ async fn the_owner_label_comes_from_options_or_the_url_and_bad_labels_are_refuse
     assert!(matches!(e, Error::InvalidUrl(_)), "{e:?}");
 }
 
+/// A kind, the key of a name to spoil, and the command that writes it
+/// (the key's place left empty).
+type Case = (PrimitiveKind, fn(&str) -> String, &'static [&'static str]);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_of_another_type_is_a_conflict_and_is_left_unchanged() {
     let redis = test_support::redis::shared();
     let client = connect(&redis.url()).await;
-    let cases: [(PrimitiveKind, fn(&str) -> String, &[&str]); 5] = [
+    let cases: [Case; 5] = [
         (
             PrimitiveKind::Mutex,
             |n| n.to_owned(),
