@@ -133,7 +133,11 @@ impl LeaveQueue {
     async fn leave_once(&self) -> Result<()> {
         let timeout = self.shared.options.response_timeout;
         let mut invocation = FAIR_LEAVE.key(&self.keys.lock);
-        invocation.key(&self.keys.queue).key(&self.keys.timeouts);
+        invocation
+            .key(&self.keys.queue)
+            .key(&self.keys.timeouts)
+            .key(&self.keys.holder)
+            .key(&self.keys.owners);
         if let Some(record) = &self.keys.record {
             invocation.key(record);
         }
@@ -194,7 +198,9 @@ impl FairQueue {
         invocation
             .key(&keys.fence)
             .key(&keys.queue)
-            .key(&keys.timeouts);
+            .key(&keys.timeouts)
+            .key(&keys.holder)
+            .key(&keys.owners);
         if let Some(record) = &keys.record {
             invocation.key(record);
         }
@@ -205,7 +211,8 @@ impl FairQueue {
             .arg(u64::try_from(self.entry_ttl().as_millis()).unwrap_or(u64::MAX))
             .arg(if queue { "1" } else { "0" })
             .arg(&keys.channel)
-            .arg(candidate.unwrap_or(""));
+            .arg(candidate.unwrap_or(""))
+            .arg(&self.shared.owner);
         let (reply, acked): (Vec<i64>, _) = conn
             .script_acked("acquire", timeout, &invocation, self.shared.options.wait)
             .await?;
@@ -310,6 +317,7 @@ impl FairQueue {
                     }
                     tracing::debug!(
                         name = %self.name,
+                        owner = %shared.owner,
                         token,
                         waited_us = waited.elapsed().as_micros(),
                         "distlock redis fair lock acquired"

@@ -44,10 +44,13 @@
 //! | `{PREFIX NAME}:released` | pub/sub channel of release and hand-over messages |
 //! | `{PREFIX NAME}:fair:queue` | fair waiters: zset waiter id → arrival number |
 //! | `{PREFIX NAME}:fair:timeouts` | fair waiters' entry expiry: zset waiter id → server ms |
+//! | `{PREFIX NAME}:holder` | the holder record (plain and fair mutex): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
+//! | `{PREFIX NAME}:fair:owners` | fair waiters' owner identities: hash waiter id → owner, expiring with the queue |
 //! | `{PREFIX NAME}:elect` | an election's lease: value = leader's token, TTL = lease |
 //! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |
 //! | `{PREFIX NAME}:elect:fence` | the election's term counter (as `:fence`) |
 //! | `{PREFIX NAME}:elect:queue`, `…:elect:timeouts` | candidates, as the fair queue |
+//! | `{PREFIX NAME}:elect:holder`, `…:elect:owners` | the leader's holder record and the candidates' owners, as `:holder` and `:fair:owners` |
 //! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
 //! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master |
@@ -59,7 +62,9 @@
 //! Scripts (`src/scripts/*.lua`, each opening with its keys, arguments and
 //! replies): `acquire` (plain), `fair_acquire` (fair mutex and election),
 //! `release` and `extend` (every lease of this kind), `fair_leave` (a fair
-//! waiter or candidate leaving), `elect_leader` (reading the leader record).
+//! waiter or candidate leaving), `elect_leader` (reading the leader record),
+//! `inspect_lock` and `force_lock` (see [Inspect and
+//! force-release](#inspect-and-force-release)).
 //!
 //! # The fair mutex
 //!
@@ -122,6 +127,8 @@
 //! | `{K}:rw:alive` | `{K}:sem:alive` | sorted set: the same waiters scored by the expiry of their entry |
 //! | `{K}:rw:fence` | `{K}:sem:fence` | fencing counter (as the mutex's) |
 //! | `{K}:rw:released` | `{K}:sem:released` | pub/sub channel of wake-ups addressed to one waiter (`to:<waiter id>`) |
+//! | `{K}:rw:info` | `{K}:sem:info` | holder records: hash token → `"<fence> <at ms> <owner>"` (the writer: field `w` → `"<token> <fence> <at ms> <owner>"`), fields purged with their holders, the hash living as long as the longest hold |
+//! | `{K}:rw:owners` | `{K}:sem:owners` | waiters' owner identities: hash waiter → owner, fields purged with their waiters, expiring with the queue |
 //!
 //! * **Scripts** (`rw_acquire`/`sem_acquire`, `…_release`, `…_extend`):
 //!   every script first purges expired holders (`TIME` of the server) and
@@ -169,6 +176,53 @@
 //!   never starved by newcomers.
 //!   A waiter that cannot reach the server for longer than its entry lives
 //!   loses its place and queues again at the end.
+//!
+//! # Inspect and force-release
+//!
+//! Every provider has an **owner identity**, `host:pid` or `label@host:pid`
+//! with [`RedisOptions::owner_label`] (URL query `owner=<label>`), returned
+//! by [`Provider::owner`]. The acquire
+//! scripts store it with every hold, **in the same script call** (no extra
+//! round trip), next to the hold and in its slot: the lock key's value stays
+//! the random token (so redis-py's `Lock` still shares the lock), and the
+//! holder record (`{K}:holder`, `{K}:elect:holder`, the `w` field and the
+//! token fields of `{K}:rw:info`, the token fields of `{K}:sem:info`) holds
+//! the owner, the fencing token and the acquisition time by the server's
+//! `TIME`. It is extended with the hold, deleted at its release, and purged
+//! with expired holders. Queued waiters' owners are in the `…:owners`
+//! hashes.
+//!
+//! [`Provider::inspect`] is **one Lua
+//! script** (`inspect_lock`, `inspect_queued`; one round trip whatever the
+//! number of holders and waiters) that only reads: holders with owner,
+//! fencing token, acquired at and lease left (`PTTL`, or the holder's zset
+//! score), the live waiters in queue order with their owners, an election's
+//! leader and term, a semaphore's permits. The fair mutex and the mutex
+//! share one lock key, so both kinds show the same holder and the fair
+//! queue. A hold whose record does not belong to the lock's current value
+//! (compared inside the script; the token is never returned) is **foreign**
+//! — redis-py, another client, a key set by hand: `foreign: Some("not
+//! distlock (redis-py or another client)")`, no owner, no token, the lease
+//! from `PTTL` (`NoExpiry` without one). Data of another type under one of
+//! the name's keys is `Conflict`, and nothing is changed.
+//!
+//! [`Provider::force_release`] is
+//! **dangerous**: for an operator whose holder is stuck or gone. One script
+//! per kind (`force_lock`, `rw_force`, `sem_force`) deletes every hold
+//! (distlock's or foreign) and its records, advances the fencing counter
+//! with the acquire scripts' rule (`max(INCR, TIME µs)`, so the next
+//! holder's token is above it; returned as `fence`), and publishes exactly
+//! what a release would: the next fair waiter's `to:<id>` (or `released`),
+//! the read-write lock's and semaphore's addressed wake-ups of the waiters
+//! now admitted. The evicted holders are not told: each learns at its next
+//! renewal (the extend finds the hold not its own: `lost()` with
+//! `Taken`), up to a third of the TTL later, and **until then it still
+//! believes it holds** and may write. Hand `fence` to the protected resource
+//! at once to refuse the evicted tokens. A force-release of a name nobody
+//! holds evicts nothing but still advances the counter.
+//!
+//! [`RedlockProvider`] stores no holder records: it has an owner identity
+//! but answers `Unsupported` to inspect and force-release.
 //!
 //! # Redis Sentinel
 //!
@@ -317,6 +371,7 @@ mod error;
 mod fair_mutex;
 mod ids;
 mod mutex;
+mod ops;
 mod options;
 mod provider;
 mod redlock;

@@ -30,6 +30,13 @@ pub(crate) struct Keys {
     pub(crate) queue: String,
     /// `{lock}:fair:timeouts`, their entries' expiry (zset id -> server ms).
     pub(crate) timeouts: String,
+    /// `{lock}:holder`, the holder record (hash: `lock` = the lock key's
+    /// value, `fence`, `at` = acquired at in server ms, `owner`), with the
+    /// lock key's TTL.
+    pub(crate) holder: String,
+    /// `{lock}:fair:owners`, the fair waiters' owner identities (hash id ->
+    /// owner), expiring with the queue.
+    pub(crate) owners: String,
     /// A key that lives and dies with the lock (an election's leader
     /// record): set by the acquire, extended and deleted with the lock.
     pub(crate) record: Option<String>,
@@ -44,6 +51,8 @@ impl Keys {
             channel: format!("{{{lock}}}:released"),
             queue: format!("{{{lock}}}:fair:queue"),
             timeouts: format!("{{{lock}}}:fair:timeouts"),
+            holder: format!("{{{lock}}}:holder"),
+            owners: format!("{{{lock}}}:fair:owners"),
             record: None,
             lock,
         }
@@ -58,6 +67,8 @@ impl Keys {
             channel: format!("{base}:events"),
             queue: format!("{base}:queue"),
             timeouts: format!("{base}:timeouts"),
+            holder: format!("{base}:holder"),
+            owners: format!("{base}:owners"),
             record: Some(format!("{base}:leader")),
             lock: base,
         }
@@ -66,7 +77,11 @@ impl Keys {
     /// The release script with its keys (the hand-over reads the queue).
     pub(crate) fn release<'a>(&'a self, token: &'a str) -> redis::ScriptInvocation<'a> {
         let mut invocation = RELEASE.key(&self.lock);
-        invocation.key(&self.queue).key(&self.timeouts);
+        invocation
+            .key(&self.queue)
+            .key(&self.timeouts)
+            .key(&self.holder)
+            .key(&self.owners);
         if let Some(record) = &self.record {
             invocation.key(record);
         }
@@ -146,8 +161,10 @@ impl RedisMutex {
                 ACQUIRE
                     .key(&self.keys.lock)
                     .key(&self.keys.fence)
+                    .key(&self.keys.holder)
                     .arg(token)
-                    .arg(self.lease.ttl_millis()),
+                    .arg(self.lease.ttl_millis())
+                    .arg(&self.shared.owner),
                 self.shared.options.wait,
             )
             .await?;
@@ -262,6 +279,7 @@ impl Lock for RedisMutex {
                     undo.disarm();
                     tracing::debug!(
                         name = %self.name,
+                        owner = %shared.owner,
                         token,
                         waited_us = waited.elapsed().as_micros(),
                         "distlock redis lock acquired"
@@ -401,6 +419,7 @@ impl LeaseBackend for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let mut invocation = EXTEND.key(&self.keys.lock);
+        invocation.key(&self.keys.holder);
         if let Some(record) = &self.keys.record {
             invocation.key(record);
         }
@@ -415,6 +434,12 @@ impl LeaseBackend for RedisLease {
 
     async fn release(&self) -> Result<()> {
         let acted = self.run("release", &self.keys.release(&self.token)).await?;
+        tracing::debug!(
+            name = %self.name,
+            owner = %self.shared.owner,
+            released = acted,
+            "distlock redis lock released"
+        );
         // Released or not ours: either way no later command of this lease
         // needs the connection.
         self.conn.let_go();

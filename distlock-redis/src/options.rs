@@ -6,7 +6,7 @@ use distlock_core::backend::url::{millis, number, parse_query};
 use distlock_core::{Error, LeaseOptions, Result};
 
 /// distlock's own query keys, removed before the client sees the URL.
-const OPTION_KEYS: [&str; 8] = [
+const OPTION_KEYS: [&str; 9] = [
     "prefix",
     "pool_size",
     "response_timeout_ms",
@@ -15,6 +15,7 @@ const OPTION_KEYS: [&str; 8] = [
     "lease_ttl_ms",
     "wait_replicas",
     "wait_timeout_ms",
+    "owner",
 ];
 
 /// The query keys the `redis` crate (1.8) reads from a TCP URL (`redis://`,
@@ -40,6 +41,7 @@ const CLIENT_KEYS_UNIX: &[&str] = &["protocol", "db", "user", "pass"];
 /// | `lease_ttl_ms` | [`RedisOptions::default_lease`] (watchdog at TTL/3) |
 /// | `wait_replicas` | [`RedisOptions::wait_for_replicas`]: the number of replicas |
 /// | `wait_timeout_ms` | [`RedisOptions::wait_for_replicas`]: the timeout (default 250 ms) |
+/// | `owner` | [`RedisOptions::owner_label`] |
 ///
 /// The keys the `redis` crate itself reads from the query go through to it
 /// unchanged: `protocol` (`resp2`/`resp3`), and on `redis+unix://` also
@@ -57,6 +59,7 @@ pub struct RedisOptions {
     pub(crate) recheck_interval: Duration,
     pub(crate) pool_size: Option<usize>,
     pub(crate) wait: Option<WaitReplicas>,
+    pub(crate) owner_label: Option<String>,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsOptions,
 }
@@ -108,6 +111,7 @@ impl Default for RedisOptions {
             recheck_interval: Duration::from_millis(500),
             pool_size: None,
             wait: None,
+            owner_label: None,
             #[cfg(feature = "tls")]
             tls: TlsOptions::default(),
         }
@@ -129,6 +133,18 @@ impl RedisOptions {
     #[must_use]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// The label of this provider's owner identity, stored with every hold
+    /// and shown by [`Provider::inspect`](distlock_core::Provider::inspect):
+    /// `label@host:pid` (without a label: `host:pid`; see
+    /// [`owner_identity`](distlock_core::inspect::owner_identity)). Checked
+    /// at connect: 1-64 ASCII letters, digits, `-`, `_`, `.`, `:` or `/`,
+    /// else [`Error::InvalidOptions`].
+    #[must_use]
+    pub fn owner_label(mut self, label: impl Into<String>) -> Self {
+        self.owner_label = Some(label.into());
         self
     }
 
@@ -246,6 +262,9 @@ impl RedisOptions {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(label) = &self.owner_label {
+            distlock_core::inspect::check_label(label)?;
+        }
         if self.prefix.len() > 100
             || self
                 .prefix
@@ -336,6 +355,7 @@ impl RedisOptions {
                 "lease_ttl_ms" => self.lease = LeaseOptions::new(millis(url, key, value)?)?,
                 "wait_replicas" => wait_replicas = Some(number(url, key, value)?),
                 "wait_timeout_ms" => wait_timeout = Some(millis(url, key, value)?),
+                "owner" => self.owner_label = Some(value.to_owned()),
                 _ => rest.push(format!("{key}={value}")),
             }
         }
@@ -442,7 +462,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, wait_replicas, wait_timeout_ms, protocol"),
+            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, wait_replicas, wait_timeout_ms, owner, protocol"),
             "{e}"
         );
     }

@@ -8,9 +8,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use async_trait::async_trait;
 use distlock_core::backend::check_permits;
 use distlock_core::backend::{with_timeout, BlockIds, Lifecycle};
+use distlock_core::inspect::owner_identity;
 use distlock_core::{
-    Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
-    Semaphore,
+    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind, Provider,
+    ReadWriteLock, Result, Semaphore, Snapshot,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -29,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) subscriber: Subscriber,
     pub(crate) options: RedisOptions,
     pub(crate) lifecycle: Arc<Lifecycle>,
+    /// The owner identity stored with every hold (`label@host:pid`).
+    pub(crate) owner: String,
 }
 
 impl Shared {
@@ -299,12 +302,18 @@ impl RedisProvider {
             client,
             options.response_timeout.max(options.connect_timeout),
         );
+        // The label was checked by `validate`; an identity without it is
+        // the fallback that cannot fail.
+        let owner = owner_identity(options.owner_label.as_deref())
+            .or_else(|_| owner_identity(None))
+            .unwrap_or_else(|_| "unknown".to_owned());
         RedisProvider {
             shared: Arc::new(Shared {
                 conn: RwLock::new(Some(conn)),
                 subscriber,
                 options,
                 lifecycle: Lifecycle::new(),
+                owner,
             }),
         }
     }
@@ -372,6 +381,27 @@ impl Provider for RedisProvider {
 
     fn default_lease(&self) -> LeaseOptions {
         self.shared.options.lease
+    }
+
+    fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// One Lua script (one round trip): see [the crate
+    /// docs](crate#inspect-and-force-release). The fair mutex shares the
+    /// mutex's lock key, so both kinds show the same holder and the fair
+    /// queue's waiters. Fencing tokens and acquisition times are the holder
+    /// records' (server `TIME`); a foreign hold shows its lease (PTTL) only.
+    async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
+        crate::ops::inspect(&self.shared, name, kind).await
+    }
+
+    /// One Lua script per kind (one round trip): deletes the hold(s) and
+    /// their records, advances the fencing counter as an acquisition does,
+    /// and publishes what a release would (the queued waiters let in are
+    /// woken). See [the crate docs](crate#inspect-and-force-release).
+    async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
+        crate::ops::force_release(&self.shared, name, kind).await
     }
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {

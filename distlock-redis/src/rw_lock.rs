@@ -48,10 +48,10 @@ pub(crate) enum Side {
 /// One primitive's keys, channel and scripts.
 pub(crate) struct Recipe {
     pub(crate) name: Name,
-    /// KEYS[1..=5] of every script: the exclusive key (writer / permits),
+    /// KEYS[1..=7] of every script: the exclusive key (writer / permits),
     /// the holders, the queue, the queue entries' expiries, the fencing
-    /// counter.
-    pub(crate) keys: [String; 5],
+    /// counter, the holder records (hash), the waiters' owners (hash).
+    pub(crate) keys: [String; 7],
     pub(crate) channel: String,
     pub(crate) side: Side,
     /// The script argument after the channel: `r`, `w` or the number of
@@ -80,6 +80,8 @@ impl Recipe {
                 key("queue"),
                 key("alive"),
                 key("fence"),
+                key("info"),
+                key("owners"),
             ],
             channel,
             side,
@@ -121,6 +123,8 @@ impl Recipe {
             2 => (&self.keys[1], "holders (a sorted set)"),
             3 => (&self.keys[2], "queue (a sorted set)"),
             4 => (&self.keys[3], "queue entries (a sorted set)"),
+            6 => (&self.keys[5], "holder records (a hash)"),
+            7 => (&self.keys[6], "waiters' owners (a hash)"),
             _ => (&self.keys[4], "fencing counter"),
         };
         Error::Conflict {
@@ -199,7 +203,8 @@ impl Queued {
             .arg(if queue { "1" } else { "0" })
             .arg(u64::try_from(self.entry_ttl().as_millis()).unwrap_or(u64::MAX))
             .arg(&recipe.mode)
-            .arg(&recipe.channel);
+            .arg(&recipe.channel)
+            .arg(&self.shared.owner);
         let ((status, value), acked): ((i64, i64), _) = conn
             .script_acked(
                 "acquire",
@@ -328,6 +333,7 @@ impl Lock for Queued {
                     tracing::debug!(
                         name = %self.recipe.name,
                         side = ?self.recipe.side,
+                        owner = %shared.owner,
                         token,
                         waited_us = waited.elapsed().as_micros(),
                         "distlock redis queued lock acquired"
@@ -516,6 +522,13 @@ impl LeaseBackend for QueuedLease {
 
     async fn release(&self) -> Result<()> {
         let acted = self.release_as(true, None).await?;
+        tracing::debug!(
+            name = %self.recipe.name,
+            side = ?self.recipe.side,
+            owner = %self.shared.owner,
+            released = acted,
+            "distlock redis queued lock released"
+        );
         // Released or not ours: either way no later command of this lease
         // needs the connection.
         self.conn.let_go();

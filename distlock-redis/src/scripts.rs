@@ -51,3 +51,21 @@ pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redlock_acquire.lua")));
 pub(crate) static REDLOCK_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redlock_raise.lua")));
+pub(crate) static INSPECT_LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect_lock.lua")));
+pub(crate) static INSPECT_QUEUED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect_queued.lua")));
+pub(crate) static FORCE_LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/force_lock.lua")));
+pub(crate) static RW_FORCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/rw_wake.lua"),
+        include_str!("scripts/rw_force.lua")
+    ))
+});
+pub(crate) static SEM_FORCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sem_wake.lua"),
+        include_str!("scripts/sem_force.lua")
+    ))
+});

@@ -45,6 +45,10 @@ mod conformance {
     test_support::conformance_suite!(super::Cluster);
 }
 
+mod operations {
+    test_support::conformance_suite!(operations super::Cluster);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locks_keys_share_one_slot_and_names_spread_over_masters() {
     let c = cluster();
@@ -58,7 +62,15 @@ async fn a_locks_keys_share_one_slot_and_names_spread_over_masters() {
         let name = unique_name(&format!("slot{i}"));
         let key = locks.lock_key(&name).unwrap();
         let slot = c.cli(&["CLUSTER", "KEYSLOT", &key]);
-        for aux in ["fence", "released", "ids"] {
+        for aux in [
+            "fence",
+            "released",
+            "ids",
+            "holder",
+            "fair:owners",
+            "rw:info",
+            "sem:owners",
+        ] {
             let aux_key = format!("{{{key}}}:{aux}");
             assert_eq!(c.cli(&["CLUSTER", "KEYSLOT", &aux_key]), slot, "{aux_key}");
         }

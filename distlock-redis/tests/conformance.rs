@@ -123,3 +123,13 @@ mod max_hold_rw_write {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(max_hold super::Redis::single(Kind::RwWrite));
 }
+
+mod operations {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(operations super::Redis::single(Kind::Mutex));
+}
+
+mod pool_operations {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(operations super::Redis::pool(Kind::Mutex));
+}

@@ -77,6 +77,9 @@ pub(crate) struct Shared {
     quorum: usize,
     options: RedisOptions,
     lifecycle: Arc<Lifecycle>,
+    /// The owner identity ([`RedisOptions::owner_label`]); Redlock stores no
+    /// holder records, so only [`Provider::owner`] shows it.
+    owner: String,
 }
 
 /// Redlock over N independent Redis masters, with fencing tokens that stay
@@ -468,6 +471,9 @@ impl RedlockProvider {
             shared: Arc::new(Shared {
                 masters,
                 quorum,
+                owner: distlock_core::inspect::owner_identity(options.owner_label.as_deref())
+                    .or_else(|_| distlock_core::inspect::owner_identity(None))
+                    .unwrap_or_else(|_| "unknown".to_owned()),
                 options,
                 lifecycle: Lifecycle::new(),
             }),
@@ -571,6 +577,10 @@ impl RedlockProvider {
 impl Provider for RedlockProvider {
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn owner(&self) -> &str {
+        &self.shared.owner
     }
 
     async fn close(&self) -> Result<()> {

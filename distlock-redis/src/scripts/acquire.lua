@@ -1,6 +1,10 @@
 -- Acquire a distlock mutex: SET NX PX and, on success, the next fencing token.
--- KEYS[1] lock key (prefix + name), KEYS[2] fencing counter ({lock key}:fence)
--- ARGV[1] owner token, ARGV[2] TTL in milliseconds
+-- KEYS[1] lock key (prefix + name), KEYS[2] fencing counter ({lock key}:fence),
+-- KEYS[3] (optional) holder record ({lock key}:holder, hash: lock = the lock's value,
+--         fence, at = acquired at in server ms, owner = owner identity;
+--         same TTL as the lock key)
+-- ARGV[1] attempt token (the lock's value), ARGV[2] TTL in milliseconds,
+-- ARGV[3] owner identity
 -- Returns {1, fencing token} when acquired,
 --         {0, remaining PTTL of the holder} when held by someone else,
 --         {2, 0} when the lock already holds ARGV[1]: this very attempt ran
@@ -35,6 +39,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if token >= 9007199254740992 then
     redis.call('DEL', KEYS[1])
     return {-3, 0}
+  end
+  if KEYS[3] then
+    local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    redis.call('DEL', KEYS[3])
+    redis.call('HSET', KEYS[3], 'lock', ARGV[1], 'fence', string.format('%.0f', token),
+      'at', string.format('%.0f', at), 'owner', ARGV[3] or '')
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
   return {1, token}
 end

@@ -1,14 +1,17 @@
 -- Extend a distlock mutex: set its TTL only if it still holds our token
 -- (redis-py's LUA_EXTEND_SCRIPT semantics with replace_ttl).
--- KEYS[1] lock key; KEYS[2] (optional) a key that lives and dies with the
---         lock (an election's leader record), given the same TTL
+-- KEYS[1] lock key; KEYS[2] (optional) its holder record and KEYS[3]
+--         (optional) an election's leader record: keys that live and die
+--         with the lock, given the same TTL
 -- ARGV[1] owner token, ARGV[2] new TTL in milliseconds
 -- Returns 1 when extended, 0 when the lock is not ours (nothing changed).
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
 end
-if KEYS[2] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+for i = 2, 3 do
+  if KEYS[i] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  end
 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -3,12 +3,15 @@
 -- KEYS[1] lock key (the plain mutex's: prefix + name), KEYS[2] fencing
 --         counter, KEYS[3] queue (zset waiter id -> arrival number),
 --         KEYS[4] queue deadlines (zset waiter id -> expiry in server ms),
---         KEYS[5] (optional) leader record, set to '<token> <ARGV[7]>' with
+--         KEYS[5] holder record (hash, as acquire.lua's), KEYS[6] waiters'
+--         owners (hash waiter id -> owner identity, expiring with the queue),
+--         KEYS[7] (optional) leader record, set to '<token> <ARGV[7]>' with
 --         the lock's TTL on success (elections)
 -- ARGV[1] waiter id, ARGV[2] owner token, ARGV[3] lock TTL in ms,
 -- ARGV[4] queue entry TTL in ms, ARGV[5] '1' to queue when not acquired
 --         ('0': try once, leave no entry), ARGV[6] channel (with KEYS[5]:
---         'elected' is published there on success), ARGV[7] candidate id
+--         'elected' is published there on success), ARGV[7] candidate id,
+-- ARGV[8] owner identity
 -- Returns {1, fencing token} when acquired (our queue entry is gone),
 --         {0, wait ms, position, queued} when not: wait ms is the holder's
 --                 PTTL (-1: no TTL), or when the lock is free but a waiter
@@ -19,7 +22,8 @@
 --         {2, 0} when the lock already holds ARGV[2] (a resent attempt),
 --         {-1, 0} lock key not a string, {-2, 0} fencing counter not an
 --         integer, {-3, 0} fencing counter exhausted (2^53),
---         {-4, 0} a queue key that is not a sorted set.
+--         {-4, 0} a queue key that is not a sorted set (or the owners key
+--                 not a hash).
 -- Entries that were not refreshed within their TTL are dropped first: a dead
 -- waiter holds up the queue only until its own entry expires, never more
 -- (entries expire side by side, not one after another). Both queue keys
@@ -36,9 +40,14 @@ for i = 3, 4 do
     return {-4, 0}
   end
 end
+local owners_type = redis.call('TYPE', KEYS[6])['ok']
+if owners_type ~= 'none' and owners_type ~= 'hash' then
+  return {-4, 0}
+end
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   redis.call('ZREM', KEYS[3], dead)
   redis.call('ZREM', KEYS[4], dead)
+  redis.call('HDEL', KEYS[6], dead)
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[2] then
@@ -49,6 +58,7 @@ end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 while head and not redis.call('ZSCORE', KEYS[4], head) do
   redis.call('ZREM', KEYS[3], head)
+  redis.call('HDEL', KEYS[6], head)
   head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 end
 if not holder and (head == nil or head == ARGV[1]) then
@@ -68,10 +78,15 @@ if not holder and (head == nil or head == ARGV[1]) then
     return {-3, 0}
   end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('DEL', KEYS[5])
+  redis.call('HSET', KEYS[5], 'lock', ARGV[2], 'fence', string.format('%.0f', token),
+    'at', string.format('%.0f', now), 'owner', ARGV[8])
+  redis.call('PEXPIRE', KEYS[5], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
-  if KEYS[5] then
-    redis.call('SET', KEYS[5], string.format('%.0f', token) .. ' ' .. ARGV[7], 'PX', ARGV[3])
+  redis.call('HDEL', KEYS[6], ARGV[1])
+  if KEYS[7] then
+    redis.call('SET', KEYS[7], string.format('%.0f', token) .. ' ' .. ARGV[7], 'PX', ARGV[3])
     redis.call('PUBLISH', ARGV[6], 'elected')
   end
   return {1, token}
@@ -97,7 +112,9 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   queued = 1
 end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[1], ARGV[8])
 local latest = tonumber(redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2])
 redis.call('PEXPIREAT', KEYS[3], latest)
 redis.call('PEXPIREAT', KEYS[4], latest)
+redis.call('PEXPIREAT', KEYS[6], latest)
 return {0, wait, redis.call('ZRANK', KEYS[3], ARGV[1]), queued}

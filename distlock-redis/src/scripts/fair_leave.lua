@@ -1,7 +1,8 @@
 -- Leave a distlock fair queue (a cancelled or timed-out waiter, or the undo
 -- of an attempt whose reply was lost), handing over if that frees the way.
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines,
---         KEYS[4] (optional) leader record (elections)
+--         KEYS[4] holder record, KEYS[5] waiters' owners (hash),
+--         KEYS[6] (optional) leader record (elections)
 -- ARGV[1] waiter id, ARGV[2] owner token of the attempt ('' for none),
 -- ARGV[3] channel
 -- Returns 1 when the lock held ARGV[2] and was released, else 0.
@@ -12,8 +13,9 @@
 local released = 0
 if ARGV[2] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[2] then
   redis.call('DEL', KEYS[1])
-  if KEYS[4] then
-    redis.call('DEL', KEYS[4])
+  redis.call('DEL', KEYS[4])
+  if KEYS[6] then
+    redis.call('DEL', KEYS[6])
   end
   released = 1
 end
@@ -26,16 +28,19 @@ end
 local was_head = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1]
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.pcall('HDEL', KEYS[5], ARGV[1])
 if (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
     redis.call('ZREM', KEYS[2], dead)
     redis.call('ZREM', KEYS[3], dead)
+    redis.pcall('HDEL', KEYS[5], dead)
   end
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   while head and not redis.call('ZSCORE', KEYS[3], head) do
     redis.call('ZREM', KEYS[2], head)
+    redis.pcall('HDEL', KEYS[5], head)
     head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   end
   if head then

@@ -2,8 +2,9 @@
 -- token (redis-py's LUA_RELEASE_SCRIPT semantics), then hand over.
 -- KEYS[1] lock key, KEYS[2] fair queue ({…}:fair:queue, zset waiter id ->
 --         arrival), KEYS[3] fair queue deadlines ({…}:fair:timeouts, zset
---         waiter id -> expiry in server ms), KEYS[4] (optional) a key that
---         lives and dies with the lock (an election's leader record)
+--         waiter id -> expiry in server ms), KEYS[4] holder record,
+--         KEYS[5] fair waiters' owners (hash waiter id -> owner identity),
+--         KEYS[6] (optional) an election's leader record
 -- ARGV[1] owner token, ARGV[2] release channel
 -- Returns 1 when released, 0 when the lock is not ours (nothing changed).
 -- The hand-over: the queue's expired entries are dropped, then the message
@@ -16,8 +17,10 @@ if value ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if KEYS[4] then
-  redis.call('DEL', KEYS[4])
+for i = 4, 6, 2 do
+  if KEYS[i] then
+    redis.call('DEL', KEYS[i])
+  end
 end
 local head = nil
 if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
@@ -27,10 +30,12 @@ if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
     redis.call('ZREM', KEYS[2], dead)
     redis.call('ZREM', KEYS[3], dead)
+    redis.pcall('HDEL', KEYS[5], dead)
   end
   head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   while head and not redis.call('ZSCORE', KEYS[3], head) do
     redis.call('ZREM', KEYS[2], head)
+    redis.pcall('HDEL', KEYS[5], head)
     head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   end
 end

@@ -12,22 +12,25 @@
 local before = admissible()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+purge_expired(now)
 purge_dead(now)
 local released = 0
 if ARGV[1] ~= '' then
   if ARGV[4] == 'w' then
     if redis.pcall('GET', KEYS[1]) == ARGV[1] then
       redis.call('DEL', KEYS[1])
+      redis.pcall('HDEL', KEYS[6], 'w')
       released = 1
     end
   else
     released = redis.call('ZREM', KEYS[2], ARGV[1])
+    if released == 1 then redis.pcall('HDEL', KEYS[6], ARGV[1]) end
   end
 end
 if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[2])
+  redis.pcall('HDEL', KEYS[7], ARGV[2])
 end
 wake_newly(before, admissible(), ARGV[3], '')
 return released

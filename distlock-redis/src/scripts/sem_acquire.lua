@@ -6,9 +6,14 @@
 -- KEYS[3] queue ({lock}:sem:queue, zset waiter -> arrival in µs)
 -- KEYS[4] alive ({lock}:sem:alive, zset waiter -> expiry of its entry, ms)
 -- KEYS[5] fencing counter ({lock}:sem:fence)
+-- KEYS[6] holder records ({lock}:sem:info, hash token -> '<fence> <at ms>
+--         <owner>', expiring with the holders)
+-- KEYS[7] waiters' owners ({lock}:sem:owners, hash waiter -> owner
+--         identity, expiring with the queue)
 -- ARGV[1] attempt token, ARGV[2] lease TTL ms, ARGV[3] waiter,
 -- ARGV[4] '1' to queue up when not admitted, ARGV[5] queue entry TTL ms,
--- ARGV[6] permits asked, ARGV[7] the release channel ({lock}:sem:released)
+-- ARGV[6] permits asked, ARGV[7] the release channel ({lock}:sem:released),
+-- ARGV[8] owner identity
 -- Admission: holders + live waiters queued ahead < permits (a waiter not
 -- queued counts every queued waiter as ahead).
 -- Returns {1, fencing token}
@@ -32,28 +37,29 @@ if not typed(KEYS[1], 'string') then return {-1, 1} end
 for i = 2, 4 do
   if not typed(KEYS[i], 'zset') then return {-1, i} end
 end
+for i = 6, 7 do
+  if not typed(KEYS[i], 'hash') then return {-1, i} end
+end
 local permits = tonumber(ARGV[6])
 local before = admissible(permits)
 local function attempt()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-    redis.call('ZREM', KEYS[3], dead)
-    redis.call('ZREM', KEYS[4], dead)
-  end
-  local function expire_with_last(zset, other)
+  purge_expired(now)
+  purge_dead(now)
+  local function expire_with_last(zset, ...)
     local top = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
     if top[2] then
       local at = string.format('%.0f', tonumber(top[2]) + 1)
       redis.call('PEXPIREAT', zset, at)
-      if other then redis.call('PEXPIREAT', other, at) end
+      for _, other in ipairs({...}) do redis.call('PEXPIREAT', other, at) end
     end
   end
   local held = redis.call('ZCARD', KEYS[2])
   if held == 0 then
     redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[6])
   elseif redis.call('ZSCORE', KEYS[2], ARGV[1]) then
     return {2, 0}
   end
@@ -77,16 +83,20 @@ local function attempt()
     if token >= 9007199254740992 then return {-3, 0} end
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
     redis.call('SET', KEYS[1], ARGV[6])
-    expire_with_last(KEYS[2], KEYS[1])
+    redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', token) .. ' '
+      .. string.format('%.0f', now) .. ' ' .. ARGV[8])
+    expire_with_last(KEYS[2], KEYS[1], KEYS[6])
     if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
       redis.call('ZREM', KEYS[4], ARGV[3])
     end
+    redis.call('HDEL', KEYS[7], ARGV[3])
     return {1, token}
   end
   if ARGV[4] == '1' then
     redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[3])
     redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), ARGV[3])
-    expire_with_last(KEYS[4], KEYS[3])
+    redis.call('HSET', KEYS[7], ARGV[3], ARGV[8])
+    expire_with_last(KEYS[4], KEYS[3], KEYS[7])
   end
   local recheck = -1
   local function consider(ms)

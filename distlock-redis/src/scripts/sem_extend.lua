@@ -1,13 +1,19 @@
 -- Extend a semaphore permit: only if the token still holds it.
 -- KEYS as sem_acquire.lua; ARGV[1] token, ARGV[2] new TTL ms
 -- Returns 1 when extended, 0 when the permit is not ours (nothing changed).
+-- The permits key and the holder records expire with the last holder.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  for _, token in ipairs(gone) do redis.pcall('HDEL', KEYS[6], token) end
+end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 local at = string.format('%.0f', tonumber(top[2]) + 1)
 redis.call('PEXPIREAT', KEYS[2], at)
 redis.call('PEXPIREAT', KEYS[1], at)
+redis.pcall('PEXPIREAT', KEYS[6], at)
 return 1

@@ -13,18 +13,21 @@ local permits = tonumber(ARGV[4]) or 1
 local before = admissible(permits)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+purge_expired(now)
 purge_dead(now)
 local released = 0
 if ARGV[1] ~= '' then
   released = redis.call('ZREM', KEYS[2], ARGV[1])
+  if released == 1 then redis.pcall('HDEL', KEYS[6], ARGV[1]) end
 end
 if redis.call('ZCARD', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[6])
 end
 if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[2])
+  redis.pcall('HDEL', KEYS[7], ARGV[2])
 end
 wake_newly(before, admissible(permits), ARGV[3], '')
 return released

@@ -1,5 +1,5 @@
 -- Prepended to sem_acquire.lua and sem_release.lua: who may get in, and the
--- wake-ups. KEYS as sem_acquire.lua.
+-- wake-ups, and the purges. KEYS as sem_acquire.lua.
 -- The waiters an attempt would admit right now, in queue order: the first
 -- (permits - holders) of the queue, permits being the number the holders
 -- were admitted under (`permits`, the caller's, when nobody holds).
@@ -39,5 +39,24 @@ local function purge_dead(now)
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
     redis.call('ZREM', KEYS[3], dead)
     redis.call('ZREM', KEYS[4], dead)
+    redis.pcall('HDEL', KEYS[7], dead)
+  end
+end
+-- Drops the holders whose lease expired (score at or before `now`) from
+-- the holders zset (KEYS[2]) and their records from KEYS[6].
+local function purge_expired(now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+  if #gone == 0 then return end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  for _, token in ipairs(gone) do
+    redis.pcall('HDEL', KEYS[6], token)
+  end
+end
+-- Sets `key` to expire at `at` (server ms) unless it already lives longer.
+local function stretch(key, at, now)
+  local left = redis.call('PTTL', key)
+  if left == -2 then return end
+  if left == -1 or now + left < at then
+    redis.call('PEXPIREAT', key, string.format('%.0f', at))
   end
 end

@@ -1,0 +1,376 @@
+//! Operations: [`Provider::inspect`](distlock_core::Provider::inspect) and
+//! [`Provider::force_release`](distlock_core::Provider::force_release) on
+//! the plain Redis provider, one Lua script each (one round trip).
+//!
+//! The holder records the acquire scripts write next to the holds (see the
+//! crate docs' key table) are read by `inspect_lock.lua` (mutex, fair mutex,
+//! election) and `inspect_queued.lua` (read-write lock, semaphore); a hold
+//! without a record of its own (its record belongs to another value of the
+//! lock key, or there is none) is a foreign hold. The scripts compare the
+//! lock key's value with the record inside Redis and never return it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use distlock_core::backend::with_timeout;
+use distlock_core::{
+    Error, ForceReleased, HoldRole, Holder, LeaderInfo, LeaseLeft, Name, PrimitiveKind, Result,
+    Snapshot, Waiters,
+};
+use redis::{ScriptInvocation, Value};
+
+use crate::mutex::Keys;
+use crate::provider::Shared;
+use crate::rw_lock::{Recipe, Side};
+use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
+
+/// What a foreign hold is shown as.
+pub(crate) const FOREIGN: &str = "not distlock (redis-py or another client)";
+
+/// The keys of `kind` of `name` (and its release channel).
+enum KindKeys {
+    /// Mutex, fair mutex and election: the lock family's keys.
+    Lock(Keys),
+    /// Read-write lock and semaphore: the queued family's recipe.
+    Queued(Recipe),
+}
+
+fn keys_of(shared: &Arc<Shared>, name: &Name, kind: PrimitiveKind) -> Result<KindKeys> {
+    let prefix = &shared.options.prefix;
+    Ok(match kind {
+        PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::new(prefix, name)),
+        PrimitiveKind::Election => KindKeys::Lock(Keys::election(prefix, name)),
+        PrimitiveKind::ReadWrite => {
+            KindKeys::Queued(Recipe::new(shared, name.clone(), Side::Write))
+        }
+        PrimitiveKind::Semaphore => {
+            KindKeys::Queued(Recipe::new(shared, name.clone(), Side::Permit(1)))
+        }
+        _ => {
+            return Err(Error::Unsupported {
+                backend: "redis",
+                what: "operations on this primitive kind",
+            })
+        }
+    })
+}
+
+impl KindKeys {
+    /// The inspect script with its keys and the role or family argument.
+    fn inspect_invocation(&self, kind: PrimitiveKind) -> ScriptInvocation<'static> {
+        match self {
+            KindKeys::Lock(keys) => {
+                let mut invocation = INSPECT_LOCK.prepare_invoke();
+                invocation
+                    .key(&keys.lock)
+                    .key(&keys.holder)
+                    .key(&keys.queue)
+                    .key(&keys.timeouts)
+                    .key(&keys.owners);
+                if let Some(record) = &keys.record {
+                    invocation.key(record);
+                }
+                invocation.arg(if kind == PrimitiveKind::Election {
+                    "l"
+                } else {
+                    "x"
+                });
+                invocation
+            }
+            KindKeys::Queued(recipe) => {
+                let mut invocation = INSPECT_QUEUED.prepare_invoke();
+                for key in &recipe.keys {
+                    invocation.key(key);
+                }
+                invocation.arg(if kind == PrimitiveKind::Semaphore {
+                    "sem"
+                } else {
+                    "rw"
+                });
+                invocation
+            }
+        }
+    }
+
+    fn force_invocation(&self) -> ScriptInvocation<'static> {
+        match self {
+            KindKeys::Lock(keys) => {
+                let mut invocation = FORCE_LOCK.prepare_invoke();
+                invocation
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.timeouts)
+                    .key(&keys.holder)
+                    .key(&keys.owners);
+                if let Some(record) = &keys.record {
+                    invocation.key(record);
+                }
+                invocation.arg(&keys.channel);
+                invocation
+            }
+            KindKeys::Queued(recipe) => {
+                let script = if matches!(recipe.side, Side::Permit(_)) {
+                    &*SEM_FORCE
+                } else {
+                    &*RW_FORCE
+                };
+                let mut invocation = script.prepare_invoke();
+                for key in &recipe.keys {
+                    invocation.key(key);
+                }
+                invocation.arg(&recipe.channel);
+                invocation
+            }
+        }
+    }
+
+    /// The key at 1-based index `index` of the scripts' KEYS, and what it
+    /// should hold.
+    fn key_at(&self, index: i64) -> (String, &'static str) {
+        let (key, expected) = match self {
+            KindKeys::Lock(keys) => match index {
+                1 => (&keys.lock, "lock (a string key)"),
+                2 => (&keys.holder, "holder record (a hash)"),
+                3 => (&keys.queue, "fair queue (a sorted set)"),
+                4 => (&keys.timeouts, "fair queue deadlines (a sorted set)"),
+                5 => (&keys.owners, "waiters' owners (a hash)"),
+                _ => (
+                    keys.record.as_ref().unwrap_or(&keys.lock),
+                    "election leader record (a string key)",
+                ),
+            },
+            KindKeys::Queued(recipe) => {
+                let i = usize::try_from(index.clamp(1, 7) - 1).unwrap_or(0);
+                let expected = match i {
+                    0 if matches!(recipe.side, Side::Permit(_)) => "permits (a string key)",
+                    0 => "writer (a string key)",
+                    1 => "holders (a sorted set)",
+                    2 => "queue (a sorted set)",
+                    3 => "queue entries (a sorted set)",
+                    4 => "fencing counter",
+                    5 => "holder records (a hash)",
+                    _ => "waiters' owners (a hash)",
+                };
+                (&recipe.keys[i], expected)
+            }
+        };
+        (key.clone(), expected)
+    }
+
+    /// As [`KindKeys::key_at`] for the force-release scripts: for the lock
+    /// family their key order differs (the fencing counter second).
+    fn force_key_at(&self, index: i64) -> (String, &'static str) {
+        match self {
+            KindKeys::Lock(keys) => match index {
+                2 => (keys.fence.clone(), "fencing counter"),
+                3..=4 => self.key_at(index),
+                5 => self.key_at(2),
+                6 => self.key_at(5),
+                7 => self.key_at(6),
+                _ => self.key_at(1),
+            },
+            KindKeys::Queued(_) => self.key_at(index),
+        }
+    }
+
+    fn fence_key(&self) -> &str {
+        match self {
+            KindKeys::Lock(keys) => &keys.fence,
+            KindKeys::Queued(recipe) => &recipe.keys[4],
+        }
+    }
+}
+
+fn conflict(what: &str, expected: &'static str) -> Error {
+    Error::Conflict {
+        what: format!("redis key {what:?}"),
+        expected,
+    }
+}
+
+fn bad_reply() -> Error {
+    Error::server("redis", "inspect script returned an unknown reply")
+}
+
+fn text(value: &Value) -> Result<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).map_err(|_| bad_reply()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Okay => Ok("OK".to_owned()),
+        Value::Nil => Ok(String::new()),
+        _ => Err(bad_reply()),
+    }
+}
+
+fn int(value: &Value) -> Result<i64> {
+    match value {
+        Value::Int(n) => Ok(*n),
+        _ => Err(bad_reply()),
+    }
+}
+
+fn array(value: &Value) -> Result<&[Value]> {
+    match value {
+        Value::Array(items) => Ok(items),
+        _ => Err(bad_reply()),
+    }
+}
+
+/// One holder: `{role, lease ms, own, owner, fence, at}`.
+fn holder(value: &Value) -> Result<Holder> {
+    let [role, lease, own, owner, fence, at] = array(value)? else {
+        return Err(bad_reply());
+    };
+    let role = match text(role)?.as_str() {
+        "x" => HoldRole::Exclusive,
+        "l" => HoldRole::Leader,
+        "w" => HoldRole::Write,
+        "r" => HoldRole::Read,
+        "p" => HoldRole::Permit,
+        _ => return Err(bad_reply()),
+    };
+    let lease = match u64::try_from(int(lease)?) {
+        Ok(ms) => LeaseLeft::Ttl(Duration::from_millis(ms)),
+        Err(_) => LeaseLeft::NoExpiry,
+    };
+    if int(own)? != 1 {
+        return Ok(Holder {
+            role,
+            owner: None,
+            foreign: Some(FOREIGN.to_owned()),
+            fencing_token: None,
+            acquired_at: None,
+            lease,
+        });
+    }
+    let owner = text(owner)?;
+    let at = text(at)?.parse::<u64>().ok();
+    Ok(Holder {
+        role,
+        owner: (!owner.is_empty()).then_some(owner),
+        foreign: None,
+        fencing_token: text(fence)?.parse::<u64>().ok(),
+        acquired_at: at.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+        lease,
+    })
+}
+
+/// Runs a script on the command connection within the response timeout.
+async fn run(
+    shared: &Shared,
+    operation: &'static str,
+    invocation: &ScriptInvocation<'_>,
+) -> Result<Value> {
+    let timeout = shared.options.response_timeout;
+    let conn = shared.conn()?.pin(timeout).await?;
+    with_timeout(
+        operation,
+        timeout,
+        conn.script(operation, timeout, invocation),
+    )
+    .await?
+}
+
+/// [`Provider::inspect`](distlock_core::Provider::inspect) on Redis.
+pub(crate) async fn inspect(
+    shared: &Arc<Shared>,
+    name: &str,
+    kind: PrimitiveKind,
+) -> Result<Snapshot> {
+    shared.lifecycle.check_open()?;
+    let name = Name::new(name)?;
+    let keys = keys_of(shared, &name, kind)?;
+    let reply = run(shared, "inspect", &keys.inspect_invocation(kind)).await?;
+    let items = array(&reply)?;
+    let status = items.first().map(int).transpose()?.ok_or_else(bad_reply)?;
+    if status == -1 {
+        let index = items.get(1).map(int).transpose()?.unwrap_or(1);
+        let (key, expected) = keys.key_at(index);
+        return Err(conflict(&key, expected));
+    }
+    let [_, holders, waiters, extra] = items else {
+        return Err(bad_reply());
+    };
+    let mut snapshot = Snapshot::empty(name, kind, "redis");
+    snapshot.holders = array(holders)?.iter().map(holder).collect::<Result<_>>()?;
+    let waiting = array(waiters)?
+        .iter()
+        .map(text)
+        .collect::<Result<Vec<_>>>()?;
+    snapshot.waiters = Waiters {
+        count: waiting.len(),
+        owners: waiting.into_iter().filter(|o| !o.is_empty()).collect(),
+    };
+    let extra = text(extra)?;
+    match kind {
+        PrimitiveKind::Semaphore if !extra.is_empty() => {
+            snapshot.permits = Some(extra.parse::<u32>().map_err(|_| {
+                let (key, expected) = keys.key_at(1);
+                conflict(&key, expected)
+            })?);
+        }
+        PrimitiveKind::Election if !extra.is_empty() => {
+            let leader = extra
+                .split_once(' ')
+                .and_then(|(term, id)| {
+                    Some(LeaderInfo {
+                        term: term.parse().ok()?,
+                        id: id.to_owned(),
+                    })
+                })
+                .ok_or_else(|| {
+                    let (key, _) = keys.key_at(6);
+                    conflict(&key, "election leader record (\"<term> <candidate>\")")
+                })?;
+            snapshot.leader = Some(leader);
+        }
+        _ => {}
+    }
+    Ok(snapshot)
+}
+
+/// [`Provider::force_release`](distlock_core::Provider::force_release) on
+/// Redis.
+pub(crate) async fn force_release(
+    shared: &Arc<Shared>,
+    name: &str,
+    kind: PrimitiveKind,
+) -> Result<ForceReleased> {
+    shared.lifecycle.check_open()?;
+    let name = Name::new(name)?;
+    let keys = keys_of(shared, &name, kind)?;
+    let reply = run(shared, "force_release", &keys.force_invocation()).await?;
+    let items = array(&reply)?;
+    let [status, value] = items else {
+        return Err(bad_reply());
+    };
+    let (status, value) = (int(status)?, int(value)?);
+    match status {
+        -1 => {
+            let (key, expected) = keys.force_key_at(value);
+            Err(conflict(&key, expected))
+        }
+        -2 => Err(conflict(keys.fence_key(), "fencing counter")),
+        -3 => Err(Error::Exhausted {
+            name: keys.fence_key().to_owned(),
+        }),
+        evicted if evicted >= 0 => {
+            let fence = u64::try_from(value).map_err(|_| bad_reply())?;
+            let evicted = usize::try_from(evicted).map_err(|_| bad_reply())?;
+            tracing::warn!(
+                name = %name,
+                kind = %kind,
+                evicted,
+                fence,
+                owner = %shared.owner,
+                "distlock redis force-release"
+            );
+            Ok(ForceReleased {
+                evicted,
+                fence: Some(fence),
+            })
+        }
+        _ => Err(bad_reply()),
+    }
+}

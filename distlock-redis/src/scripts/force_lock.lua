@@ -1,0 +1,57 @@
+-- Force-release a mutex / fair mutex (or an election's leader), whoever
+-- holds it (a distlock, redis-py or hand-set value): for operators.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] fair queue,
+-- KEYS[4] queue deadlines, KEYS[5] holder record, KEYS[6] waiters' owners,
+-- KEYS[7] (optional) election leader record
+-- ARGV[1] the release channel
+-- Returns {holds removed (0 or 1), fencing counter after it was advanced},
+--         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
+--         is not an integer, {-3, 0} it is exhausted (2^53).
+-- The counter is advanced as an acquisition takes a token (INCR, raised to
+-- the server's TIME in µs), so the next holder's token is above it. Then
+-- exactly what a release publishes: 'to:<id>' of the first live fair waiter,
+-- or 'released' when nobody queues (nothing when nothing was held).
+local function typed(i, want)
+  if not KEYS[i] then return true end
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  return t == 'none' or t == want
+end
+local wants = {'string', 'string', 'zset', 'zset', 'hash', 'hash', 'string'}
+for i, want in ipairs(wants) do
+  if not typed(i, want) then return {-1, i} end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local token = redis.pcall('INCR', KEYS[2])
+if type(token) == 'table' then
+  if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
+  return {-2, 0}
+end
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if token < floor then
+  redis.call('SET', KEYS[2], string.format('%.0f', floor))
+  token = floor
+end
+if token >= 9007199254740992 then return {-3, 0} end
+local evicted = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[5])
+if KEYS[7] then redis.call('DEL', KEYS[7]) end
+if evicted == 1 then
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+    redis.call('ZREM', KEYS[3], dead)
+    redis.call('ZREM', KEYS[4], dead)
+    redis.call('HDEL', KEYS[6], dead)
+  end
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  while head and not redis.call('ZSCORE', KEYS[4], head) do
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[6], head)
+    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  end
+  if head then
+    redis.call('PUBLISH', ARGV[1], 'to:' .. head)
+  else
+    redis.call('PUBLISH', ARGV[1], 'released')
+  end
+end
+return {evicted, token}

@@ -1,0 +1,48 @@
+-- Inspect a mutex / fair mutex (or an election): reads only.
+-- KEYS[1] lock key, KEYS[2] holder record (hash: lock, fence, at, owner),
+-- KEYS[3] fair queue, KEYS[4] queue deadlines, KEYS[5] waiters' owners,
+-- KEYS[6] (optional) election leader record ('<term> <candidate>')
+-- ARGV[1] the holder's role letter ('x' exclusive, 'l' leader)
+-- Returns {0, holders, waiters, extra}:
+--   holders: {} or {{role, lease ms (-1: no TTL), own, owner, fence, at}}
+--            with own 1 when the holder record belongs to the lock's
+--            current value (a distlock hold), 0 for a foreign hold (owner,
+--            fence and at are then ''); the lock's value itself is never
+--            returned,
+--   waiters: the live queued waiters' owners in queue order ('' unknown),
+--   extra: the leader record or ''.
+-- {-1, index} when the key at that index has the wrong type.
+local function typed(i, want)
+  if not KEYS[i] then return true end
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  return t == 'none' or t == want
+end
+local wants = {'string', 'hash', 'zset', 'zset', 'hash', 'string'}
+for i, want in ipairs(wants) do
+  if not typed(i, want) then return {-1, i} end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local holders = {}
+local value = redis.call('GET', KEYS[1])
+if value then
+  local pttl = redis.call('PTTL', KEYS[1])
+  local record = redis.call('HMGET', KEYS[2], 'lock', 'fence', 'at', 'owner')
+  if record[1] == value then
+    holders[1] = {ARGV[1], pttl, 1, record[4] or '', record[2] or '', record[3] or ''}
+  else
+    holders[1] = {ARGV[1], pttl, 0, '', '', ''}
+  end
+end
+local waiters = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  local deadline = redis.call('ZSCORE', KEYS[4], id)
+  if deadline and tonumber(deadline) > now then
+    waiters[#waiters + 1] = redis.call('HGET', KEYS[5], id) or ''
+  end
+end
+local extra = ''
+if KEYS[6] then
+  extra = redis.call('GET', KEYS[6]) or ''
+end
+return {0, holders, waiters, extra}
