@@ -214,6 +214,33 @@ struct WithWait<'a, C> {
     acked: u32,
 }
 
+/// `EVALSHA sha …` of one of our scripts as `EVAL source …`: with a `WAIT`
+/// behind it, a `NOSCRIPT` (a restarted server) would cost a second `WAIT`
+/// on the resend, so the script's body goes along instead (the server
+/// caches it by its SHA1 all the same).
+fn as_eval(cmd: &Cmd) -> Option<Cmd> {
+    let mut args = cmd.args_iter();
+    match args.next() {
+        Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"EVALSHA") => {}
+        _ => return None,
+    }
+    let Some(redis::Arg::Simple(sha)) = args.next() else {
+        return None;
+    };
+    let source = crate::scripts::source_of(std::str::from_utf8(sha).ok()?)?;
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(source);
+    for arg in args {
+        match arg {
+            redis::Arg::Simple(bytes) => {
+                eval.arg(bytes);
+            }
+            _ => return None,
+        }
+    }
+    Some(eval)
+}
+
 fn is_script(cmd: &Cmd) -> bool {
     matches!(
         cmd.args_iter().next(),
@@ -228,7 +255,8 @@ impl<C: ConnectionLike + Send> ConnectionLike for WithWait<'_, C> {
                 return self.inner.req_packed_command(cmd).await;
             }
             let mut pipe = redis::pipe();
-            pipe.add_command(cmd.clone()).add_command(self.wait.clone());
+            pipe.add_command(as_eval(cmd).unwrap_or_else(|| cmd.clone()))
+                .add_command(self.wait.clone());
             let mut replies = self.inner.req_packed_commands(&pipe, 0, 2).await?;
             let (Some(ack), Some(reply)) = (replies.pop(), replies.pop()) else {
                 return Err(redis::RedisError::from((
@@ -348,5 +376,40 @@ impl Sticky {
             self.let_go();
         }
         reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_scripts_go_as_eval_with_their_body_and_others_are_left_alone() {
+        let sha = crate::scripts::ACQUIRE.get_hash().to_owned();
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(&sha)
+            .arg(2)
+            .arg("k1")
+            .arg("k2")
+            .arg("tok")
+            .arg(30_000);
+        let eval = as_eval(&evalsha).expect("one of ours");
+        let args: Vec<Vec<u8>> = eval
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(args[0], b"EVAL");
+        assert_eq!(args[1], crate::scripts::source_of(&sha).unwrap().as_bytes());
+        assert_eq!(&args[2..], [&b"2"[..], b"k1", b"k2", b"tok", b"30000"]);
+        let mut foreign = redis::cmd("EVALSHA");
+        foreign
+            .arg("0123456789abcdef0123456789abcdef01234567")
+            .arg(0);
+        assert!(as_eval(&foreign).is_none());
+        assert!(as_eval(&redis::cmd("PING")).is_none());
     }
 }

@@ -210,9 +210,10 @@ impl RedisOptions {
     ///   replica missed only leaves a lease to expire).
     ///
     /// `replicas` 0 turns it off. `timeout` must be at least 1 ms (Redis
-    /// reads 0 as "forever") and below half the response timeout (after a
-    /// `NOSCRIPT`, from a restarted server, the script and its `WAIT` go
-    /// out again). Every command
+    /// reads 0 as "forever") and below half the response timeout, so that a
+    /// refusal arrives as `NotReplicated` and not as a timeout of the whole
+    /// command. Scripts followed by a `WAIT` are sent as `EVAL` (with their
+    /// body), so a restarted server's `NOSCRIPT` never costs a second `WAIT`. Every command
     /// on the connection waits behind a `WAIT` in progress, so with replicas
     /// down each acquisition costs up to `timeout`: keep it short. What `WAIT`
     /// does not give: it is not consensus. A replica that acknowledged can
@@ -287,7 +288,7 @@ impl RedisOptions {
             return Err(Error::InvalidOptions("pool size must be at least 1".into()));
         }
         if let Some(wait) = self.wait {
-            // Twice: after a NOSCRIPT the script and its WAIT are sent again.
+            // Room for the command's own round trip and a slow server.
             if wait.timeout < Duration::from_millis(1)
                 || wait.timeout.saturating_mul(2) >= self.response_timeout
             {

@@ -1,71 +1,55 @@
 //! The Lua scripts, kept in `.lua` files and run by EVALSHA (loaded on
-//! NOSCRIPT by the client). The read-write lock's and the semaphore's
+//! NOSCRIPT by the client), or by EVAL when a `WAIT` rides behind them (so a
+//! NOSCRIPT never costs a second `WAIT`). The read-write lock's and the semaphore's
 //! acquire and release scripts start with their `…_wake.lua` prelude (who may
 //! get in, and the addressed wake-ups).
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use redis::Script;
 
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fair_acquire.lua")));
-pub(crate) static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fair_leave.lua")));
-pub(crate) static ELECT_LEADER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/elect_leader.lua")));
-pub(crate) static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/rw_wake.lua"),
-        include_str!("scripts/rw_acquire.lua")
-    ))
-});
-pub(crate) static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/rw_wake.lua"),
-        include_str!("scripts/rw_release.lua")
-    ))
-});
-pub(crate) static RW_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_extend.lua")));
-pub(crate) static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/sem_wake.lua"),
-        include_str!("scripts/sem_acquire.lua")
-    ))
-});
-pub(crate) static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/sem_wake.lua"),
-        include_str!("scripts/sem_release.lua")
-    ))
-});
-pub(crate) static SEM_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sem_extend.lua")));
-pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/redlock_acquire.lua")));
-pub(crate) static REDLOCK_RAISE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/redlock_raise.lua")));
-pub(crate) static INSPECT_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect_lock.lua")));
-pub(crate) static INSPECT_QUEUED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect_queued.lua")));
-pub(crate) static FORCE_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/force_lock.lua")));
-pub(crate) static RW_FORCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/rw_wake.lua"),
-        include_str!("scripts/rw_force.lua")
-    ))
-});
-pub(crate) static SEM_FORCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/sem_wake.lua"),
-        include_str!("scripts/sem_force.lua")
-    ))
-});
+/// Declares each script once: its source (for `EVAL`, see [`source_of`])
+/// and its `Script` (for `EVALSHA`).
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $name:ident = $src:expr;)+) => {
+        $(
+            $(#[$doc])*
+            pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| Script::new($src));
+        )+
+        /// Every script's source by its SHA1.
+        static SOURCES: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| {
+            [$($src),+]
+                .into_iter()
+                .map(|src| (Script::new(src).get_hash().to_owned(), src))
+                .collect()
+        });
+    };
+}
+
+scripts! {
+    ACQUIRE = include_str!("scripts/acquire.lua");
+    RELEASE = include_str!("scripts/release.lua");
+    EXTEND = include_str!("scripts/extend.lua");
+    FAIR_ACQUIRE = include_str!("scripts/fair_acquire.lua");
+    FAIR_LEAVE = include_str!("scripts/fair_leave.lua");
+    ELECT_LEADER = include_str!("scripts/elect_leader.lua");
+    RW_ACQUIRE = concat!(include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_acquire.lua") );
+    RW_RELEASE = concat!(include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_release.lua") );
+    RW_EXTEND = include_str!("scripts/rw_extend.lua");
+    SEM_ACQUIRE = concat!(include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_acquire.lua") );
+    SEM_RELEASE = concat!(include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_release.lua") );
+    SEM_EXTEND = include_str!("scripts/sem_extend.lua");
+    REDLOCK_ACQUIRE = include_str!("scripts/redlock_acquire.lua");
+    REDLOCK_RAISE = include_str!("scripts/redlock_raise.lua");
+    INSPECT_LOCK = include_str!("scripts/inspect_lock.lua");
+    INSPECT_QUEUED = include_str!("scripts/inspect_queued.lua");
+    FORCE_LOCK = include_str!("scripts/force_lock.lua");
+    RW_FORCE = concat!(include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_force.lua") );
+    SEM_FORCE = concat!(include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_force.lua") );
+}
+
+/// The source of one of our scripts by its SHA1 (what `EVALSHA` names).
+pub(crate) fn source_of(sha: &str) -> Option<&'static str> {
+    SOURCES.get(sha).copied()
+}
