@@ -207,11 +207,12 @@ pub(crate) struct Shared {
 ///   lease is suspended, retried, and `lost()` fires at the deadline.
 ///   Renewal never re-takes a master that lost the key (a restarted one).
 /// * **Release**: compare-and-delete plus `PUBLISH` on every master in
-///   parallel; done once a quorum answered and one of them had our token
-///   (the lock is then free on a quorum; the others finish in the
-///   background); `NotHeld` only when every master answered and none had
-///   our token. A master that does not answer keeps its key until the TTL
-///   (a minority: it blocks nobody).
+///   parallel; done once a quorum had our token (the lock was ours and is
+///   now free on a quorum; the others finish in the background). `NotHeld`
+///   when fewer than a quorum can have had it (the lock had expired or was
+///   taken: a late release of a lost lease, which still deletes our keys
+///   left on stragglers). A master that does not answer keeps its key until
+///   the TTL (a minority: it blocks nobody).
 /// * **Waiting**: one pub/sub subscriber per master (spawned by the
 ///   provider, opened at the first wait), listening on the release channel
 ///   on every master; a waiter re-checks when any master's release message

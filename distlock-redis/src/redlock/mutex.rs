@@ -625,9 +625,12 @@ impl LeaseBackend for RedlockLease {
         let quorum = self.shared.quorum;
         let mut round = self.round("release", &self.all(), &RELEASE, cmd, Instant::now());
         let (mut released, mut answered, mut first_error) = (0, 0, None);
-        // Done once a quorum answered and one of them had our token: the
-        // lock is free for a quorum; the others finish in the background.
-        while !(released > 0 && answered >= quorum) && answered < n {
+        // Done once a quorum had our token (the lock was ours, and is now
+        // free for a quorum); the others finish in the background. Fewer
+        // than a quorum means the lock was not ours any more (expired, or
+        // taken): the stragglers' keys are cleaned up all the same, and the
+        // release is `NotHeld`.
+        while released < quorum && answered < n {
             let Some((_, reply)) = round.next().await else {
                 break;
             };
@@ -643,10 +646,10 @@ impl LeaseBackend for RedlockLease {
             }
         }
         round.detach();
-        if released > 0 {
+        if released >= quorum {
             return Ok(());
         }
-        if answered == n {
+        if answered == n || released + (n - answered) < quorum {
             return Err(Error::not_held(self.name.as_str()));
         }
         Err(first_error.unwrap_or(Error::Timeout {
