@@ -158,6 +158,11 @@ pub struct LockGuard {
     terms: LeaseTerms,
     signal: LeaseSignal,
     held: Option<Held>,
+    /// Metric labels, once the acquire call that made it set them (shared
+    /// with the watchdog's renewer).
+    metrics: crate::metrics::Cell,
+    /// When the guard was made, for the hold time.
+    since: std::time::Instant,
 }
 
 impl LockGuard {
@@ -199,6 +204,7 @@ impl LockGuard {
                 );
             }
         }
+        let metrics = crate::metrics::Cell::new();
         let watchdog = Watchdog::spawn(
             &handle,
             parts.name.clone(),
@@ -207,6 +213,7 @@ impl LockGuard {
             ttl,
             interval,
             parts.acquired_at,
+            metrics.clone(),
         );
         let registration = parts
             .lifecycle
@@ -219,6 +226,8 @@ impl LockGuard {
             token: parts.fencing_token,
             terms: parts.terms,
             signal: parts.signal,
+            metrics,
+            since: std::time::Instant::now(),
             held: Some(Held {
                 release,
                 watchdog,
@@ -372,8 +381,23 @@ impl LockGuard {
     fn take_held(&mut self) -> Option<Held> {
         let held = self.held.take()?;
         held.watchdog.stop();
+        if let Some(labels) = self.metrics.get() {
+            let lost = match self.signal.peek() {
+                LeaseStatus::Lost(reason) => Some(reason),
+                _ => None,
+            };
+            crate::metrics::hold_ended(labels, self.since.elapsed(), lost);
+        }
         self.signal.mark_released();
         Some(held)
+    }
+
+    /// Sets the guard's metric labels (once) and counts it as a hold.
+    pub(crate) fn attach_metrics(&self, labels: crate::metrics::Labels) {
+        if self.held.is_some() && self.metrics.get().is_none() {
+            crate::metrics::hold_started(&labels);
+            self.metrics.set(labels);
+        }
     }
 
     fn not_held(&self) -> Error {

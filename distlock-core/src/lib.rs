@@ -82,6 +82,7 @@ pub mod inspect;
 pub mod lease;
 pub mod lock;
 pub mod mem;
+pub mod metrics;
 pub mod name;
 pub mod provider;
 pub mod rwlock;

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::inspect::PrimitiveKind;
 use crate::name::Name;
 
 /// How long an acquisition may wait.
@@ -52,6 +53,14 @@ pub trait Lock: Send + Sync + Debug {
     /// The lock's name.
     fn name(&self) -> &Name;
 
+    /// The backend it lives on (`"mem"`, `"redis"`, `"zookeeper"`, ...), as
+    /// [`Provider::backend`](crate::Provider::backend) says.
+    fn backend(&self) -> &'static str;
+
+    /// Which primitive it is (a read-write lock's sides are
+    /// [`PrimitiveKind::ReadWrite`]).
+    fn kind(&self) -> PrimitiveKind;
+
     /// Acquires the lock, waiting as `wait` allows. `Ok(None)` when the wait
     /// ended without the lock; nothing is then left behind on the server.
     ///
@@ -77,7 +86,7 @@ pub trait Lock: Send + Sync + Debug {
     ///
     /// As [`Lock::acquire`].
     async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Wait::No).await
+        measured(self, Wait::No).await
     }
 
     /// Waits until the lock is acquired.
@@ -90,7 +99,7 @@ pub trait Lock: Send + Sync + Debug {
     ///
     /// As [`Lock::acquire`].
     async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(Wait::Forever).await?.ok_or(Error::Closed)
+        measured(self, Wait::Forever).await?.ok_or(Error::Closed)
     }
 
     /// Waits at most `timeout` for the lock; `Ok(None)` when it did not come.
@@ -103,6 +112,38 @@ pub trait Lock: Send + Sync + Debug {
     ///
     /// As [`Lock::acquire`].
     async fn lock_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Wait::timeout(timeout)).await
+        measured(self, Wait::timeout(timeout)).await
     }
+}
+
+/// `lock.acquire(wait)`, recorded in the metrics (feature `metrics`; a
+/// plain call without it).
+async fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
+    if !cfg!(feature = "metrics") {
+        return lock.acquire(wait).await;
+    }
+    let labels = crate::metrics::Labels {
+        backend: lock.backend(),
+        primitive: lock.kind(),
+        name: lock.name().clone(),
+    };
+    let started = Instant::now();
+    let waiting = (wait != Wait::No).then(|| crate::metrics::Waiting::new(&labels));
+    let result = lock.acquire(wait).await;
+    drop(waiting);
+    let took = started.elapsed();
+    let outcome = match &result {
+        Ok(Some(_)) => crate::metrics::Outcome::Acquired,
+        Ok(None) if wait == Wait::No => crate::metrics::Outcome::Busy,
+        Ok(None) => crate::metrics::Outcome::Timeout,
+        Err(_) => crate::metrics::Outcome::Error,
+    };
+    let contended = outcome == crate::metrics::Outcome::Acquired
+        && wait != Wait::No
+        && took > crate::metrics::CONTENDED;
+    crate::metrics::acquire_ended(&labels, outcome, took, contended);
+    if let Ok(Some(guard)) = &result {
+        guard.attach_metrics(labels);
+    }
+    result
 }

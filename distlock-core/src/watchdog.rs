@@ -41,6 +41,8 @@ pub(crate) struct Renewer {
     watchdog: Option<(Duration, Duration)>,
     turn: tokio::sync::Mutex<()>,
     next_renewal: watch::Sender<Option<Instant>>,
+    /// The guard's metric labels, once set.
+    metrics: crate::metrics::Cell,
 }
 
 /// Caps the deadline unless the renewal's outcome became known.
@@ -91,6 +93,9 @@ impl Renewer {
                 }
                 self.signal.set_deadline(Some(local_deadline(sent, ttl)));
                 self.signal.suspend(false);
+                if let Some(labels) = self.metrics.get() {
+                    crate::metrics::renewal(labels, true);
+                }
                 if let Some((_, interval)) = self.watchdog {
                     let next = interval.min(max_interval(ttl));
                     self.next_renewal.send_replace(sent.checked_add(next));
@@ -101,7 +106,11 @@ impl Renewer {
                 outcome.bound = None;
                 self.signal.lose(LostReason::Taken);
             }
-            Err(_) => {}
+            Err(_) => {
+                if let Some(labels) = self.metrics.get() {
+                    crate::metrics::renewal(labels, false);
+                }
+            }
         }
         result
     }
@@ -118,6 +127,7 @@ impl Watchdog {
     /// Starts the task for a lease acquired at `acquired_at` for `ttl`.
     /// `interval`: renew every `interval` (watchdog mode), or never
     /// (`None`, manual mode: the deadline alone ends the lease).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn spawn(
         handle: &Handle,
         name: Name,
@@ -126,6 +136,7 @@ impl Watchdog {
         ttl: Duration,
         interval: Option<Duration>,
         acquired_at: Instant,
+        metrics: crate::metrics::Cell,
     ) -> Watchdog {
         signal.set_deadline(Some(local_deadline(acquired_at, ttl)));
         let first = interval.and_then(|i| acquired_at.checked_add(i));
@@ -136,6 +147,7 @@ impl Watchdog {
             watchdog: interval.map(|i| (ttl, i)),
             turn: tokio::sync::Mutex::new(()),
             next_renewal: watch::Sender::new(first),
+            metrics,
         });
         let task = interval.map(|_| handle.spawn(run(Arc::clone(&renewer))).abort_handle());
         Watchdog { renewer, task }

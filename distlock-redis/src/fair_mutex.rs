@@ -83,6 +83,14 @@ impl Lock for RedisFairMutex {
         &self.queue.name
     }
 
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::FairMutex
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         self.queue.acquire(wait, None).await
     }

@@ -236,6 +236,14 @@ impl Lock for RedisMutex {
         &self.name
     }
 
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::Mutex
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let shared = &self.shared;

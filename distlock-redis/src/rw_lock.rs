@@ -256,6 +256,17 @@ impl Lock for Queued {
         &self.recipe.name
     }
 
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        match self.recipe.side {
+            Side::Permit(_) => distlock_core::PrimitiveKind::Semaphore,
+            Side::Read | Side::Write => distlock_core::PrimitiveKind::ReadWrite,
+        }
+    }
+
     #[allow(clippy::too_many_lines)]
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;

@@ -33,6 +33,14 @@ impl Lock for RedisSemaphore {
         self.inner.name()
     }
 
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::Semaphore
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         self.inner.acquire(wait).await
     }

@@ -35,6 +35,14 @@ impl Lock for FairMutex {
         &self.name
     }
 
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::FairMutex
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let acquired = enter_queue(

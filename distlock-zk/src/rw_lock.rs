@@ -138,6 +138,14 @@ impl Lock for RwSide {
         &self.name
     }
 
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::ReadWrite
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let acquired = join_queue(

@@ -117,6 +117,14 @@ impl Lock for ZkSemaphore {
         &self.name
     }
 
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::Semaphore
+    }
+
     /// Takes one permit.
     ///
     /// [`Wait::No`] takes the internal lock without waiting, as Curator's

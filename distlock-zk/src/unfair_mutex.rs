@@ -251,6 +251,14 @@ impl Lock for UnfairMutex {
         &self.name
     }
 
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::Mutex
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let acquired = take(&self.shared, &self.dir, wait).await?;

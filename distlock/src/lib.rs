@@ -21,8 +21,8 @@ use std::sync::Arc;
 // An explicit list: what users call. What backends implement
 // (`distlock_core::backend`) is not re-exported.
 pub use distlock_core::{
-    election, error, guard, ids, inspect, lease, lock, mem, name, provider, rwlock, semaphore,
-    BoxError, Election, Error, ForceReleased, HoldRole, Holder, IdGenerator, LeaderInfo,
+    election, error, guard, ids, inspect, lease, lock, mem, metrics, name, provider, rwlock,
+    semaphore, BoxError, Election, Error, ForceReleased, HoldRole, Holder, IdGenerator, LeaderInfo,
     LeaderStream, Leadership, LeaseLeft, LeaseOptions, LeaseStatus, LeaseWatch, Lock, LockGuard,
     LostReason, Name, PrimitiveKind, Provider, ReadWriteLock, Renewal, Result, Semaphore, Snapshot,
     Wait, Waiters,

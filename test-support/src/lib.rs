@@ -13,6 +13,7 @@
 pub mod conformance;
 pub mod curator;
 pub mod masters;
+pub mod metrics;
 pub mod operations;
 pub mod primitives;
 pub mod properties;

@@ -190,6 +190,11 @@ impl LeaseSignal {
         true
     }
 
+    /// The status as last recorded, without marking a passed deadline.
+    pub(crate) fn peek(&self) -> LeaseStatus {
+        self.tx.borrow().status
+    }
+
     pub(crate) fn mark_released(&self) {
         self.transition(|s| s.is_active().then_some(LeaseStatus::Released));
     }

@@ -331,6 +331,20 @@ impl Lock for MemMutex {
         &self.key.name
     }
 
+    fn backend(&self) -> &'static str {
+        "mem"
+    }
+
+    fn kind(&self) -> PrimitiveKind {
+        match self.key.kind {
+            Kind::FairMutex => PrimitiveKind::FairMutex,
+            Kind::RwLock => PrimitiveKind::ReadWrite,
+            Kind::Semaphore => PrimitiveKind::Semaphore,
+            Kind::Election => PrimitiveKind::Election,
+            Kind::Mutex => PrimitiveKind::Mutex,
+        }
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         self.store
             .acquire(

@@ -366,6 +366,14 @@ impl Lock for RedlockMutex {
         &self.name
     }
 
+    fn backend(&self) -> &'static str {
+        "redis+redlock"
+    }
+
+    fn kind(&self) -> distlock_core::PrimitiveKind {
+        distlock_core::PrimitiveKind::Mutex
+    }
+
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let shared = &self.shared;
