@@ -175,7 +175,7 @@
 //! is always the newest), and its waiters are the nodes of `locks`. A node
 //! whose data does not begin with `distlock` (or an election node without
 //! `o=`) is **foreign**: `owner: None`, `foreign: Some("lock node <name>,
-//! data \"10.0.0.7\"")` — a Curator client's IP address, a kazoo
+//! data \"127.0.1.1\"")` — a Curator client's IP address, a kazoo
 //! identifier, a LeaderLatch participant id — the data shown when it is
 //! short printable text, else its length. A name whose node holds data (an
 //! id counter) or is ephemeral, or whose `_unfair_lock` is persistent, is a

@@ -548,8 +548,8 @@ mod tests {
             assert_eq!(parse(theirs), None, "{theirs:?}");
         }
         assert_eq!(
-            foreign("lock node x", b"10.0.0.1"),
-            "lock node x, data \"10.0.0.1\""
+            foreign("lock node x", b"127.0.1.1"),
+            "lock node x, data \"127.0.1.1\""
         );
         assert_eq!(foreign("lock node x", b""), "lock node x, no data");
         assert_eq!(

@@ -90,7 +90,7 @@ pub(crate) struct Shared {
 /// use distlock_redis::{RedlockProvider, distlock_core::Provider};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
-/// let locks = RedlockProvider::connect("redis+redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379").await?;
+/// let locks = RedlockProvider::connect("redis+redlock://redis-a:6379,redis-b:6379,redis-c:6379").await?;
 /// let mutex = locks.mutex("orders/42")?;
 /// if let Some(guard) = mutex.lock_timeout(Duration::from_secs(5)).await? {
 ///     println!("fencing token {}", guard.fencing_token());
