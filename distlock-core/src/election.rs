@@ -90,6 +90,11 @@ impl Leadership {
         }
     }
 
+    /// The lease (for the metrics).
+    pub(crate) fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
     /// The id this leader campaigned with.
     #[must_use]
     pub fn candidate(&self) -> &str {

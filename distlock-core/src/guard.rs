@@ -219,7 +219,7 @@ impl LockGuard {
             .lifecycle
             .register(parts.signal.clone(), Arc::clone(&backend));
         let release = CleanupGuard::arm_on(handle, "release", Arc::new(Release(backend)));
-        tracing::debug!(name = %parts.name, token = parts.fencing_token, "distlock lease acquired");
+        tracing::debug!(name = %parts.name, token = parts.fencing_token, owner = %parts.lifecycle.owner(), "distlock lease acquired");
         let closed = parts.lifecycle.is_closed();
         let guard = LockGuard {
             name: parts.name,
@@ -374,7 +374,7 @@ impl LockGuard {
             Err(_) if held.lifecycle.is_closed() => Err(Error::Closed),
             other => other,
         };
-        tracing::debug!(name = %self.name, ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
+        tracing::debug!(name = %self.name, token = self.token, owner = %held.lifecycle.owner(), ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
         result
     }
 

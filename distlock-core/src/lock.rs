@@ -129,21 +129,15 @@ async fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockG
     };
     let started = Instant::now();
     let waiting = (wait != Wait::No).then(|| crate::metrics::Waiting::new(&labels));
-    let result = lock.acquire(wait).await;
+    let (result, woken) = crate::metrics::watching_wakeups(lock.acquire(wait)).await;
     drop(waiting);
-    let took = started.elapsed();
-    let outcome = match &result {
-        Ok(Some(_)) => crate::metrics::Outcome::Acquired,
-        Ok(None) if wait == Wait::No => crate::metrics::Outcome::Busy,
-        Ok(None) => crate::metrics::Outcome::Timeout,
-        Err(_) => crate::metrics::Outcome::Error,
-    };
-    let contended = outcome == crate::metrics::Outcome::Acquired
-        && wait != Wait::No
-        && took > crate::metrics::CONTENDED;
-    crate::metrics::acquire_ended(&labels, outcome, took, contended);
-    if let Ok(Some(guard)) = &result {
-        guard.attach_metrics(labels);
-    }
+    crate::metrics::acquire_call_ended(
+        labels,
+        wait,
+        result.as_ref().map(Option::as_ref).map_err(|_| ()),
+        started.elapsed(),
+        woken,
+        false,
+    );
     result
 }

@@ -6,11 +6,12 @@
 //! | metric | kind | what |
 //! |---|---|---|
 //! | `distlock_acquire_total` | counter | `try_lock` / `lock` / `lock_timeout` calls, by `outcome`: `acquired`, `busy` (`try_lock` found it held), `timeout` (`lock_timeout` ran out), `error` |
-//! | `distlock_acquire_contended_total` | counter | acquisitions by `lock` / `lock_timeout` that waited (took more than 1 ms) |
+//! | `distlock_acquire_contended_total` | counter | acquisitions by `lock` / `lock_timeout` / `campaign` that waited: were woken by a release, or (not a campaign) took more than 1 ms |
 //! | `distlock_wait_seconds` | histogram | how long each acquire call took, whatever its outcome |
 //! | `distlock_waiters` | gauge | acquire calls of this process waiting now |
 //! | `distlock_holds` | gauge | guards of this process holding now |
 //! | `distlock_hold_seconds` | histogram | from acquisition to the guard's end (release, drop or loss) |
+//! | `distlock_handoff_seconds` | histogram | for an acquisition that a wake-up ended (a release message on Redis, a watch event on ZooKeeper, a release in the process on `mem`): from that wake-up to the acquisition |
 //! | `distlock_renewals_total` | counter | confirmed renewals (watchdog and `extend()`) |
 //! | `distlock_renewal_failures_total` | counter | renewals that failed for a transport reason (the guard turns `Suspended`) |
 //! | `distlock_leases_lost_total` | counter | guards that ended lost, by `reason` (`expired`, `taken`, `deleted`, `max_hold`, `session_expired`, `session_closed`, `provider_closed`) |
@@ -18,7 +19,14 @@
 //! Every metric carries `backend` (`mem`, `redis`, `zookeeper`, ...) and
 //! `primitive` (`mutex`, `fair`, `rw`, `semaphore`, `election`). Lock names
 //! are a label (`name`) only after [`set_name_labels`]`(true)`: names can be
-//! many (cardinality). Elections count their leaderships as holds.
+//! many (cardinality). An election's campaign counts as an acquire call
+//! (`outcome` `acquired` or `error`) and its leadership as a hold.
+//!
+//! The handoff histogram measures the part of a handoff this process sees:
+//! from the moment the waiter learned the lock came free to the moment it
+//! held it (one round trip on Redis when it wins the race, more when another
+//! process got there first). The delivery of the wake-up itself (release to
+//! message) happens on another machine's clock and is not in it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -95,6 +103,10 @@ mod imp {
         }
     }
 
+    pub(crate) fn handoff(l: &Labels, took: Duration) {
+        metrics::histogram!("distlock_handoff_seconds", labels(l, None)).record(took.as_secs_f64());
+    }
+
     pub(crate) fn hold_started(l: &Labels) {
         metrics::gauge!("distlock_holds", labels(l, None)).increment(1.0);
     }
@@ -139,6 +151,8 @@ mod imp {
     #[inline]
     pub(crate) fn acquire_ended(_: &Labels, _: Outcome, _: Duration, _: bool) {}
     #[inline]
+    pub(crate) fn handoff(_: &Labels, _: Duration) {}
+    #[inline]
     pub(crate) fn hold_started(_: &Labels) {}
     #[inline]
     pub(crate) fn hold_ended(_: &Labels, _: Duration, _: Option<LostReason>) {}
@@ -146,7 +160,67 @@ mod imp {
     pub(crate) fn renewal(_: &Labels, _: bool) {}
 }
 
-pub(crate) use imp::{acquire_ended, hold_ended, hold_started, renewal};
+pub(crate) use imp::{acquire_ended, handoff, hold_ended, hold_started, renewal};
+
+#[cfg(feature = "metrics")]
+tokio::task_local! {
+    /// When the acquire call running in this task was last woken.
+    static WOKEN: std::cell::Cell<Option<std::time::Instant>>;
+}
+
+/// See [`crate::backend::woke`].
+#[inline]
+pub(crate) fn note_wakeup() {
+    #[cfg(feature = "metrics")]
+    let _ = WOKEN.try_with(|at| at.set(Some(std::time::Instant::now())));
+}
+
+/// Runs `acquire`, returning its output and the last wake-up it noted
+/// (see [`crate::backend::woke`]); never a wake-up without the feature.
+pub(crate) async fn watching_wakeups<T>(
+    acquire: impl std::future::Future<Output = T>,
+) -> (T, Option<std::time::Instant>) {
+    #[cfg(feature = "metrics")]
+    return WOKEN
+        .scope(std::cell::Cell::new(None), async {
+            let out = acquire.await;
+            (out, WOKEN.with(std::cell::Cell::get))
+        })
+        .await;
+    #[cfg(not(feature = "metrics"))]
+    (acquire.await, None)
+}
+
+/// Records one acquire call that ended as `result` after `took` (its last
+/// wake-up at `woken`); attaches the labels to the guard it returned.
+pub(crate) fn acquire_call_ended(
+    labels: Labels,
+    wait: crate::lock::Wait,
+    result: Result<Option<&crate::guard::LockGuard>, ()>,
+    took: Duration,
+    woken: Option<std::time::Instant>,
+    campaign: bool,
+) {
+    use crate::lock::Wait;
+    let outcome = match result {
+        Ok(Some(_)) => Outcome::Acquired,
+        Ok(None) if wait == Wait::No => Outcome::Busy,
+        Ok(None) => Outcome::Timeout,
+        Err(()) => Outcome::Error,
+    };
+    // Waited: woken by a release, or (a lock, not a campaign, whose first
+    // steps take longer) took longer than a free lock takes.
+    let contended = outcome == Outcome::Acquired
+        && wait != Wait::No
+        && (woken.is_some() || (!campaign && took > CONTENDED));
+    acquire_ended(&labels, outcome, took, contended);
+    if let Ok(Some(guard)) = result {
+        if let Some(at) = woken {
+            handoff(&labels, at.elapsed());
+        }
+        guard.attach_metrics(labels);
+    }
+}
 
 /// Counts a waiting acquire call while it lives.
 pub(crate) struct Waiting<'a>(&'a Labels);
@@ -213,3 +287,32 @@ impl Cell {
 
 /// An acquisition that took longer than this waited for the lock.
 pub(crate) const CONTENDED: Duration = Duration::from_millis(1);
+
+/// See [`crate::backend::measured_campaign`].
+pub(crate) async fn campaign(
+    backend: &'static str,
+    name: &Name,
+    campaign: impl std::future::Future<Output = crate::error::Result<crate::election::Leadership>>,
+) -> crate::error::Result<crate::election::Leadership> {
+    if !cfg!(feature = "metrics") {
+        return campaign.await;
+    }
+    let labels = Labels {
+        backend,
+        primitive: PrimitiveKind::Election,
+        name: name.clone(),
+    };
+    let started = std::time::Instant::now();
+    let waiting = Waiting::new(&labels);
+    let (result, woken) = watching_wakeups(campaign).await;
+    drop(waiting);
+    acquire_call_ended(
+        labels,
+        crate::lock::Wait::Forever,
+        result.as_ref().map(|l| Some(l.guard())).map_err(|_| ()),
+        started.elapsed(),
+        woken,
+        true,
+    );
+    result
+}

@@ -112,12 +112,15 @@ impl Election for RedisElection {
 
     async fn campaign(&self, candidate: &str) -> Result<Leadership> {
         validate_candidate(candidate)?;
-        let guard = self
-            .queue
-            .acquire(Wait::Forever, Some(candidate))
-            .await?
-            .ok_or(Error::Closed)?;
-        Ok(Leadership::new(guard, candidate))
+        distlock_core::backend::measured_campaign("redis", &self.queue.name, async {
+            let guard = self
+                .queue
+                .acquire(Wait::Forever, Some(candidate))
+                .await?
+                .ok_or(Error::Closed)?;
+            Ok(Leadership::new(guard, candidate))
+        })
+        .await
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {

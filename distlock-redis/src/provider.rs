@@ -307,12 +307,14 @@ impl RedisProvider {
         let owner = owner_identity(options.owner_label.as_deref())
             .or_else(|_| owner_identity(None))
             .unwrap_or_else(|_| "unknown".to_owned());
+        let lifecycle = Lifecycle::new();
+        lifecycle.set_owner(&owner);
         RedisProvider {
             shared: Arc::new(Shared {
                 conn: RwLock::new(Some(conn)),
                 subscriber,
                 options,
-                lifecycle: Lifecycle::new(),
+                lifecycle,
                 owner,
             }),
         }

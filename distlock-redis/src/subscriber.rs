@@ -137,7 +137,10 @@ impl Subscription {
     /// leaving waiters to their timers.
     pub(crate) async fn changed(&mut self) {
         match &self.wake {
-            Some(wake) => wake.notified().await,
+            Some(wake) => {
+                wake.notified().await;
+                distlock_core::backend::woke();
+            }
             None => std::future::pending::<()>().await,
         }
     }

@@ -100,24 +100,27 @@ impl Election for ZkElection {
     async fn campaign(&self, candidate: &str) -> Result<Leadership> {
         validate_candidate(candidate)?;
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        // The data stays the candidate id (Curator's LeaderLatch reads it);
-        // our owner identity goes into the node's name.
-        let acquired = enter_tagged_queue(
-            &self.shared,
-            &self.dir,
-            "latch",
-            &latch_tag(&self.shared.owner),
-            candidate.as_bytes(),
-            Wait::Forever,
-        )
-        .await?
-        .ok_or(Error::Closed)?;
-        // The node we lead with is ours by construction: created in this
-        // session (or found by prefix with this session as its owner).
-        Ok(Leadership::new(
-            guard(&self.shared, &self.name, acquired, true, self.hold)?,
-            candidate,
-        ))
+        distlock_core::backend::measured_campaign("zookeeper", &self.name, async {
+            // The data stays the candidate id (Curator's LeaderLatch reads
+            // it); our owner identity goes into the node's name.
+            let acquired = enter_tagged_queue(
+                &self.shared,
+                &self.dir,
+                "latch",
+                &latch_tag(&self.shared.owner),
+                candidate.as_bytes(),
+                Wait::Forever,
+            )
+            .await?
+            .ok_or(Error::Closed)?;
+            // The node we lead with is ours by construction: created in this
+            // session (or found by prefix with this session as its owner).
+            Ok(Leadership::new(
+                guard(&self.shared, &self.name, acquired, true, self.hold)?,
+                candidate,
+            ))
+        })
+        .await
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {

@@ -90,13 +90,15 @@ impl ZkProvider {
         options.validate()?;
         let owner = options.owner()?;
         let first = session::open(&options).await?;
+        let lifecycle = Lifecycle::new();
+        lifecycle.set_owner(&owner);
         Ok(ZkProvider {
             shared: Arc::new(Shared {
                 authenticated: options.digest.is_some(),
                 timeout: options.operation_timeout,
                 sessions: Sessions::new(options, first),
                 stats: Stats::default(),
-                lifecycle: Lifecycle::new(),
+                lifecycle,
                 owner,
             }),
         })

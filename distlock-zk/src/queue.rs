@@ -177,6 +177,7 @@ pub(crate) async fn watch_fired(
         () = shared.lifecycle.closed() => return Err(Error::Closed),
     }
     shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+    distlock_core::backend::woke();
     Ok(true)
 }
 

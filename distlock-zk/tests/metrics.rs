@@ -17,3 +17,14 @@ async fn acquisitions_are_recorded() {
     let lease = a.default_lease();
     test_support::metrics::acquisitions_are_recorded(&a, &b, "zookeeper", lease).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracing_events_carry_the_owner() {
+    let url = format!(
+        "zk://{}/traced?owner=traced-job",
+        test_support::zookeeper::shared().connect_string()
+    );
+    let provider = ZkProvider::connect(&url).await.unwrap();
+    assert!(provider.owner().starts_with("traced-job@"));
+    test_support::metrics::tracing_events_carry_the_owner(&provider, |_| async { None }).await;
+}

@@ -25,6 +25,7 @@ pub mod safety;
 pub mod sentinel;
 mod server;
 pub mod tls;
+pub mod tracing_capture;
 pub mod zookeeper;
 
 pub use proxy::Proxy;

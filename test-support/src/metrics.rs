@@ -101,8 +101,9 @@ pub fn histogram_count(metric: &str, labels: &[(&str, &str)]) -> usize {
 
 /// On `a` and `b` (two clients of `backend`) with name labels on: an
 /// acquisition, a busy `try_lock`, a timed-out `lock_timeout`, a contended
-/// `lock`, the holds and waiters gauges, and the wait and hold histograms
-/// match what was done. Needs `metrics::set_name_labels(true)` isolation: run
+/// `lock`, the holds and waiters gauges, the wait, hold and handoff
+/// histograms, and an election's campaigns and leaderships match what was
+/// done. Needs `metrics::set_name_labels(true)` isolation: run
 /// it in a test binary of its own.
 pub async fn acquisitions_are_recorded(
     a: &dyn Provider,
@@ -160,8 +161,80 @@ pub async fn acquisitions_are_recorded(
     assert_eq!(counter("distlock_acquire_contended_total", &base), 1);
     assert_eq!(gauge("distlock_waiters", &base), 0.0);
     assert_eq!(histogram_count("distlock_wait_seconds", &base), 4);
+    // The waiter was woken by the release: one handoff.
+    assert_eq!(histogram_count("distlock_handoff_seconds", &base), 1);
     next.release().await.unwrap();
     assert_eq!(gauge("distlock_holds", &base), 0.0);
     assert_eq!(histogram_count("distlock_hold_seconds", &base), 2);
+
+    // An election: campaigns are acquire calls, leaderships are holds.
+    let name = crate::unique_name("metrics-elect");
+    let base = [
+        ("backend", backend),
+        ("primitive", "election"),
+        ("name", name.as_str()),
+    ];
+    let acquired = {
+        let mut l = base.to_vec();
+        l.push(("outcome", "acquired"));
+        l
+    };
+    let elect_a = a.election_with(&name, lease).unwrap();
+    let elect_b = b.election_with(&name, lease).unwrap();
+    let leader = elect_a.campaign("a").await.unwrap();
+    assert_eq!(gauge("distlock_holds", &base), 1.0);
+    let campaign = tokio::spawn(async move { elect_b.campaign("b").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gauge("distlock_waiters", &base), 1.0);
+    leader.resign().await.unwrap();
+    let next = tokio::time::timeout(crate::conformance::SLACK, campaign)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(counter("distlock_acquire_total", &acquired), 2);
+    assert_eq!(counter("distlock_acquire_contended_total", &base), 1);
+    assert_eq!(gauge("distlock_waiters", &base), 0.0);
+    assert_eq!(histogram_count("distlock_handoff_seconds", &base), 1);
+    next.resign().await.unwrap();
+    assert_eq!(gauge("distlock_holds", &base), 0.0);
+    assert_eq!(histogram_count("distlock_hold_seconds", &base), 2);
     distlock_core::metrics::set_name_labels(false);
+}
+
+/// On `provider` (whose lock key for a name is `key_of(name)` when
+/// `secret_of` can read its value, e.g. a Redis token): the acquire and
+/// release events carry the provider's owner identity and the fencing
+/// token, and no event ever shows `secret_of`'s value. Installs
+/// [`crate::tracing_capture`] for the test binary.
+pub async fn tracing_events_carry_the_owner<S, F>(provider: &dyn Provider, secret_of: S)
+where
+    S: Fn(String) -> F,
+    F: std::future::Future<Output = Option<String>>,
+{
+    crate::tracing_capture::install();
+    let name = crate::unique_name("traced");
+    let lock = provider.mutex(&name).unwrap();
+    let guard = lock.try_lock().await.unwrap().unwrap();
+    let token = guard.fencing_token();
+    let secret = secret_of(name.clone()).await;
+    guard.release().await.unwrap();
+    let events = crate::tracing_capture::lines_with(&format!("name={name}"));
+    let owner = format!("owner={}", provider.owner());
+    for what in ["distlock lease acquired", "distlock lease released"] {
+        assert!(
+            events.iter().any(|e| e.contains(what)
+                && e.contains(&owner)
+                && e.contains(&format!("token={token}"))),
+            "no {what:?} event with {owner} and token={token} among {events:#?}"
+        );
+    }
+    if let Some(secret) = secret {
+        assert!(
+            secret.len() >= 8,
+            "a lock value too short to search for: {secret:?}"
+        );
+        let shown = crate::tracing_capture::lines_with(&secret);
+        assert!(shown.is_empty(), "events show the lock's value: {shown:#?}");
+    }
 }

@@ -28,6 +28,8 @@ pub struct Lifecycle {
     closing: tokio::sync::Mutex<()>,
     held: Mutex<HashMap<u64, Held>>,
     next_id: AtomicU64,
+    /// The provider's owner identity, for tracing events.
+    owner: Mutex<Arc<str>>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -48,7 +50,21 @@ impl Lifecycle {
             closing: tokio::sync::Mutex::new(()),
             held: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            owner: Mutex::new(Arc::from("")),
         })
+    }
+
+    /// Sets the provider's owner identity (see
+    /// [`owner_identity`](crate::inspect::owner_identity)), which tracing
+    /// events about its leases carry.
+    pub fn set_owner(&self, owner: &str) {
+        *self.owner.lock().unwrap_or_else(PoisonError::into_inner) = Arc::from(owner);
+    }
+
+    /// The provider's owner identity; empty until [`set_owner`](Self::set_owner).
+    #[must_use]
+    pub fn owner(&self) -> Arc<str> {
+        Arc::clone(&self.owner.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Whether `close()` has been called.

@@ -118,3 +118,33 @@ pub fn check_permits(permits: u32) -> Result<u32> {
     }
     Ok(permits)
 }
+
+/// Notes that the acquire call (or campaign) running in this task was just
+/// woken by a sign that the lock came free (a release message, a watch
+/// event): the start of a handoff, for the `distlock_handoff_seconds`
+/// metric. Does nothing outside an acquire call, or without the `metrics`
+/// feature.
+#[inline]
+pub fn woke() {
+    crate::metrics::note_wakeup();
+}
+
+/// Runs an election's `campaign` future, recording it in the metrics as
+/// an acquire call of primitive `election` and its leadership as a hold
+/// (feature `metrics`; a plain `.await` without it). Backends wrap the body
+/// of [`Election::campaign`](crate::Election::campaign) in it.
+///
+/// # Errors
+///
+/// The campaign's.
+///
+/// # Cancellation safety
+///
+/// As the campaign's: dropping it drops the campaign.
+pub async fn measured_campaign(
+    backend: &'static str,
+    name: &crate::name::Name,
+    campaign: impl std::future::Future<Output = crate::error::Result<crate::election::Leadership>>,
+) -> crate::error::Result<crate::election::Leadership> {
+    crate::metrics::campaign(backend, name, campaign).await
+}

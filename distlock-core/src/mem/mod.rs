@@ -59,6 +59,13 @@ pub struct MemProvider {
     owner: Arc<str>,
 }
 
+/// A new lifecycle that tags its tracing events with `owner`.
+fn owned_lifecycle(owner: &str) -> Arc<Lifecycle> {
+    let lifecycle = Lifecycle::new();
+    lifecycle.set_owner(owner);
+    lifecycle
+}
+
 /// The process's owner identity without a label.
 fn default_owner() -> Arc<str> {
     static OWNER: OnceLock<Arc<str>> = OnceLock::new();
@@ -74,7 +81,7 @@ impl MemProvider {
         MemProvider {
             store: Arc::new(Store::default()),
             lease: LeaseOptions::default(),
-            lifecycle: Lifecycle::new(),
+            lifecycle: owned_lifecycle(&default_owner()),
             owner: default_owner(),
         }
     }
@@ -93,7 +100,7 @@ impl MemProvider {
         MemProvider {
             store: Arc::clone(store),
             lease: LeaseOptions::default(),
-            lifecycle: Lifecycle::new(),
+            lifecycle: owned_lifecycle(&default_owner()),
             owner: default_owner(),
         }
     }
@@ -105,7 +112,7 @@ impl MemProvider {
         MemProvider {
             store: Arc::clone(&self.store),
             lease: self.lease,
-            lifecycle: Lifecycle::new(),
+            lifecycle: owned_lifecycle(&default_owner()),
             owner: default_owner(),
         }
     }
@@ -123,7 +130,8 @@ impl MemProvider {
     ///
     /// [`Error::InvalidOptions`] for a bad label.
     pub fn with_owner_label(self, label: &str) -> Result<Self> {
-        let owner = Arc::from(crate::inspect::owner_identity(Some(label))?);
+        let owner: Arc<str> = Arc::from(crate::inspect::owner_identity(Some(label))?);
+        self.lifecycle.set_owner(&owner);
         Ok(MemProvider { owner, ..self })
     }
 
@@ -385,20 +393,23 @@ impl Election for MemElection {
 
     async fn campaign(&self, candidate: &str) -> Result<Leadership> {
         validate_candidate(candidate)?;
-        let guard = self
-            .store
-            .acquire(
-                &self.lifecycle,
-                &self.key,
-                Want::Exclusive { fair: true },
-                Wait::Forever,
-                self.lease,
-                Some(Arc::from(candidate)),
-                &self.owner,
-            )
-            .await?
-            .ok_or(Error::Closed)?;
-        Ok(Leadership::new(guard, candidate))
+        crate::backend::measured_campaign("mem", &self.key.name, async {
+            let guard = self
+                .store
+                .acquire(
+                    &self.lifecycle,
+                    &self.key,
+                    Want::Exclusive { fair: true },
+                    Wait::Forever,
+                    self.lease,
+                    Some(Arc::from(candidate)),
+                    &self.owner,
+                )
+                .await?
+                .ok_or(Error::Closed)?;
+            Ok(Leadership::new(guard, candidate))
+        })
+        .await
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {

@@ -289,7 +289,7 @@ impl Store {
                 (a, b) => a.or(b),
             };
             tokio::select! {
-                _ = changes.changed() => {}
+                _ = changes.changed() => crate::backend::woke(),
                 () = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
                 () = lifecycle.closed() => return Err(Error::Closed),
             }

@@ -468,15 +468,18 @@ impl RedlockProvider {
                 addr,
             });
         }
+        let owner = distlock_core::inspect::owner_identity(options.owner_label.as_deref())
+            .or_else(|_| distlock_core::inspect::owner_identity(None))
+            .unwrap_or_else(|_| "unknown".to_owned());
+        let lifecycle = Lifecycle::new();
+        lifecycle.set_owner(&owner);
         let provider = RedlockProvider {
             shared: Arc::new(Shared {
                 masters,
                 quorum,
-                owner: distlock_core::inspect::owner_identity(options.owner_label.as_deref())
-                    .or_else(|_| distlock_core::inspect::owner_identity(None))
-                    .unwrap_or_else(|_| "unknown".to_owned()),
+                owner,
                 options,
-                lifecycle: Lifecycle::new(),
+                lifecycle,
             }),
         };
         provider.wait_for_quorum().await?;
