@@ -44,7 +44,7 @@
 //! | `{PREFIX NAME}:released` | pub/sub channel of release and hand-over messages |
 //! | `{PREFIX NAME}:fair:queue` | fair waiters: zset waiter id → arrival number |
 //! | `{PREFIX NAME}:fair:timeouts` | fair waiters' entry expiry: zset waiter id → server ms |
-//! | `{PREFIX NAME}:holder` | the holder record (plain and fair mutex): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
+//! | `{PREFIX NAME}:holder` | the holder record (plain and fair mutex, and each Redlock master): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
 //! | `{PREFIX NAME}:fair:owners` | fair waiters' owner identities: hash waiter id → owner, expiring with the queue |
 //! | `{PREFIX NAME}:elect` | an election's lease: value = leader's token, TTL = lease |
 //! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |

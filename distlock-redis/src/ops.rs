@@ -182,18 +182,18 @@ impl KindKeys {
     }
 }
 
-fn conflict(what: &str, expected: &'static str) -> Error {
+pub(crate) fn conflict(what: &str, expected: &'static str) -> Error {
     Error::Conflict {
         what: format!("redis key {what:?}"),
         expected,
     }
 }
 
-fn bad_reply() -> Error {
+pub(crate) fn bad_reply() -> Error {
     Error::server("redis", "inspect script returned an unknown reply")
 }
 
-fn text(value: &Value) -> Result<String> {
+pub(crate) fn text(value: &Value) -> Result<String> {
     match value {
         Value::BulkString(bytes) => String::from_utf8(bytes.clone()).map_err(|_| bad_reply()),
         Value::SimpleString(s) => Ok(s.clone()),
@@ -203,14 +203,14 @@ fn text(value: &Value) -> Result<String> {
     }
 }
 
-fn int(value: &Value) -> Result<i64> {
+pub(crate) fn int(value: &Value) -> Result<i64> {
     match value {
         Value::Int(n) => Ok(*n),
         _ => Err(bad_reply()),
     }
 }
 
-fn array(value: &Value) -> Result<&[Value]> {
+pub(crate) fn array(value: &Value) -> Result<&[Value]> {
     match value {
         Value::Array(items) => Ok(items),
         _ => Err(bad_reply()),

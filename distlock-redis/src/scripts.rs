@@ -42,6 +42,8 @@ scripts! {
     SEM_EXTEND = include_str!("scripts/sem_extend.lua");
     REDLOCK_ACQUIRE = include_str!("scripts/redlock_acquire.lua");
     REDLOCK_RAISE = include_str!("scripts/redlock_raise.lua");
+    REDLOCK_INSPECT = include_str!("scripts/redlock_inspect.lua");
+    REDLOCK_EXTEND = include_str!("scripts/redlock_extend.lua");
     INSPECT_LOCK = include_str!("scripts/inspect_lock.lua");
     INSPECT_QUEUED = include_str!("scripts/inspect_queued.lua");
     FORCE_LOCK = include_str!("scripts/force_lock.lua");

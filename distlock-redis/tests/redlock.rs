@@ -597,3 +597,141 @@ async fn an_exhausted_counter_is_a_typed_error_and_takes_nothing() {
         assert!(!exists(&m, i, &key), "master {i} kept the lock");
     }
 }
+
+/// Inspects the mutex `name` until its holder shows `token`. The holder
+/// records show the guard's token from its first renewal on at the latest:
+/// a master that took the lock after the acquisition was decided wrote its
+/// own counter, and the masters' counters can differ (after a
+/// force-release, or when they were first set in different seconds).
+async fn inspect_showing(
+    operator: &RedlockProvider,
+    name: &str,
+    token: u64,
+) -> distlock_core::Snapshot {
+    let until = Instant::now() + Duration::from_secs(6);
+    loop {
+        let seen = operator
+            .inspect(name, distlock_core::PrimitiveKind::Mutex)
+            .await
+            .unwrap();
+        let shown = seen.holders.first().and_then(|h| h.fencing_token);
+        if shown == Some(token) || Instant::now() > until {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
+    use distlock_core::{HoldRole, LeaseLeft, PrimitiveKind};
+    let mut m = RedisMasters::start(3);
+    let holder = RedlockProvider::connect(&format!("{}?owner=job-a", m.url()))
+        .await
+        .unwrap();
+    let waiter = connect(&m, quick()).await;
+    let operator = connect(&m, quick()).await;
+    let name = unique_name("ops");
+    let key = holder.lock_key(&name).unwrap();
+    let mutex = PrimitiveKind::Mutex;
+
+    // Free: empty; other kinds are Unsupported with the backend named.
+    let empty = operator.inspect(&name, mutex).await.unwrap();
+    assert!(
+        !empty.is_held() && empty.backend == "redis+redlock",
+        "{empty:?}"
+    );
+    for kind in [PrimitiveKind::FairMutex, PrimitiveKind::Semaphore] {
+        let e = operator.inspect(&name, kind).await.unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        let e = operator.force_release(&name, kind).await.unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    }
+
+    // Held: owner, token, acquired at, lease left; reading changes nothing.
+    let before = std::time::SystemTime::now();
+    let lease = LeaseOptions::new(Duration::from_secs(9)).unwrap();
+    let held = holder.mutex_with(&name, lease).unwrap();
+    let guard = held.try_lock().await.unwrap().expect("free");
+    let seen = inspect_showing(&operator, &name, guard.fencing_token()).await;
+    assert_eq!(seen.holders.len(), 1, "{seen:?}");
+    let h = &seen.holders[0];
+    assert_eq!(h.role, HoldRole::Exclusive);
+    assert_eq!(h.owner.as_deref(), Some(holder.owner()), "{seen:?}");
+    assert!(holder.owner().starts_with("job-a@"));
+    assert_eq!(h.fencing_token, Some(guard.fencing_token()), "{seen:?}");
+    assert_eq!(h.foreign, None);
+    let at = h.acquired_at.unwrap();
+    assert!(at + Duration::from_secs(2) >= before && at <= std::time::SystemTime::now());
+    assert!(
+        matches!(h.lease, LeaseLeft::Ttl(d) if d > Duration::ZERO && d <= Duration::from_secs(9)),
+        "{seen:?}"
+    );
+    assert!(guard.is_held());
+
+    // One master down: the two left are a quorum and still show the holder.
+    m.node_mut(2).kill();
+    let seen = operator.inspect(&name, mutex).await.unwrap();
+    assert_eq!(
+        seen.holders[0].fencing_token,
+        Some(guard.fencing_token()),
+        "{seen:?}"
+    );
+    m.node_mut(2).restart();
+
+    // Force-release: the waiter gets in, the evicted holder's lost() fires
+    // at its next renewal (TTL/3 = 3 s), and the fence is past its token.
+    let waiting = waiter.mutex_with(&name, lease).unwrap();
+    let task = tokio::spawn(async move { waiting.lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!task.is_finished(), "the waiter got in while held");
+    let done = operator.force_release(&name, mutex).await.unwrap();
+    assert_eq!(done.evicted, 1, "{done:?}");
+    let fence = done.fence.expect("a fence");
+    assert!(fence > guard.fencing_token(), "{done:?}");
+    let next = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the waiter got in after the force-release")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > fence, "{next:?} {done:?}");
+    let reason = tokio::time::timeout(Duration::from_secs(8), guard.lost())
+        .await
+        .expect("the evicted holder learns of it");
+    assert_eq!(reason, LostReason::Taken);
+    let seen = inspect_showing(&operator, &name, next.fencing_token()).await;
+    assert_eq!(seen.holders[0].owner.as_deref(), Some(waiter.owner()));
+    assert_eq!(
+        seen.holders[0].fencing_token,
+        Some(next.fencing_token()),
+        "{seen:?}"
+    );
+    next.release().await.unwrap();
+    assert!(!operator.inspect(&name, mutex).await.unwrap().is_held());
+    let nothing = operator.force_release(&name, mutex).await.unwrap();
+    assert_eq!(nothing.evicted, 0, "{nothing:?}");
+
+    // A foreign hold (a plain SET on a quorum, as redis-py would make on
+    // each master) shows as foreign; a minority's key is no hold.
+    for i in 0..2 {
+        assert_eq!(m.node(i).cli(&["SET", &key, "foreign", "PX", "9000"]), "OK");
+    }
+    let seen = operator.inspect(&name, mutex).await.unwrap();
+    assert_eq!(seen.holders.len(), 1, "{seen:?}");
+    assert!(seen.holders[0].foreign.is_some() && seen.holders[0].owner.is_none());
+    assert!(
+        !format!("{seen:?}").contains("\"foreign\""),
+        "the value shows"
+    );
+    assert_eq!(m.node(1).cli(&["DEL", &key]), "1");
+    assert!(!operator.inspect(&name, mutex).await.unwrap().is_held());
+    assert_eq!(m.node(0).cli(&["DEL", &key]), "1");
+
+    // Without a quorum: a retryable error, nothing guessed.
+    m.node_mut(1).kill();
+    m.node_mut(2).kill();
+    let e = operator.inspect(&name, mutex).await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    let e = operator.force_release(&name, mutex).await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+}

@@ -2,6 +2,7 @@
 //! monotone across them: see [`RedlockProvider`].
 
 mod mutex;
+mod ops;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -13,15 +14,15 @@ use async_trait::async_trait;
 use distlock_core::backend::url::invalid_url;
 use distlock_core::backend::{check_permits, Lifecycle};
 use distlock_core::{
-    Election, Error, IdGenerator, LeaseOptions, Lock, Name, Provider, ReadWriteLock, Result,
-    Semaphore,
+    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind, Provider,
+    ReadWriteLock, Result, Semaphore, Snapshot,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Script};
 
 use crate::error::from_redis;
 use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
-use crate::scripts::{EXTEND, REDLOCK_ACQUIRE, REDLOCK_RAISE, RELEASE};
+use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
 use crate::subscriber::Subscriber;
 use mutex::{RedlockKeys, RedlockMutex};
 
@@ -77,8 +78,8 @@ pub(crate) struct Shared {
     quorum: usize,
     options: RedisOptions,
     lifecycle: Arc<Lifecycle>,
-    /// The owner identity ([`RedisOptions::owner_label`]); Redlock stores no
-    /// holder records, so only [`Provider::owner`] shows it.
+    /// The owner identity ([`RedisOptions::owner_label`]), stored in each
+    /// master's holder record.
     owner: String,
 }
 
@@ -136,7 +137,11 @@ pub(crate) struct Shared {
 /// token), the fencing counter is `{PREFIX NAME}:redlock:fence` (apart from
 /// the single-master mutex's `{PREFIX NAME}:fence`, whose floor is in
 /// microseconds: mixing the two would keep the counters of different masters
-/// apart, see below), and releases publish on `{PREFIX NAME}:released`.
+/// apart, see below), releases publish on `{PREFIX NAME}:released`, and the
+/// holder record `{PREFIX NAME}:holder` (the single-master mutex's: the
+/// lock's value, this master's counter, the acquisition time and the owner
+/// identity, with the lock's TTL; renewals set its fence to the guard's
+/// token) is what [`inspect`](Provider::inspect) reads.
 /// **Do not mix** a Redlock mutex and a single-master mutex of one name on
 /// the same servers: they exclude each other only on the shared master.
 ///
@@ -498,7 +503,12 @@ impl RedlockProvider {
             .map(|m| {
                 let mut conn = m.conn.clone();
                 async move {
-                    for script in [&*REDLOCK_ACQUIRE, &*REDLOCK_RAISE, &*RELEASE, &*EXTEND] {
+                    for script in [
+                        &*REDLOCK_ACQUIRE,
+                        &*REDLOCK_RAISE,
+                        &*RELEASE,
+                        &*REDLOCK_EXTEND,
+                    ] {
                         script
                             .prepare_invoke()
                             .load_async(&mut conn)
@@ -585,6 +595,52 @@ impl Provider for RedlockProvider {
 
     fn owner(&self) -> &str {
         &self.shared.owner
+    }
+
+    /// The mutex `name` (the only `kind` Redlock has): its holder is the
+    /// lock value a quorum of the masters hold, with the owner identity and
+    /// the acquisition time of its holder records, the largest of their
+    /// fencing counters (the guard's token) and, as lease left, the
+    /// quorum-th longest of its keys' PTTLs. Keys on a minority are not a
+    /// hold. Reads only, one script per master, all in parallel.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] for another kind; the first master's error
+    /// when fewer than a quorum answered, or when the masters that did not
+    /// answer decide whether it is held; [`Error::Conflict`] for a key of
+    /// the wrong type.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only reads.
+    async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
+        ops::inspect(&self.shared, &Name::new(name)?, kind).await
+    }
+
+    /// Deletes the mutex `name`'s lock key on every master whatever its
+    /// value (dangerous: see [`Provider::force_release`]), advances every
+    /// master's fencing counter and publishes a release on each, so
+    /// waiters try at once. The evicted holder's watchdog finds its key
+    /// gone on a quorum at its next renewal and fires `lost()`. The
+    /// returned fence is a bound the next holder's token is above: the
+    /// (N − quorum + 1)-th largest counter (a master that did not answer
+    /// counts as 0). `evicted` is 1 when keys were deleted on masters that
+    /// could have made a quorum.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] for another kind; the first master's error
+    /// when fewer than a quorum answered (the masters that did answer were
+    /// forced; run it again once the others are back);
+    /// [`Error::Conflict`] for a key of the wrong type.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Not cancellation safe: dropped half-way, some masters may have been
+    /// forced and others not; run it again.
+    async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
+        ops::force_release(&self.shared, &Name::new(name)?, kind).await
     }
 
     async fn close(&self) -> Result<()> {

@@ -21,7 +21,7 @@ use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::Shared;
 use crate::mutex::{new_token, pause_before_retry, Keys};
-use crate::scripts::{EXTEND, REDLOCK_ACQUIRE, REDLOCK_RAISE, RELEASE};
+use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
 use crate::subscriber::Subscription;
 
 /// The keys of one Redlock mutex, the same on every master.
@@ -33,6 +33,15 @@ pub(crate) struct RedlockKeys {
     pub(crate) fence: String,
     /// `{lock}:released`, the release channel (the single-master mutex's).
     pub(crate) channel: String,
+    /// `{lock}:holder`, the holder record (the single-master mutex's), for
+    /// inspect: lock = our token, fence = this master's counter, at, owner.
+    pub(crate) holder: String,
+    /// The single-master fair mutex's queue, its deadlines and its waiters'
+    /// owners: never written by Redlock; the release and force-release
+    /// scripts take them (and find them empty).
+    pub(crate) queue: String,
+    pub(crate) timeouts: String,
+    pub(crate) owners: String,
 }
 
 impl RedlockKeys {
@@ -41,6 +50,10 @@ impl RedlockKeys {
         RedlockKeys {
             fence: format!("{{{}}}:redlock:fence", keys.lock),
             channel: keys.channel,
+            holder: keys.holder,
+            queue: keys.queue,
+            timeouts: keys.timeouts,
+            owners: keys.owners,
             lock: keys.lock,
         }
     }
@@ -158,8 +171,13 @@ impl RedlockMutex {
         started: Instant,
     ) -> (Vec<Option<Reply>>, Round<(i64, i64)>) {
         let shared = &self.shared;
-        let mut cmd = evalsha(&REDLOCK_ACQUIRE, &[&self.keys.lock, &self.keys.fence]);
-        cmd.arg(&lease.token).arg(self.lease.ttl_millis());
+        let mut cmd = evalsha(
+            &REDLOCK_ACQUIRE,
+            &[&self.keys.lock, &self.keys.fence, &self.keys.holder],
+        );
+        cmd.arg(&lease.token)
+            .arg(self.lease.ttl_millis())
+            .arg(&shared.owner);
         let all: Vec<usize> = (0..shared.masters.len()).collect();
         let mut round = lease.round("acquire", &all, &REDLOCK_ACQUIRE, cmd, started);
         let n = all.len();
@@ -392,6 +410,7 @@ impl Lock for RedlockMutex {
                 keys: Arc::clone(&self.keys),
                 token: new_token(),
                 name: self.name.clone(),
+                fence: std::sync::atomic::AtomicU64::new(0),
             });
             let expires = started
                 .checked_add(self.lease.ttl() + timeout)
@@ -408,6 +427,7 @@ impl Lock for RedlockMutex {
                 Attempt::Won(token) => {
                     undo.disarm();
                     tracing::debug!(name = %self.name, token, "distlock redlock acquired");
+                    lease.fence.store(token, Ordering::SeqCst);
                     let parts = GuardParts {
                         name: self.name.clone(),
                         fencing_token: token,
@@ -518,6 +538,9 @@ pub(crate) struct RedlockLease {
     keys: Arc<RedlockKeys>,
     token: String,
     name: Name,
+    /// The guard's fencing token once decided (0 before), which renewals
+    /// write into the holder records.
+    fence: std::sync::atomic::AtomicU64,
 }
 
 impl RedlockLease {
@@ -569,11 +592,22 @@ impl RedlockLease {
         operation: &'static str,
         which: &[usize],
     ) -> Vec<(usize, Result<i64>)> {
-        let mut cmd = evalsha(&RELEASE, &[&self.keys.lock]);
-        cmd.arg(&self.token).arg(&self.keys.channel);
+        let cmd = self.release_cmd();
         self.round(operation, which, &RELEASE, cmd, Instant::now())
             .all(which)
             .await
+    }
+
+    /// Compare-and-delete of the lock key (and its holder record) with a
+    /// release message, as the single-master mutex's.
+    fn release_cmd(&self) -> Cmd {
+        let k = &self.keys;
+        let mut cmd = evalsha(
+            &RELEASE,
+            &[&k.lock, &k.queue, &k.timeouts, &k.holder, &k.owners],
+        );
+        cmd.arg(&self.token).arg(&k.channel);
+        cmd
     }
 
     fn all(&self) -> Vec<usize> {
@@ -586,11 +620,13 @@ impl LeaseBackend for RedlockLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let started = Instant::now();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut cmd = evalsha(&EXTEND, &[&self.keys.lock]);
-        cmd.arg(&self.token).arg(ms);
+        let mut cmd = evalsha(&REDLOCK_EXTEND, &[&self.keys.lock, &self.keys.holder]);
+        cmd.arg(&self.token)
+            .arg(ms)
+            .arg(self.fence.load(Ordering::SeqCst));
         let n = self.shared.masters.len();
         let quorum = self.shared.quorum;
-        let mut round = self.round("renew", &self.all(), &EXTEND, cmd, started);
+        let mut round = self.round("renew", &self.all(), &REDLOCK_EXTEND, cmd, started);
         let (mut renewed, mut not_ours, mut first_error) = (0, 0, None);
         // Decided once a quorum renewed or can no longer renew; the others
         // finish in the background.
@@ -627,8 +663,7 @@ impl LeaseBackend for RedlockLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let mut cmd = evalsha(&RELEASE, &[&self.keys.lock]);
-        cmd.arg(&self.token).arg(&self.keys.channel);
+        let cmd = self.release_cmd();
         let n = self.shared.masters.len();
         let quorum = self.shared.quorum;
         let mut round = self.round("release", &self.all(), &RELEASE, cmd, Instant::now());
@@ -668,7 +703,7 @@ impl LeaseBackend for RedlockLease {
 }
 
 /// `EVALSHA` of `script` with `keys` (arguments to be added).
-fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys.len());
     for key in keys {

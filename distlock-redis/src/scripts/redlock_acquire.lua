@@ -1,8 +1,11 @@
 -- Acquire one master's part of a Redlock: SET NX PX and, on success, the
 -- next value of this master's fencing counter.
 -- KEYS[1] lock key (prefix + name), KEYS[2] fencing counter
---         ({lock key}:redlock:fence)
--- ARGV[1] owner token, ARGV[2] TTL in milliseconds
+--         ({lock key}:redlock:fence), KEYS[3] (optional) holder record
+--         ({lock key}:holder, as the single-master mutex's: a hash of
+--         lock = ARGV[1], fence = c, at = the server's TIME in ms, owner =
+--         ARGV[3], with the lock's TTL), for inspect
+-- ARGV[1] owner token, ARGV[2] TTL in milliseconds, ARGV[3] owner identity
 -- Returns {1, c}  when the lock was taken: c = max(counter + 1, floor), where
 --                 floor = the server's TIME in whole seconds * 1000000; c is
 --                 stored in the counter (atomically with taking the lock),
@@ -35,6 +38,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if c >= 9007199254740992 then
     redis.call('DEL', KEYS[1])
     return {-3, 0}
+  end
+  if KEYS[3] then
+    local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    redis.call('DEL', KEYS[3])
+    redis.call('HSET', KEYS[3], 'lock', ARGV[1], 'fence', string.format('%.0f', c),
+      'at', string.format('%.0f', at), 'owner', ARGV[3] or '')
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
   return {1, c}
 end
