@@ -381,6 +381,7 @@ impl LockGuard {
     fn take_held(&mut self) -> Option<Held> {
         let held = self.held.take()?;
         held.watchdog.stop();
+        self.metrics.suspended(false);
         if let Some(labels) = self.metrics.get() {
             let lost = match self.signal.peek() {
                 LeaseStatus::Lost(reason) => Some(reason),

@@ -10,6 +10,7 @@
 //! | `distlock_wait_seconds` | histogram | how long each acquire call took, whatever its outcome |
 //! | `distlock_waiters` | gauge | acquire calls of this process waiting now |
 //! | `distlock_holds` | gauge | guards of this process holding now |
+//! | `distlock_suspended` | gauge | guards of this process whose renewals are failing now (`LeaseStatus::Suspended`), until a renewal succeeds or the guard ends |
 //! | `distlock_hold_seconds` | histogram | from acquisition to the guard's end (release, drop or loss) |
 //! | `distlock_handoff_seconds` | histogram | for an acquisition that a wake-up ended (a release message on Redis, a watch event on ZooKeeper, a release in the process on `mem`): from that wake-up to the acquisition |
 //! | `distlock_renewals_total` | counter | confirmed renewals (watchdog and `extend()`) |
@@ -101,6 +102,10 @@ mod imp {
         if waited {
             metrics::counter!("distlock_acquire_contended_total", labels(l, None)).increment(1);
         }
+    }
+
+    pub(crate) fn suspended(l: &Labels, delta: f64) {
+        metrics::gauge!("distlock_suspended", labels(l, None)).increment(delta);
     }
 
     pub(crate) fn handoff(l: &Labels, took: Duration) {
@@ -242,7 +247,15 @@ impl Drop for Waiting<'_> {
 /// shared with its watchdog; nothing at all without the feature.
 #[cfg(feature = "metrics")]
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Cell(std::sync::Arc<std::sync::OnceLock<Labels>>);
+pub(crate) struct Cell(std::sync::Arc<CellInner>);
+
+#[cfg(feature = "metrics")]
+#[derive(Debug, Default)]
+pub(crate) struct CellInner {
+    labels: std::sync::OnceLock<Labels>,
+    /// Counted in `distlock_suspended` now.
+    suspended: AtomicBool,
+}
 
 /// A guard's metric labels: nothing without the feature.
 #[cfg(not(feature = "metrics"))]
@@ -261,7 +274,7 @@ impl Cell {
     /// The labels, once set.
     #[cfg(feature = "metrics")]
     pub(crate) fn get(&self) -> Option<&Labels> {
-        self.0.get()
+        self.0.labels.get()
     }
 
     /// The labels, once set: never without the feature.
@@ -274,8 +287,24 @@ impl Cell {
     /// Sets the labels; `false` if they were set already.
     #[cfg(feature = "metrics")]
     pub(crate) fn set(&self, labels: Labels) -> bool {
-        self.0.set(labels).is_ok()
+        self.0.labels.set(labels).is_ok()
     }
+
+    /// Counts the hold in the `distlock_suspended` gauge while `on`
+    /// (its renewals are failing), once labelled.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn suspended(&self, on: bool) {
+        if let Some(labels) = self.get() {
+            if self.0.suspended.swap(on, Ordering::Relaxed) != on {
+                imp::suspended(labels, if on { 1.0 } else { -1.0 });
+            }
+        }
+    }
+
+    /// Does nothing without the feature.
+    #[cfg(not(feature = "metrics"))]
+    #[allow(clippy::unused_self)]
+    pub(crate) fn suspended(&self, _: bool) {}
 
     /// Does nothing without the feature.
     #[cfg(not(feature = "metrics"))]

@@ -92,6 +92,7 @@ impl Renewer {
                     return Err(Error::not_held(self.name.as_str()));
                 }
                 self.signal.set_deadline(Some(local_deadline(sent, ttl)));
+                self.metrics.suspended(false);
                 self.signal.suspend(false);
                 if let Some(labels) = self.metrics.get() {
                     crate::metrics::renewal(labels, true);
@@ -104,6 +105,7 @@ impl Renewer {
             }
             Err(e) if e.is_not_held() => {
                 outcome.bound = None;
+                self.metrics.suspended(false);
                 self.signal.lose(LostReason::Taken);
             }
             Err(_) => {
@@ -214,6 +216,7 @@ async fn run(renewer: Arc<Renewer>) {
                     Some(Err(e)) if e.is_not_held() => return,
                     Some(Err(e)) => {
                         tracing::warn!(name = %renewer.name, error = %e, "distlock lease renewal failed; retrying");
+                        renewer.metrics.suspended(true);
                         signal.suspend(true);
                         renewer.next_renewal.send_replace(Instant::now().checked_add(retry));
                     }

@@ -39,3 +39,50 @@ async fn tracing_events_carry_the_owner_and_never_the_token_value() {
     })
     .await;
 }
+
+/// `distlock_suspended`, on a semaphore (no other test here uses one):
+/// with or without the `name` label, as the other test toggles it.
+fn suspended(name: &str) -> f64 {
+    let base = [("backend", "redis"), ("primitive", "semaphore")];
+    let mut named = base.to_vec();
+    named.push(("name", name));
+    test_support::metrics::gauge("distlock_suspended", &base)
+        + test_support::metrics::gauge("distlock_suspended", &named)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_renewals_fail_is_counted_as_suspended_until_one_succeeds() {
+    use distlock_core::{LeaseStatus, Provider};
+    test_support::metrics::recorder();
+    let server = test_support::RedisServer::start();
+    let url = format!("{}?response_timeout_ms=300", server.url());
+    let provider = RedisProvider::connect(&url).await.unwrap();
+    let name = test_support::unique_name("suspended");
+    let lease = LeaseOptions::new(Duration::from_secs(6)).unwrap();
+    let sem = provider.semaphore_with(&name, 1, lease).unwrap();
+    let guard = sem.try_lock().await.unwrap().unwrap();
+    let mut watch = guard.watch();
+    assert_eq!(suspended(&name), 0.0);
+    // The next renewal (TTL/3 = 2 s) times out against a frozen server.
+    server.pause();
+    tokio::time::timeout(Duration::from_secs(4), async {
+        while watch.status() != LeaseStatus::Suspended {
+            watch.changed().await;
+        }
+    })
+    .await
+    .expect("suspended while the server is frozen");
+    assert_eq!(suspended(&name), 1.0);
+    server.resume();
+    tokio::time::timeout(Duration::from_secs(3), async {
+        while watch.status() != LeaseStatus::Held {
+            watch.changed().await;
+        }
+    })
+    .await
+    .expect("held again once a renewal got through");
+    assert_eq!(suspended(&name), 0.0);
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    assert_eq!(suspended(&name), 0.0);
+}
