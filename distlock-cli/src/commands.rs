@@ -44,6 +44,9 @@ fn check(url: &str, name: &str, runs_child: bool, run: Option<&RunArgs>) -> Resu
             "mem:// cannot coordinate separate processes: use a redis:// or zk:// URL",
         ));
     }
+    if let Some(ttl) = run.and_then(|r| r.ttl) {
+        LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e))?;
+    }
     if scheme == Scheme::ZooKeeper && run.is_some_and(|r| r.ttl.is_some()) {
         return Err(Failure::usage(
             "--ttl does not apply to zk://: the ZooKeeper session is the lease (set ?session_timeout_ms= in the URL)",
