@@ -59,6 +59,41 @@ pub struct ChildEnv<'a> {
 pub struct Running {
     child: Child,
     pgid: i32,
+    terminal: Option<Foreground>,
+}
+
+/// The terminal handed to the child's group while it runs, so that an
+/// interactive child can read it (a background group would be stopped by
+/// SIGTTIN); given back to distlock's group when dropped.
+struct Foreground {
+    ours: libc::pid_t,
+}
+
+impl Foreground {
+    /// Whether distlock's group is in the foreground of the terminal on
+    /// stdin, so the child should take it.
+    fn ours() -> Option<libc::pid_t> {
+        use std::io::IsTerminal as _;
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: plain libc queries.
+        unsafe {
+            let ours = libc::getpgrp();
+            (libc::tcgetpgrp(0) == ours).then_some(ours)
+        }
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        // SAFETY: SIGTTOU is ignored so that taking the terminal back from
+        // the background does not stop distlock.
+        unsafe {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, self.ours);
+        }
+    }
 }
 
 /// Starts `argv` in a new process group with the lease in its environment.
@@ -74,11 +109,21 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>) -> Result<Running, Failure> 
         .env("DISTLOCK_FENCING_TOKEN", env.fencing_token.to_string())
         .env("DISTLOCK_OWNER", env.owner)
         .process_group(0);
-    // SAFETY: only async-signal-safe calls (prctl, getppid, kill) between
-    // fork and exec.
+    // SAFETY: only async-signal-safe calls (prctl, getppid, signal,
+    // tcsetpgrp) between fork and exec.
     let parent = std::process::id();
+    let terminal = Foreground::ours();
+    let take_terminal = terminal.is_some();
     unsafe {
         cmd.pre_exec(move || {
+            if take_terminal {
+                // In the child, before exec: the child never reads the
+                // terminal from the background. SIGTTOU is ignored for the
+                // call (we are not in the foreground yet), then restored.
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -89,6 +134,8 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>) -> Result<Running, Failure> 
             Ok(())
         });
     }
+    // Built now so that a failed exec gives the terminal back too.
+    let terminal = terminal.map(|ours| Foreground { ours });
     let child = cmd.spawn().map_err(|e| Failure {
         code: if e.kind() == io::ErrorKind::NotFound {
             NOT_FOUND
@@ -105,7 +152,11 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>) -> Result<Running, Failure> 
         });
     };
     tracing::info!(pid = pgid, "child started");
-    Ok(Running { child, pgid })
+    Ok(Running {
+        child,
+        pgid,
+        terminal,
+    })
 }
 
 /// How a supervised child ended.
@@ -128,7 +179,10 @@ impl Running {
         tokio::pin!(lost);
         loop {
             tokio::select! {
-                status = self.child.wait() => return Ok(Ended::Exited(status?)),
+                status = self.child.wait() => {
+                    self.terminal = None;
+                    return Ok(Ended::Exited(status?));
+                }
                 sig = signals.recv() => {
                     tracing::info!(signal = sig, "forwarding signal to the child's group");
                     self.signal_group(sig);
@@ -136,6 +190,7 @@ impl Running {
                 reason = &mut lost => {
                     tracing::warn!(%reason, "lease lost: stopping the child");
                     self.stop(grace).await;
+                    self.terminal = None;
                     return Ok(Ended::LeaseLost(reason));
                 }
             }
