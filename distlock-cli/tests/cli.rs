@@ -461,6 +461,98 @@ fn unreachable(url: &str) {
     assert!(err.starts_with("distlock: "), "{err}");
 }
 
+// --semaphore N admits N holders, --read shares, --write excludes.
+fn other_primitives(url: &str) {
+    let name = test_support::unique_name("prims");
+    let dir = tempfile::tempdir().unwrap();
+    let sub = |n: &str| {
+        let d = dir.path().join(n);
+        std::fs::create_dir(&d).unwrap();
+        d
+    };
+    let script = "touch ready; exec sleep 300";
+    let (a, b) = (sub("a"), sub("b"));
+    let mut holders = vec![
+        hold(url, &name, &["--semaphore", "2"], script, &a),
+        hold(url, &name, &["--semaphore", "2"], script, &b),
+    ];
+    let out = run(
+        url,
+        &["exec", "-n", "--semaphore", "2", &name, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    let snapshot = inspect(url, &name, "semaphore");
+    assert_eq!(
+        snapshot["holders"].as_array().unwrap().len(),
+        2,
+        "{snapshot}"
+    );
+
+    let (c, d) = (sub("c"), sub("d"));
+    holders.push(hold(url, &name, &["--read"], script, &c));
+    holders.push(hold(url, &name, &["--read"], script, &d));
+    let out = run(url, &["exec", "-n", "--write", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    for h in &holders {
+        signal(h, libc::SIGTERM);
+    }
+    for h in &mut holders {
+        assert_eq!(wait_exit(h, Duration::from_secs(10)), 128 + 15);
+    }
+    let out = run(url, &["exec", "-n", "--write", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+}
+
+// Losing leadership stops the child; `elect` campaigns again and runs it
+// anew, `elect --once` exits 75.
+fn elect_after_losing(url: &str) {
+    let name = test_support::unique_name("relect");
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo $$ > $DISTLOCK_FENCING_TOKEN.pid; exec sleep 300";
+    let terms = || -> Vec<(u64, i32)> {
+        let mut found: Vec<(u64, i32)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                Some((path.file_stem()?.to_str()?.parse().ok()?, read_pid(&path)?))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    };
+    let mut args = vec!["elect", "--grace", "5"];
+    args.extend(fast_lease(url));
+    args.extend_from_slice(&[&name, "--", "sh", "-c", script]);
+    let mut leader = distlock(url, &args)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the first term", || {
+        terms().len() == 1
+    });
+    let (_, first) = terms()[0];
+    let force = ["unlock", "--force", "--yes", "--kind", "election", &name];
+    assert_eq!(run(url, &force).status.code(), Some(0));
+    wait_until(Duration::from_secs(10), "a second term", || {
+        terms().len() == 2
+    });
+    assert!(!alive(first));
+    assert!(leader.try_wait().unwrap().is_none(), "it campaigned again");
+    signal(&leader, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut leader, Duration::from_secs(10)), 128 + 15);
+
+    let once: Vec<&str> = [&["elect", "--once"][..], &args[1..]].concat();
+    let mut leader = distlock(url, &once)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "a third term", || {
+        terms().len() == 3
+    });
+    assert_eq!(run(url, &force).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut leader, Duration::from_secs(10)), 75);
+}
+
 macro_rules! on_both {
     ($($test:ident),* $(,)?) => {
         mod redis {
@@ -481,6 +573,8 @@ on_both!(
     force_release_stops_the_child,
     stubborn_child_is_killed_after_grace,
     elect_hands_over,
+    other_primitives,
+    elect_after_losing,
     ids,
     unreachable,
 );
