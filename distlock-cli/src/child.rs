@@ -12,7 +12,7 @@ use distlock::LostReason;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::failure::{Failure, CANNOT_EXECUTE, NOT_FOUND};
+use crate::failure::{say, Failure, CANNOT_EXECUTE, NOT_FOUND};
 
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT, caught from the start so that none
 /// kills distlock while it waits or supervises.
@@ -257,7 +257,7 @@ pub async fn run_on_lost(cmd: &str, env: &ChildEnv<'_>) {
         .await;
     match status {
         Ok(s) if s.success() => {}
-        Ok(s) => eprintln!("distlock: --on-lost command failed: {s}"),
-        Err(e) => eprintln!("distlock: cannot run --on-lost command: {e}"),
+        Ok(s) => say!("--on-lost command failed: {s}"),
+        Err(e) => say!("cannot run --on-lost command: {e}"),
     }
 }

@@ -60,7 +60,11 @@ lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75."
 Examples:
   distlock elect scheduler -- ./scheduler        # re-campaigns after losing leadership
   distlock elect --once scheduler -- ./scheduler # exits 75 when leadership is lost
-  distlock elect --observe scheduler             # one line per leader change, until SIGINT")]
+  distlock elect --observe scheduler             # one line per leader change, until SIGINT
+
+CMD runs with DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_OWNER. When it
+exits, distlock resigns and exits with its status. When leadership is lost, CMD's group gets
+SIGTERM, then SIGKILL after --grace; then distlock campaigns again (or exits 75 with --once).")]
     Elect(ElectArgs),
 
     /// Print unique, increasing ids, one a line.

@@ -11,7 +11,7 @@ use futures::StreamExt as _;
 
 use crate::child::{self, ChildEnv, Ended, Signals};
 use crate::cli::{Cli, Command, ElectArgs, ExecArgs, IdArgs, InspectArgs, RunArgs, UnlockArgs};
-use crate::failure::{chain, Failure, LEASE_LOST, SOFTWARE, UNAVAILABLE};
+use crate::failure::{chain, print_out, say, Failure, LEASE_LOST, SOFTWARE, UNAVAILABLE};
 use crate::{report, spinner};
 
 /// How long closing the provider may take on the way out.
@@ -171,12 +171,12 @@ async fn exec_on(
     {
         Ok(Ended::Exited(status)) => {
             if let Err(e) = guard.release().await {
-                eprintln!("distlock: releasing {name}: {}", chain(&e));
+                say!("releasing {name}: {}", chain(&e));
             }
             Ok(child::exit_code(status))
         }
         Ok(Ended::LeaseLost(reason)) => {
-            eprintln!("distlock: lease on {name} lost ({reason}): the child was stopped");
+            say!("lease on {name} lost ({reason}): the child was stopped");
             drop(guard);
             if let Some(cmd) = &args.run.on_lost {
                 child::run_on_lost(cmd, &env).await;
@@ -221,12 +221,13 @@ async fn observe(
             next = leaders.next() => match next {
                 Some(Ok(leader)) => {
                     if last.as_ref() != Some(&leader) {
-                        let mut out = std::io::stdout().lock();
-                        let _ = match &leader {
-                            Some(l) => writeln!(out, "leader {} term {}", l.id, l.term),
-                            None => writeln!(out, "no leader"),
+                        let line = match &leader {
+                            Some(l) => format!("leader {} term {}\n", l.id, l.term),
+                            None => "no leader\n".to_owned(),
                         };
-                        let _ = out.flush();
+                        if !print_out(&line)? {
+                            return Ok(0);
+                        }
                         last = Some(leader);
                     }
                 }
@@ -289,12 +290,12 @@ async fn lead(
         {
             Ok(Ended::Exited(status)) => {
                 if let Err(e) = leadership.resign().await {
-                    eprintln!("distlock: resigning {name}: {}", chain(&e));
+                    say!("resigning {name}: {}", chain(&e));
                 }
                 return Ok(child::exit_code(status));
             }
             Ok(Ended::LeaseLost(reason)) => {
-                eprintln!("distlock: leadership of {name} lost ({reason}): the child was stopped");
+                say!("leadership of {name} lost ({reason}): the child was stopped");
                 drop(leadership);
                 if let Some(cmd) = &args.run.on_lost {
                     child::run_on_lost(cmd, &env).await;
@@ -321,15 +322,16 @@ async fn id(url: &str, args: &IdArgs) -> Result<u8, Failure> {
         let ids = provider
             .id_generator(&args.name, args.block)
             .map_err(|e| Failure::from_error("", &e))?;
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        // Printed a line at a time: a reader may be waiting for each id.
         for _ in 0..args.count {
             let id = ids
                 .next()
                 .await
                 .map_err(|e| Failure::from_error(&format!("next id of {}", args.name), &e))?;
-            let _ = writeln!(out, "{id}");
+            if !print_out(&format!("{id}\n"))? {
+                break;
+            }
         }
-        let _ = out.flush();
         Ok(0)
     }
     .await;
@@ -345,9 +347,9 @@ async fn inspect(url: &str, args: &InspectArgs) -> Result<u8, Failure> {
     let snapshot =
         snapshot.map_err(|e| Failure::from_error(&format!("inspecting {}", args.name), &e))?;
     if args.json {
-        println!("{}", report::json(&snapshot));
+        print_out(&format!("{}\n", report::json(&snapshot)))?;
     } else {
-        print!("{}", report::table(&snapshot));
+        print_out(&report::table(&snapshot))?;
     }
     Ok(0)
 }
@@ -385,7 +387,7 @@ async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Res
         .await;
         let yes = matches!(answer, Ok(Ok(line)) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"));
         if !yes {
-            eprintln!("distlock: not released");
+            say!("not released");
             return Ok(1);
         }
     }
@@ -393,15 +395,13 @@ async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Res
         .force_release(name, args.kind)
         .await
         .map_err(|e| Failure::from_error(&format!("force-releasing {name}"), &e))?;
-    match done.fence {
-        Some(fence) => println!(
-            "force-released {} {name}: {} hold(s) evicted, fence {fence}",
-            args.kind, done.evicted
-        ),
-        None => println!(
-            "force-released {} {name}: {} hold(s) evicted",
-            args.kind, done.evicted
-        ),
-    }
+    let fence = done
+        .fence
+        .map(|f| format!(", fence {f}"))
+        .unwrap_or_default();
+    print_out(&format!(
+        "force-released {} {name}: {} hold(s) evicted{fence}\n",
+        args.kind, done.evicted
+    ))?;
     Ok(0)
 }

@@ -1,6 +1,34 @@
 //! Exit codes and the one-line error report.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
+
+/// A `distlock: ...` line on stderr; a closed stderr is no reason to panic.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::failure::report_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use say;
+
+/// Writes `distlock: ` and `line` on stderr, ignoring write errors.
+pub fn report_line(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "distlock: {line}");
+}
+
+/// Writes `text` on stdout; `Ok(false)` when the reader has gone (a closed
+/// pipe: stop quietly).
+pub fn print_out(text: &str) -> Result<bool, Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(Failure {
+            code: SOFTWARE,
+            message: format!("writing to stdout: {e}"),
+        }),
+    }
+}
 
 /// sysexits `EX_USAGE`: bad flag, URL, name, option.
 pub const USAGE: u8 = 64;

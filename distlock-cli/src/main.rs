@@ -23,7 +23,7 @@ use clap::error::ErrorKind;
 use clap::Parser as _;
 
 use crate::cli::Cli;
-use crate::failure::{Failure, SOFTWARE, USAGE};
+use crate::failure::{say, Failure, SOFTWARE, USAGE};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("distlock: cannot start the runtime: {e}");
+            say!("cannot start the runtime: {e}");
             return ExitCode::from(SOFTWARE);
         }
     };
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(Failure { code, message }) => {
             if !message.is_empty() {
-                eprintln!("distlock: {message}");
+                say!("{message}");
             }
             code
         }
@@ -70,7 +70,7 @@ fn usage_error(e: &clap::Error) -> u8 {
             USAGE
         }
         _ => {
-            eprintln!("distlock: {}", one_line(e));
+            say!("{}", one_line(e));
             USAGE
         }
     }
