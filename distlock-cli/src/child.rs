@@ -1,0 +1,263 @@
+//! The child: its own process group, signals forwarded to the group, stopped
+//! (SIGTERM, then SIGKILL after the grace) when the lease is lost.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use distlock::LostReason;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::failure::{say, Failure, CANNOT_EXECUTE, NOT_FOUND};
+
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, caught from the start so that none
+/// kills distlock while it waits or supervises.
+pub struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+    quit: Signal,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub fn install() -> io::Result<Self> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+        })
+    }
+
+    /// The next signal's number.
+    pub async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+            _ = self.quit.recv() => libc::SIGQUIT,
+        }
+    }
+}
+
+/// What the child is told about its lease.
+pub struct ChildEnv<'a> {
+    /// `DISTLOCK_NAME`.
+    pub name: &'a str,
+    /// `DISTLOCK_FENCING_TOKEN`.
+    pub fencing_token: u64,
+    /// `DISTLOCK_OWNER`.
+    pub owner: &'a str,
+}
+
+/// A running child, leader of its own process group.
+pub struct Running {
+    child: Child,
+    pgid: i32,
+    terminal: Option<Foreground>,
+}
+
+/// The terminal handed to the child's group while it runs, so that an
+/// interactive child can read it (a background group would be stopped by
+/// SIGTTIN); given back to distlock's group when dropped.
+struct Foreground {
+    ours: libc::pid_t,
+}
+
+impl Foreground {
+    /// Whether distlock's group is in the foreground of the terminal on
+    /// stdin, so the child should take it.
+    fn ours() -> Option<libc::pid_t> {
+        use std::io::IsTerminal as _;
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: plain libc queries.
+        unsafe {
+            let ours = libc::getpgrp();
+            (libc::tcgetpgrp(0) == ours).then_some(ours)
+        }
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        // SAFETY: SIGTTOU is ignored so that taking the terminal back from
+        // the background does not stop distlock.
+        unsafe {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, self.ours);
+        }
+    }
+}
+
+/// Starts `argv` in a new process group with the lease in its environment.
+/// The child gets SIGTERM should distlock itself die (it would be running
+/// without the lease soon after).
+pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>) -> Result<Running, Failure> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| Failure::usage("missing command after `--`"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("DISTLOCK_NAME", env.name)
+        .env("DISTLOCK_FENCING_TOKEN", env.fencing_token.to_string())
+        .env("DISTLOCK_OWNER", env.owner)
+        .process_group(0);
+    // SAFETY: only async-signal-safe calls (prctl, getppid, signal,
+    // tcsetpgrp) between fork and exec.
+    let parent = std::process::id();
+    let terminal = Foreground::ours();
+    let take_terminal = terminal.is_some();
+    unsafe {
+        cmd.pre_exec(move || {
+            if take_terminal {
+                // In the child, before exec: the child never reads the
+                // terminal from the background. SIGTTOU is ignored for the
+                // call (we are not in the foreground yet), then restored.
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    // Built now so that a failed exec gives the terminal back too.
+    let terminal = terminal.map(|ours| Foreground { ours });
+    let child = cmd.spawn().map_err(|e| Failure {
+        code: if e.kind() == io::ErrorKind::NotFound {
+            NOT_FOUND
+        } else {
+            CANNOT_EXECUTE
+        },
+        message: format!("cannot run {}: {e}", program.to_string_lossy()),
+    })?;
+    let pid = child.id().and_then(|id| i32::try_from(id).ok());
+    let Some(pgid) = pid else {
+        return Err(Failure {
+            code: CANNOT_EXECUTE,
+            message: "the child exited before it could be watched".into(),
+        });
+    };
+    tracing::info!(pid = pgid, "child started");
+    Ok(Running {
+        child,
+        pgid,
+        terminal,
+    })
+}
+
+/// How a supervised child ended.
+pub enum Ended {
+    /// It exited (on its own or after a forwarded signal).
+    Exited(ExitStatus),
+    /// The lease was lost; the child was stopped.
+    LeaseLost(LostReason),
+}
+
+impl Running {
+    /// Waits for the child, forwarding signals to its group, and stops it if
+    /// `lost` resolves first.
+    pub async fn supervise(
+        &mut self,
+        lost: impl Future<Output = LostReason>,
+        signals: &mut Signals,
+        grace: Duration,
+    ) -> io::Result<Ended> {
+        tokio::pin!(lost);
+        loop {
+            tokio::select! {
+                status = self.child.wait() => {
+                    self.terminal = None;
+                    return Ok(Ended::Exited(status?));
+                }
+                sig = signals.recv() => {
+                    tracing::info!(signal = sig, "forwarding signal to the child's group");
+                    self.signal_group(sig);
+                }
+                reason = &mut lost => {
+                    tracing::warn!(%reason, "lease lost: stopping the child");
+                    self.stop(grace).await;
+                    self.terminal = None;
+                    return Ok(Ended::LeaseLost(reason));
+                }
+            }
+        }
+    }
+
+    /// SIGTERM to the group; SIGKILL to what is left of it after `grace`.
+    async fn stop(&mut self, grace: Duration) {
+        self.signal_group(libc::SIGTERM);
+        let deadline = tokio::time::Instant::now()
+            .checked_add(grace)
+            .unwrap_or_else(tokio::time::Instant::now);
+        if tokio::time::timeout_at(deadline, self.child.wait())
+            .await
+            .is_ok()
+        {
+            // The leader is gone; its children may not be. A process
+            // table check, not a lock poll: there is nothing to wake us.
+            while self.group_alive() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        if self.group_alive() {
+            tracing::warn!(pgid = self.pgid, "grace over: SIGKILL to the child's group");
+            self.signal_group(libc::SIGKILL);
+        }
+        let _ = self.child.wait().await;
+    }
+
+    fn signal_group(&self, sig: i32) {
+        // SAFETY: kill(2) with a negative pid signals the process group.
+        unsafe {
+            libc::kill(-self.pgid, sig);
+        }
+    }
+
+    fn group_alive(&self) -> bool {
+        // SAFETY: signal 0 only checks that the group exists.
+        unsafe { libc::kill(-self.pgid, 0) == 0 }
+    }
+}
+
+/// The shell's convention for a status: the code, or 128 + the signal.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        // Exit statuses are 0..=255 on Unix.
+        return u8::try_from(code & 0xff).unwrap_or(1);
+    }
+    status
+        .signal()
+        .and_then(|sig| u8::try_from(128 + (sig & 0x7f)).ok())
+        .unwrap_or(1)
+}
+
+/// Runs `--on-lost CMD` through `sh -c`, waiting for it; failures are reported, not fatal.
+pub async fn run_on_lost(cmd: &str, env: &ChildEnv<'_>) {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("DISTLOCK_NAME", env.name)
+        .env("DISTLOCK_FENCING_TOKEN", env.fencing_token.to_string())
+        .env("DISTLOCK_OWNER", env.owner)
+        .status()
+        .await;
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => say!("--on-lost command failed: {s}"),
+        Err(e) => say!("cannot run --on-lost command: {e}"),
+    }
+}

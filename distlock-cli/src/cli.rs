@@ -1,0 +1,263 @@
+//! The command line, as clap reads it.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use distlock::PrimitiveKind;
+
+const EXAMPLES: &str = "\
+Examples:
+  # a nightly job on one machine of many at a time; skip it when another runs it
+  distlock --url redis://redis.internal:6379 exec -n jobs/nightly -- ./nightly.sh
+
+  # deploys one after another, waiting up to 10 minutes for the previous one
+  DISTLOCK_URL=zk://zk1.internal:2181,zk2.internal:2181/ci distlock exec -w 600 deploy/prod -- make deploy
+
+  # run a scheduler only on the leader, stepping down when leadership is lost
+  distlock elect scheduler -- ./scheduler
+
+Exit codes: the child's status (128 + N when it died of signal N); 1 or -E CODE when not
+acquired (-n, -w); 75 when the lease was lost while the child ran; 64 usage; 69 backend
+unreachable or refusing; 128 + N when signal N arrived while waiting.";
+
+/// Runs programs under distributed locks or as leader, over Redis or ZooKeeper.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, after_help = EXAMPLES)]
+pub struct Cli {
+    /// The backend: `redis://host:6379`, `redis+cluster://h1:p1,h2:p2`,
+    /// `zk://h1:2181,h2:2181/chroot`, ... (any URL `distlock::connect` takes).
+    #[arg(long, env = "DISTLOCK_URL", global = true, value_name = "URL")]
+    pub url: Option<String>,
+
+    /// Tracing output on stderr (`-v` info, `-vv` debug, `-vvv` trace).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire a lock, run CMD, release the lock when CMD exits.
+    #[command(after_help = "\
+Examples:
+  distlock exec -n jobs/nightly -- ./nightly.sh          # skip if held (exit 1)
+  distlock exec -w 30 -E 3 db/migrate -- ./migrate.sh     # wait 30 s, exit 3 if still held
+  distlock exec --semaphore 4 gpu -- ./train.sh           # at most 4 at once
+  distlock exec --read catalog -- ./report.sh             # readers share, --write excludes
+
+The child sees DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN and DISTLOCK_OWNER. It runs in its own
+process group; SIGINT, SIGTERM, SIGHUP and SIGQUIT go to the whole group. If the lease is
+lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.")]
+    Exec(ExecArgs),
+
+    /// Campaign for leadership and run CMD only while leader.
+    #[command(after_help = "\
+Examples:
+  distlock elect scheduler -- ./scheduler        # re-campaigns after losing leadership
+  distlock elect --once scheduler -- ./scheduler # exits 75 when leadership is lost
+  distlock elect --observe scheduler             # one line per leader change, until SIGINT
+
+CMD runs with DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_OWNER. When it
+exits, distlock resigns and exits with its status. When leadership is lost, CMD's group gets
+SIGTERM, then SIGKILL after --grace; then distlock campaigns again (or exits 75 with --once).")]
+    Elect(ElectArgs),
+
+    /// Print unique, increasing ids, one a line.
+    #[command(after_help = "\
+Examples:
+  distlock id orders               # one id
+  distlock id orders --count 1000 --block 100")]
+    Id(IdArgs),
+
+    /// Show who holds and who waits for a name.
+    #[command(after_help = "\
+Examples:
+  distlock inspect jobs/nightly
+  distlock inspect scheduler --kind election --json")]
+    Inspect(InspectArgs),
+
+    /// Force-release a name, evicting every holder (dangerous: for operators).
+    #[command(after_help = "\
+Examples:
+  distlock unlock --force jobs/nightly          # asks first (on a terminal only)
+  distlock unlock --force --yes --kind rw catalog
+
+Evicted holders are not asked: a distlock exec holding the name stops its child and exits 75
+once its backend tells it (ZooKeeper at once, Redis at its next renewal).")]
+    Unlock(UnlockArgs),
+}
+
+/// Options shared by `exec` and `elect`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Lease TTL in seconds (Redis; ZooKeeper's lease is its session).
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub ttl: Option<Duration>,
+
+    /// Seconds between SIGTERM and SIGKILL when the lease is lost.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "10")]
+    pub grace: Duration,
+
+    /// A shell command (`sh -c`) to run after the child was stopped because
+    /// the lease was lost.
+    #[arg(long, value_name = "CMD")]
+    pub on_lost: Option<String>,
+}
+
+/// `distlock exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The lock's name (`jobs/nightly`).
+    pub name: String,
+
+    /// Fail at once if the lock is held (exit 1 or -E).
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Wait at most SECS (fractions allowed), then fail (exit 1 or -E).
+    #[arg(short = 'w', long, value_name = "SECS", value_parser = parse_secs)]
+    pub wait: Option<Duration>,
+
+    /// The exit code when the lock was not acquired (-n, -w).
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1)]
+    pub conflict_exit_code: u8,
+
+    /// A fair (first come, first served) mutex.
+    #[arg(long, conflicts_with_all = ["semaphore", "read", "write"])]
+    pub fair: bool,
+
+    /// Take one permit of a semaphore of N permits.
+    #[arg(long, value_name = "N", conflicts_with_all = ["read", "write"])]
+    pub semaphore: Option<u32>,
+
+    /// Take the read side of a read-write lock (shared).
+    #[arg(long, conflicts_with = "write")]
+    pub read: bool,
+
+    /// Take the write side of a read-write lock (exclusive).
+    #[arg(long)]
+    pub write: bool,
+
+    /// Lease, grace and lost-lease options.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `distlock elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election's name.
+    pub name: String,
+
+    /// Print the leader at each change, one line each, until interrupted.
+    #[arg(long, conflicts_with_all = ["once", "command", "ttl", "on_lost"])]
+    pub observe: bool,
+
+    /// Exit after leadership is lost once (exit 75) instead of campaigning again.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Lease, grace and lost-lease options.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required_unless_present = "observe", value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `distlock id`.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The id generator's name.
+    pub name: String,
+
+    /// How many ids to print.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub count: u64,
+
+    /// Ids reserved per round trip.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub block: u64,
+}
+
+/// `distlock inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The name.
+    pub name: String,
+
+    /// The primitive: mutex, fair, rw, semaphore or election.
+    #[arg(long, value_name = "KIND", default_value = "mutex", value_parser = parse_kind)]
+    pub kind: PrimitiveKind,
+
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `distlock unlock`.
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// Required: this evicts whoever holds the name.
+    #[arg(long, required = true)]
+    pub force: bool,
+
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+
+    /// The primitive: mutex, fair, rw, semaphore or election.
+    #[arg(long, value_name = "KIND", default_value = "mutex", value_parser = parse_kind)]
+    pub kind: PrimitiveKind,
+
+    /// The name.
+    pub name: String,
+}
+
+/// Seconds, fractions allowed: `0.5`, `10`.
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!(
+            "{s:?} must be a finite number of seconds, 0 or more"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn parse_kind(s: &str) -> Result<PrimitiveKind, String> {
+    s.parse().map_err(|e: distlock::Error| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn seconds_take_fractions_and_refuse_nonsense() {
+        assert_eq!(parse_secs("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_secs("10"), Ok(Duration::from_secs(10)));
+        for bad in ["-1", "x", "NaN", "inf", "1e300"] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! The subcommands.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{
+    Election, LeaderInfo, LeaseOptions, Lock, Name, PrimitiveKind, Provider, Scheme, Wait,
+};
+use futures::StreamExt as _;
+
+use crate::child::{self, ChildEnv, Ended, Signals};
+use crate::cli::{Cli, Command, ElectArgs, ExecArgs, IdArgs, InspectArgs, RunArgs, UnlockArgs};
+use crate::failure::{chain, print_out, say, Failure, LEASE_LOST, SOFTWARE, UNAVAILABLE};
+use crate::{report, spinner};
+
+/// How long closing the provider may take on the way out.
+const CLOSE_LIMIT: Duration = Duration::from_secs(3);
+/// The pause before campaigning again after a retryable error.
+const RECAMPAIGN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Runs the command line; `Ok` is the exit code.
+pub async fn run(cli: Cli) -> Result<u8, Failure> {
+    let url = cli
+        .url
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| Failure::usage("no backend: pass --url URL or set DISTLOCK_URL"));
+    match cli.command {
+        Command::Exec(args) => exec(&url?, &args).await,
+        Command::Elect(args) => elect(&url?, &args).await,
+        Command::Id(args) => id(&url?, &args).await,
+        Command::Inspect(args) => inspect(&url?, &args).await,
+        Command::Unlock(args) => unlock(&url?, &args).await,
+    }
+}
+
+/// Checks what can be checked before connecting: the name, the URL's
+/// scheme, and options the scheme cannot take.
+fn check(url: &str, name: &str, runs_child: bool, run: Option<&RunArgs>) -> Result<(), Failure> {
+    Name::new(name).map_err(|e| Failure::from_error("", &e))?;
+    let scheme = Scheme::of(url).map_err(|e| Failure::from_error("", &e))?;
+    if runs_child && scheme == Scheme::Mem {
+        return Err(Failure::usage(
+            "mem:// cannot coordinate separate processes: use a redis:// or zk:// URL",
+        ));
+    }
+    if let Some(ttl) = run.and_then(|r| r.ttl) {
+        LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e))?;
+    }
+    if scheme == Scheme::ZooKeeper && run.is_some_and(|r| r.ttl.is_some()) {
+        return Err(Failure::usage(
+            "--ttl does not apply to zk://: the ZooKeeper session is the lease (set ?session_timeout_ms= in the URL)",
+        ));
+    }
+    Ok(())
+}
+
+/// Connects, giving up at the first signal (exit 128 + N).
+async fn connect(url: &str, signals: Option<&mut Signals>) -> Result<Arc<dyn Provider>, Failure> {
+    let connecting = distlock::connect(url);
+    let result = match signals {
+        Some(signals) => tokio::select! {
+            r = connecting => r,
+            sig = signals.recv() => return Err(Failure::signalled(sig)),
+        },
+        None => connecting.await,
+    };
+    result.map_err(|e| {
+        let mut f = Failure::from_error("", &e);
+        if !e.is_invalid_input() {
+            f.code = UNAVAILABLE;
+        }
+        f
+    })
+}
+
+async fn close(provider: &dyn Provider) {
+    match tokio::time::timeout(CLOSE_LIMIT, provider.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %chain(&e), "closing the provider"),
+        Err(_) => tracing::warn!("closing the provider took too long; leaving it"),
+    }
+}
+
+fn lease(provider: &dyn Provider, ttl: Option<Duration>) -> Result<LeaseOptions, Failure> {
+    match ttl {
+        Some(ttl) => LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e)),
+        None => Ok(provider.default_lease()),
+    }
+}
+
+fn install_signals() -> Result<Signals, Failure> {
+    Signals::install().map_err(|e| Failure {
+        code: SOFTWARE,
+        message: format!("cannot install signal handlers: {e}"),
+    })
+}
+
+async fn exec(url: &str, args: &ExecArgs) -> Result<u8, Failure> {
+    check(url, &args.name, true, Some(&args.run))?;
+    let mut signals = install_signals()?;
+    let provider = connect(url, Some(&mut signals)).await?;
+    let result = exec_on(&*provider, args, &mut signals).await;
+    close(&*provider).await;
+    result
+}
+
+async fn exec_on(
+    provider: &dyn Provider,
+    args: &ExecArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    let lease = lease(provider, args.run.ttl)?;
+    let bad = |e: distlock::Error| Failure::from_error("", &e);
+    let (lock, kind): (Arc<dyn Lock>, PrimitiveKind) = if let Some(permits) = args.semaphore {
+        let semaphore = provider.semaphore_with(name, permits, lease).map_err(bad)?;
+        (semaphore, PrimitiveKind::Semaphore)
+    } else if args.read || args.write {
+        let rw = provider.rw_lock_with(name, lease).map_err(bad)?;
+        let side = if args.read { rw.read() } else { rw.write() };
+        (side, PrimitiveKind::ReadWrite)
+    } else if args.fair {
+        let fair = provider.fair_mutex_with(name, lease).map_err(bad)?;
+        (fair, PrimitiveKind::FairMutex)
+    } else {
+        (
+            provider.mutex_with(name, lease).map_err(bad)?,
+            PrimitiveKind::Mutex,
+        )
+    };
+    let wait = if args.no_wait {
+        Wait::No
+    } else {
+        args.wait.map_or(Wait::Forever, Wait::timeout)
+    };
+    let acquired = {
+        let acquire = lock.acquire(wait);
+        let shown = spinner::waiting(provider, name, kind, wait);
+        tokio::pin!(acquire, shown);
+        tokio::select! {
+            r = &mut acquire => r,
+            // Dropping the acquisition withdraws it (cancellation safe).
+            sig = signals.recv() => return Err(Failure::signalled(sig)),
+            () = &mut shown => unreachable!("the spinner never ends"),
+        }
+    };
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
+        Ok(None) => {
+            tracing::info!(name, "not acquired");
+            return Ok(args.conflict_exit_code);
+        }
+        Err(e) => return Err(Failure::from_error(&format!("acquiring {name}"), &e)),
+    };
+    let env = ChildEnv {
+        name,
+        fencing_token: guard.fencing_token(),
+        owner: provider.owner(),
+    };
+    let mut running = match child::spawn(&args.command, &env) {
+        Ok(running) => running,
+        Err(f) => {
+            let _ = guard.release().await;
+            return Err(f);
+        }
+    };
+    match running
+        .supervise(guard.lost(), signals, args.run.grace)
+        .await
+    {
+        Ok(Ended::Exited(status)) => {
+            if let Err(e) = guard.release().await {
+                say!("releasing {name}: {}", chain(&e));
+            }
+            Ok(child::exit_code(status))
+        }
+        Ok(Ended::LeaseLost(reason)) => {
+            say!("lease on {name} lost ({reason}): the child was stopped");
+            drop(guard);
+            if let Some(cmd) = &args.run.on_lost {
+                child::run_on_lost(cmd, &env).await;
+            }
+            Ok(LEASE_LOST)
+        }
+        Err(e) => {
+            let _ = guard.release().await;
+            Err(Failure {
+                code: SOFTWARE,
+                message: format!("waiting for the child: {e}"),
+            })
+        }
+    }
+}
+
+async fn elect(url: &str, args: &ElectArgs) -> Result<u8, Failure> {
+    check(url, &args.name, true, Some(&args.run))?;
+    let mut signals = install_signals()?;
+    let provider = connect(url, Some(&mut signals)).await?;
+    let result = if args.observe {
+        observe(&*provider, &args.name, &mut signals).await
+    } else {
+        lead(&*provider, args, &mut signals).await
+    };
+    close(&*provider).await;
+    result
+}
+
+async fn observe(
+    provider: &dyn Provider,
+    name: &str,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let election = provider
+        .election(name)
+        .map_err(|e| Failure::from_error("", &e))?;
+    let mut leaders = election.observe();
+    let mut last: Option<Option<LeaderInfo>> = None;
+    loop {
+        tokio::select! {
+            next = leaders.next() => match next {
+                Some(Ok(leader)) => {
+                    if last.as_ref() != Some(&leader) {
+                        let line = match &leader {
+                            Some(l) => format!("leader {} term {}\n", l.id, l.term),
+                            None => "no leader\n".to_owned(),
+                        };
+                        if !print_out(&line)? {
+                            return Ok(0);
+                        }
+                        last = Some(leader);
+                    }
+                }
+                Some(Err(e)) => return Err(Failure::from_error(&format!("observing {name}"), &e)),
+                None => return Err(Failure {
+                    code: UNAVAILABLE,
+                    message: format!("observing {name}: the leader stream ended"),
+                }),
+            },
+            _ = signals.recv() => return Ok(0),
+        }
+    }
+}
+
+async fn lead(
+    provider: &dyn Provider,
+    args: &ElectArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    let lease = lease(provider, args.run.ttl)?;
+    let election: Arc<dyn Election> = provider
+        .election_with(name, lease)
+        .map_err(|e| Failure::from_error("", &e))?;
+    let candidate = provider.owner();
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        let campaign = tokio::select! {
+            r = election.campaign(candidate) => r,
+            sig = signals.recv() => return Err(Failure::signalled(sig)),
+        };
+        let leadership = match campaign {
+            Ok(leadership) => leadership,
+            Err(e) if round > 1 && e.is_retryable() => {
+                tracing::warn!(error = %chain(&e), "campaigning again");
+                tokio::select! {
+                    () = tokio::time::sleep(RECAMPAIGN_BACKOFF) => continue,
+                    sig = signals.recv() => return Err(Failure::signalled(sig)),
+                }
+            }
+            Err(e) => return Err(Failure::from_error(&format!("campaigning in {name}"), &e)),
+        };
+        tracing::info!(name, term = leadership.term(), "elected");
+        let env = ChildEnv {
+            name,
+            fencing_token: leadership.term(),
+            owner: candidate,
+        };
+        let mut running = match child::spawn(&args.command, &env) {
+            Ok(running) => running,
+            Err(f) => {
+                let _ = leadership.resign().await;
+                return Err(f);
+            }
+        };
+        match running
+            .supervise(leadership.lost(), signals, args.run.grace)
+            .await
+        {
+            Ok(Ended::Exited(status)) => {
+                if let Err(e) = leadership.resign().await {
+                    say!("resigning {name}: {}", chain(&e));
+                }
+                return Ok(child::exit_code(status));
+            }
+            Ok(Ended::LeaseLost(reason)) => {
+                say!("leadership of {name} lost ({reason}): the child was stopped");
+                drop(leadership);
+                if let Some(cmd) = &args.run.on_lost {
+                    child::run_on_lost(cmd, &env).await;
+                }
+                if args.once {
+                    return Ok(LEASE_LOST);
+                }
+            }
+            Err(e) => {
+                let _ = leadership.resign().await;
+                return Err(Failure {
+                    code: SOFTWARE,
+                    message: format!("waiting for the child: {e}"),
+                });
+            }
+        }
+    }
+}
+
+async fn id(url: &str, args: &IdArgs) -> Result<u8, Failure> {
+    check(url, &args.name, false, None)?;
+    let provider = connect(url, None).await?;
+    let result = async {
+        let ids = provider
+            .id_generator(&args.name, args.block)
+            .map_err(|e| Failure::from_error("", &e))?;
+        // Printed a line at a time: a reader may be waiting for each id.
+        for _ in 0..args.count {
+            let id = ids
+                .next()
+                .await
+                .map_err(|e| Failure::from_error(&format!("next id of {}", args.name), &e))?;
+            if !print_out(&format!("{id}\n"))? {
+                break;
+            }
+        }
+        Ok(0)
+    }
+    .await;
+    close(&*provider).await;
+    result
+}
+
+async fn inspect(url: &str, args: &InspectArgs) -> Result<u8, Failure> {
+    check(url, &args.name, false, None)?;
+    let provider = connect(url, None).await?;
+    let snapshot = provider.inspect(&args.name, args.kind).await;
+    close(&*provider).await;
+    let snapshot =
+        snapshot.map_err(|e| Failure::from_error(&format!("inspecting {}", args.name), &e))?;
+    if args.json {
+        print_out(&format!("{}\n", report::json(&snapshot)))?;
+    } else {
+        print_out(&report::table(&snapshot))?;
+    }
+    Ok(0)
+}
+
+async fn unlock(url: &str, args: &UnlockArgs) -> Result<u8, Failure> {
+    check(url, &args.name, false, None)?;
+    let ask = !args.yes;
+    if ask && !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(Failure::usage(
+            "refusing to force-release without --yes: there is no terminal to ask on",
+        ));
+    }
+    let provider = connect(url, None).await?;
+    let result = unlock_on(&*provider, args, ask).await;
+    close(&*provider).await;
+    result
+}
+
+async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    if ask {
+        let holders = match provider.inspect(name, args.kind).await {
+            Ok(snapshot) => report::holders_brief(&snapshot),
+            Err(e) => format!("holders unknown: {}", chain(&e)),
+        };
+        eprint!(
+            "Force-release {} {name} ({holders})? Evicted holders may still be working. [y/N] ",
+            args.kind
+        );
+        let _ = std::io::stderr().flush();
+        let answer = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await;
+        let yes = matches!(answer, Ok(Ok(line)) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"));
+        if !yes {
+            say!("not released");
+            return Ok(1);
+        }
+    }
+    let done = provider
+        .force_release(name, args.kind)
+        .await
+        .map_err(|e| Failure::from_error(&format!("force-releasing {name}"), &e))?;
+    let fence = done
+        .fence
+        .map(|f| format!(", fence {f}"))
+        .unwrap_or_default();
+    print_out(&format!(
+        "force-released {} {name}: {} hold(s) evicted{fence}\n",
+        args.kind, done.evicted
+    ))?;
+    Ok(0)
+}

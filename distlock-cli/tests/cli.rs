@@ -1,0 +1,663 @@
+//! End to end: the built `distlock` binary, run as separate processes against
+//! real Redis and ZooKeeper servers.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn redis_url() -> String {
+    test_support::redis::shared().url()
+}
+
+fn zk_url() -> String {
+    // A short session: a killed holder's session ends in 2 s.
+    format!(
+        "zk://{}?session_timeout_ms=2000",
+        test_support::zookeeper::shared().connect_string()
+    )
+}
+
+/// `distlock` with `DISTLOCK_URL` set and no stdin.
+fn distlock(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_distlock"));
+    cmd.env("DISTLOCK_URL", url).args(args).stdin(Stdio::null());
+    cmd
+}
+
+fn run(url: &str, args: &[&str]) -> Output {
+    distlock(url, args).output().unwrap()
+}
+
+/// Lease options that make a Redis holder notice a force-release quickly (a
+/// TTL of 1 s renews every third of a second); ZooKeeper takes none.
+fn fast_lease(url: &str) -> Vec<&'static str> {
+    if url.starts_with("redis") {
+        vec!["--ttl", "1"]
+    } else {
+        vec![]
+    }
+}
+
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().expect("distlock exits, it is not killed");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "distlock did not exit in {limit:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Alive and not a zombie.
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let state = s.rsplit(')').next().unwrap_or("").trim_start();
+        !state.starts_with('Z') && !state.starts_with('X')
+    })
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: our own child process.
+    unsafe {
+        libc::kill(i32::try_from(child.id()).unwrap(), sig);
+    }
+}
+
+fn inspect(url: &str, name: &str, kind: &str) -> Value {
+    let out = run(url, &["inspect", name, "--kind", kind, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn stderr_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A holder running `sh -c SCRIPT` under `name`; returns once the child
+/// wrote `dir/ready`.
+fn hold(url: &str, name: &str, extra: &[&str], script: &str, dir: &Path) -> Child {
+    let mut args = vec!["exec"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[name, "--", "sh", "-c", script]);
+    let mut child = distlock(url, &args)
+        .current_dir(dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = dir.join("ready");
+    wait_until(Duration::from_secs(15), "the holder's child", || {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("holder exited early: {status}");
+        }
+        ready.exists()
+    });
+    child
+}
+
+// N processes increment a counter file through a shell, each under the lock:
+// no increment is lost.
+fn counter(url: &str) {
+    let name = test_support::unique_name("counter");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("n");
+    std::fs::write(&file, "0").unwrap();
+    let script = format!(
+        "n=$(cat {f}); sleep 0.01; echo $((n + 1)) > {f}",
+        f = file.display()
+    );
+    let (procs, rounds) = (6, 3);
+    let workers: Vec<_> = (0..procs)
+        .map(|_| {
+            let (url, name, script) = (url.to_owned(), name.clone(), script.clone());
+            thread::spawn(move || {
+                for _ in 0..rounds {
+                    let out = run(&url, &["exec", &name, "--", "sh", "-c", &script]);
+                    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let n: u32 = std::fs::read_to_string(&file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(n, procs * rounds);
+}
+
+// The child sees its lease; its status is distlock's.
+fn child_env_and_status(url: &str) {
+    let name = test_support::unique_name("env");
+    let mut child = distlock(
+        url,
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DISTLOCK_NAME|$DISTLOCK_FENCING_TOKEN|$DISTLOCK_OWNER\"; exit 7",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = child.id();
+    let out = std::mem::take(&mut child.stdout).unwrap();
+    let line = BufReader::new(out).lines().next().unwrap().unwrap();
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(15)), 7);
+    let parts: Vec<&str> = line.split('|').collect();
+    assert_eq!(parts[0], name);
+    assert!(parts[1].parse::<u64>().is_ok(), "{line}");
+    assert!(parts[2].ends_with(&format!(":{pid}")), "{line}");
+}
+
+// While held: -n gives the conflict code (-E too), -w 0.5 times out,
+// inspect --json shows the holder; a forwarded SIGTERM ends the child and
+// the lock is free again.
+fn held(url: &str) {
+    let name = test_support::unique_name("held");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(url, &name, &[], "touch ready; exec sleep 300", dir.path());
+
+    let out = run(url, &["exec", "-n", &name, "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    let out = run(url, &["exec", "-n", "-E", "9", &name, "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(9), "{}", stderr_line(&out));
+    let started = Instant::now();
+    let out = run(url, &["exec", "-w", "0.5", &name, "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(!dir.path().join("ran").exists());
+
+    let snapshot = inspect(url, &name, "mutex");
+    assert_eq!(snapshot["held"], true, "{snapshot}");
+    let holder0 = &snapshot["holders"][0];
+    let owner = holder0["owner"].as_str().unwrap();
+    assert!(owner.ends_with(&format!(":{}", holder.id())), "{snapshot}");
+    assert!(holder0["fencing_token"].as_u64().is_some(), "{snapshot}");
+    assert!(holder0["acquired_at"].as_str().is_some(), "{snapshot}");
+
+    signal(&holder, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 128 + 15);
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+    let out = run(url, &["exec", "-n", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+}
+
+// A signal reaches the child and the grandchild it started: both die.
+fn signals_reach_the_group(url: &str) {
+    let name = test_support::unique_name("group");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        url,
+        &name,
+        &[],
+        "sleep 300 & echo $! > gc.pid; echo $$ > c.pid; touch ready; wait",
+        dir.path(),
+    );
+    let child = read_pid(&dir.path().join("c.pid")).unwrap();
+    let grandchild = read_pid(&dir.path().join("gc.pid")).unwrap();
+    assert!(alive(child) && alive(grandchild));
+    signal(&holder, libc::SIGHUP);
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 128 + 1);
+    wait_until(
+        Duration::from_secs(5),
+        "child and grandchild to die",
+        || !alive(child) && !alive(grandchild),
+    );
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
+// A signal while waiting: 128 + N, nothing ran, nothing is held afterwards.
+fn signal_while_waiting(url: &str) {
+    let name = test_support::unique_name("waiting");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        url,
+        &name,
+        &["--fair"],
+        "touch ready; exec sleep 300",
+        dir.path(),
+    );
+    let mut waiter = distlock(url, &["-v", "exec", "--fair", &name, "--", "touch", "ran"])
+        .current_dir(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(waiter.stderr.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in err.lines().map_while(Result::ok) {
+            if line.contains("waiting") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the waiter says it waits");
+    assert_eq!(inspect(url, &name, "fair")["waiters"]["count"], 1);
+    signal(&waiter, libc::SIGINT);
+    assert_eq!(wait_exit(&mut waiter, Duration::from_secs(10)), 128 + 2);
+    assert!(!dir.path().join("ran").exists());
+    wait_until(Duration::from_secs(5), "the waiter's withdrawal", || {
+        inspect(url, &name, "fair")["waiters"]["count"] == 0
+    });
+    signal(&holder, libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(10));
+    assert_eq!(inspect(url, &name, "fair")["held"], false);
+}
+
+// Force-release from another process: unlock without --yes and no terminal
+// refuses and changes nothing; with --yes the child is stopped, --on-lost
+// runs and distlock exits 75.
+fn force_release_stops_the_child(url: &str) {
+    let name = test_support::unique_name("force");
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = fast_lease(url);
+    extra.extend_from_slice(&["--grace", "5", "--on-lost", "touch lost"]);
+    let mut holder = hold(
+        url,
+        &name,
+        &extra,
+        "echo $$ > c.pid; touch ready; exec sleep 300",
+        dir.path(),
+    );
+    let child = read_pid(&dir.path().join("c.pid")).unwrap();
+
+    let out = run(url, &["unlock", "--force", &name]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr_line(&out).contains("--yes"), "{}", stderr_line(&out));
+    assert_eq!(inspect(url, &name, "mutex")["held"], true);
+    assert!(holder.try_wait().unwrap().is_none());
+
+    let out = run(url, &["unlock", "--force", "--yes", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(5)), 75);
+    assert!(!alive(child));
+    assert!(dir.path().join("lost").exists());
+}
+
+// A child that ignores SIGTERM is SIGKILLed after --grace.
+fn stubborn_child_is_killed_after_grace(url: &str) {
+    let name = test_support::unique_name("stubborn");
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = fast_lease(url);
+    extra.extend_from_slice(&["--grace", "1"]);
+    let mut holder = hold(
+        url,
+        &name,
+        &extra,
+        "trap '' TERM; echo $$ > c.pid; touch ready; while :; do sleep 0.05; done",
+        dir.path(),
+    );
+    let child = read_pid(&dir.path().join("c.pid")).unwrap();
+    let out = run(url, &["unlock", "--force", "--yes", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    let forced = Instant::now();
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(8)), 75);
+    assert!(!alive(child));
+    // It got the grace: SIGTERM alone did not end it.
+    assert!(
+        forced.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        forced.elapsed()
+    );
+}
+
+// `elect` runs exactly one child among N and hands over when the leader's
+// distlock is SIGKILLed; `elect --observe` prints each leader.
+fn elect_hands_over(url: &str) {
+    let name = test_support::unique_name("elect");
+    let dir = tempfile::tempdir().unwrap();
+    let mut observer = distlock(url, &["elect", "--observe", &name])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, seen) = mpsc::channel();
+    let out = BufReader::new(observer.stdout.take().unwrap());
+    thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    assert_eq!(
+        seen.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "no leader"
+    );
+
+    let script = "echo $$ > $DISTLOCK_FENCING_TOKEN.pid; echo \"$DISTLOCK_OWNER\" > $DISTLOCK_FENCING_TOKEN.owner; exec sleep 300";
+    let mut args = vec!["elect"];
+    args.extend(fast_lease(url));
+    args.extend_from_slice(&[&name, "--", "sh", "-c", script]);
+    let mut candidates: Vec<Child> = (0..3)
+        .map(|_| {
+            distlock(url, &args)
+                .current_dir(dir.path())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let leaders = || -> Vec<(u64, i32)> {
+        let mut found: Vec<(u64, i32)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                let term = path.file_stem()?.to_str()?.parse().ok()?;
+                (path.extension()? == "pid").then_some(())?;
+                Some((term, read_pid(&path)?))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    };
+    wait_until(Duration::from_secs(10), "a leader", || leaders().len() == 1);
+    let first = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(first.starts_with("leader "), "{first}");
+    // Still one: the others wait.
+    thread::sleep(Duration::from_millis(300));
+    let (term, child) = leaders()[0];
+    assert_eq!(leaders().len(), 1);
+    let owner = std::fs::read_to_string(dir.path().join(format!("{term}.owner"))).unwrap();
+    let leader_pid: u32 = owner.trim().rsplit(':').next().unwrap().parse().unwrap();
+    let leader = candidates
+        .iter()
+        .position(|c| c.id() == leader_pid)
+        .unwrap();
+
+    let mut killed = candidates.remove(leader);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    // The dead leader's child follows it; then one other candidate leads.
+    wait_until(Duration::from_secs(5), "the old child to die", || {
+        !alive(child)
+    });
+    wait_until(Duration::from_secs(15), "a new leader", || {
+        leaders().len() == 2
+    });
+    let (new_term, new_child) = leaders()[1];
+    assert!(new_term > term && alive(new_child));
+    let second = seen.recv_timeout(Duration::from_secs(15)).unwrap();
+    let second = if second == "no leader" {
+        seen.recv_timeout(Duration::from_secs(15)).unwrap()
+    } else {
+        second
+    };
+    assert!(second.starts_with("leader ") && second != first, "{second}");
+
+    for c in &candidates {
+        signal(c, libc::SIGTERM);
+    }
+    for c in &mut candidates {
+        // The leader's child died of the forwarded SIGTERM; the waiter
+        // was interrupted while waiting: 128 + 15 both.
+        assert_eq!(wait_exit(c, Duration::from_secs(10)), 128 + 15);
+    }
+    assert!(!alive(new_child));
+    signal(&observer, libc::SIGINT);
+    assert_eq!(wait_exit(&mut observer, Duration::from_secs(5)), 0);
+}
+
+// Distinct, increasing ids, across calls too.
+fn ids(url: &str) {
+    let name = test_support::unique_name("ids");
+    let parse = |out: Output| -> Vec<u64> {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    };
+    let a = parse(run(url, &["id", &name, "--count", "20", "--block", "7"]));
+    let b = parse(run(url, &["id", &name, "--count", "3"]));
+    assert_eq!(a.len(), 20);
+    assert_eq!(b.len(), 3);
+    let all: Vec<u64> = a.into_iter().chain(b).collect();
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
+}
+
+// An unreachable server: 69 and the cause on one line.
+fn unreachable(url: &str) {
+    let port = test_support::free_port();
+    let dead = if url.starts_with("redis") {
+        format!("redis://127.0.0.1:{port}")
+    } else {
+        format!("zk://127.0.0.1:{port}?connect_timeout_ms=500")
+    };
+    let out = run(&dead, &["exec", "x", "--", "true"]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_line(&out));
+    let err = stderr_line(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("distlock: "), "{err}");
+}
+
+// --semaphore N admits N holders, --read shares, --write excludes.
+fn other_primitives(url: &str) {
+    let name = test_support::unique_name("prims");
+    let dir = tempfile::tempdir().unwrap();
+    let sub = |n: &str| {
+        let d = dir.path().join(n);
+        std::fs::create_dir(&d).unwrap();
+        d
+    };
+    let script = "touch ready; exec sleep 300";
+    let (a, b) = (sub("a"), sub("b"));
+    let mut holders = vec![
+        hold(url, &name, &["--semaphore", "2"], script, &a),
+        hold(url, &name, &["--semaphore", "2"], script, &b),
+    ];
+    let out = run(
+        url,
+        &["exec", "-n", "--semaphore", "2", &name, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    let snapshot = inspect(url, &name, "semaphore");
+    assert_eq!(
+        snapshot["holders"].as_array().unwrap().len(),
+        2,
+        "{snapshot}"
+    );
+
+    let (c, d) = (sub("c"), sub("d"));
+    holders.push(hold(url, &name, &["--read"], script, &c));
+    holders.push(hold(url, &name, &["--read"], script, &d));
+    let out = run(url, &["exec", "-n", "--write", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    for h in &holders {
+        signal(h, libc::SIGTERM);
+    }
+    for h in &mut holders {
+        assert_eq!(wait_exit(h, Duration::from_secs(10)), 128 + 15);
+    }
+    let out = run(url, &["exec", "-n", "--write", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+}
+
+// Losing leadership stops the child; `elect` campaigns again and runs it
+// anew, `elect --once` exits 75.
+fn elect_after_losing(url: &str) {
+    let name = test_support::unique_name("relect");
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo $$ > $DISTLOCK_FENCING_TOKEN.pid; exec sleep 300";
+    let terms = || -> Vec<(u64, i32)> {
+        let mut found: Vec<(u64, i32)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                Some((path.file_stem()?.to_str()?.parse().ok()?, read_pid(&path)?))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    };
+    let mut args = vec!["elect", "--grace", "5"];
+    args.extend(fast_lease(url));
+    args.extend_from_slice(&[&name, "--", "sh", "-c", script]);
+    let mut leader = distlock(url, &args)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the first term", || {
+        terms().len() == 1
+    });
+    let (_, first) = terms()[0];
+    let force = ["unlock", "--force", "--yes", "--kind", "election", &name];
+    assert_eq!(run(url, &force).status.code(), Some(0));
+    wait_until(Duration::from_secs(10), "a second term", || {
+        terms().len() == 2
+    });
+    assert!(!alive(first));
+    assert!(leader.try_wait().unwrap().is_none(), "it campaigned again");
+    signal(&leader, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut leader, Duration::from_secs(10)), 128 + 15);
+
+    let once: Vec<&str> = [&["elect", "--once"][..], &args[1..]].concat();
+    let mut leader = distlock(url, &once)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "a third term", || {
+        terms().len() == 3
+    });
+    assert_eq!(run(url, &force).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut leader, Duration::from_secs(10)), 75);
+}
+
+macro_rules! on_both {
+    ($($test:ident),* $(,)?) => {
+        mod redis {
+            $( #[test] fn $test() { super::$test(&super::redis_url()) } )*
+        }
+        mod zookeeper {
+            $( #[test] fn $test() { super::$test(&super::zk_url()) } )*
+        }
+    };
+}
+
+on_both!(
+    counter,
+    child_env_and_status,
+    held,
+    signals_reach_the_group,
+    signal_while_waiting,
+    force_release_stops_the_child,
+    stubborn_child_is_killed_after_grace,
+    elect_hands_over,
+    other_primitives,
+    elect_after_losing,
+    ids,
+    unreachable,
+);
+
+// The Redis server dies and stays dead past the TTL: the child is stopped,
+// exit 75.
+#[test]
+fn redis_killed_past_the_ttl_stops_the_child() {
+    let mut server = test_support::RedisServer::start();
+    let name = test_support::unique_name("killed");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        &server.url(),
+        &name,
+        &["--ttl", "1", "--grace", "2"],
+        "echo $$ > c.pid; touch ready; exec sleep 300",
+        dir.path(),
+    );
+    let child = read_pid(&dir.path().join("c.pid")).unwrap();
+    server.kill();
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
+    assert!(!alive(child));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("lost"), "{err}");
+}
+
+// Usage errors: 64, one clear line, no panic, before any connection.
+#[test]
+fn usage_errors_exit_64_with_one_line() {
+    let zk = "zk://127.0.0.1:1";
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("ftp://h", &["exec", "x", "--", "true"], "unknown scheme"),
+        ("nonsense", &["exec", "x", "--", "true"], "no scheme"),
+        (
+            "redis://127.0.0.1:1",
+            &["exec", "a//b", "--", "true"],
+            "invalid name",
+        ),
+        (
+            "redis://127.0.0.1:1",
+            &["exec", "x", "true"],
+            "missing `--`",
+        ),
+        ("redis://127.0.0.1:1", &["exec", "x", "--"], "<CMD>"),
+        ("mem://", &["exec", "x", "--", "true"], "mem://"),
+        ("mem://", &["elect", "x", "--", "true"], "mem://"),
+        (zk, &["exec", "--ttl", "5", "x", "--", "true"], "--ttl"),
+        (
+            "redis://127.0.0.1:1",
+            &["exec", "-w", "soon", "x", "--", "true"],
+            "soon",
+        ),
+        (
+            "redis://127.0.0.1:1",
+            &["exec", "--ttl", "0", "x", "--", "true"],
+            "TTL",
+        ),
+        (
+            "redis://127.0.0.1:1",
+            &["inspect", "x", "--kind", "queue"],
+            "unknown kind",
+        ),
+        (
+            "redis://127.0.0.1:1",
+            &["frobnicate"],
+            "unrecognized subcommand",
+        ),
+        ("", &["exec", "x", "--", "true"], "DISTLOCK_URL"),
+    ];
+    for (url, args, says) in cases {
+        let out = run(url, args);
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(64), "{url} {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{url} {args:?}: {err}");
+        assert!(
+            err.starts_with("distlock: ") && err.contains(says),
+            "{url} {args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let help = run("", &["exec", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Examples:"));
+    assert_eq!(run("", &["--version"]).status.code(), Some(0));
+}
