@@ -13,8 +13,11 @@ pub(crate) fn from_redis(operation: &'static str, timeout: Duration, e: RedisErr
             after: timeout,
         };
     }
+    // An unauthenticated client that sends a long command is cut off with
+    // "Protocol error: unauthenticated multibulk length" rather than NOAUTH.
     if matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
         || e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.to_string().contains("unauthenticated")
     {
         return Error::NotAllowed {
             backend: "redis",

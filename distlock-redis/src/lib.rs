@@ -34,6 +34,29 @@
 //!   default), so an expiry or a release by a client that does not publish
 //!   is noticed. A cancelled or failed acquisition deletes a key it may have
 //!   set (compare-and-delete, so never someone else's).
+//! * **Providers take turns, one wake-up per release.** A refused `lock()`
+//!   puts its provider in the lock's line (`{PREFIX NAME}:waiting`, once per
+//!   provider however many of its tasks wait) inside the same script call.
+//!   A release takes the first provider off the line, reserves the free lock
+//!   for it for 50 ms (`{PREFIX NAME}:handoff`) and publishes
+//!   `to:<provider id>`: that provider's subscriber wakes one of its
+//!   waiters, nobody else wakes, and a client that asks meanwhile is refused
+//!   and joins the line. So at 16 processes a handoff costs the release and
+//!   one acquire, not one attempt per process, and no process re-takes the
+//!   lock over and over while others wait. The mutex stays unfair in that a
+//!   free lock with nobody in line goes to whoever asks, and within a
+//!   provider any of its waiters may be the one woken. A provider whose last
+//!   waiter leaves (timeout, cancellation) takes itself off the line and
+//!   passes a reservation made for it on (`mutex_pass`); a provider that
+//!   died costs the waiters behind it one re-check interval. The channel
+//!   stays subscribed 2 s after its last waiter left, so a lock contended
+//!   again and again costs no `SUBSCRIBE` per wait. The reservation binds
+//!   distlock clients only; mutual exclusion never depends on it.
+//! * **Next to clients that do not publish** (redis-py): a refused attempt
+//!   tells whether the holder is a distlock holder (its holder record
+//!   matches the lock's value). While it is not, the waiter re-checks after
+//!   1 ms, doubling up to the re-check interval, and back to 1 ms whenever
+//!   the holder has more time left than at the last look (a new hold).
 //!
 //! # Keys
 //!
@@ -46,6 +69,8 @@
 //! | `{PREFIX NAME}:fair:timeouts` | fair waiters' entry expiry: zset waiter id → server ms |
 //! | `{PREFIX NAME}:holder` | the holder record (plain and fair mutex, and each Redlock master): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
 //! | `{PREFIX NAME}:fair:owners` | fair waiters' owner identities: hash waiter id → owner, expiring with the queue |
+//! | `{PREFIX NAME}:waiting` | the plain mutex's line of waiting providers: zset provider id (`RedisProvider::line_id`) → place, expiring 60 s after the last join |
+//! | `{PREFIX NAME}:handoff` | the provider a release reserved the free lock for (50 ms) |
 //! | `{PREFIX NAME}:elect` | an election's lease: value = leader's token, TTL = lease |
 //! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |
 //! | `{PREFIX NAME}:elect:fence` | the election's term counter (as `:fence`) |
@@ -61,7 +86,9 @@
 //!
 //! Scripts (`src/scripts/*.lua`, each opening with its keys, arguments and
 //! replies): `acquire` (plain), `fair_acquire` (fair mutex and election),
-//! `release` and `extend` (every lease of this kind), `fair_leave` (a fair
+//! `release` and `extend` (every lease of this kind; the plain mutex
+//! releases with `mutex_release`, which also hands over to its line, and
+//! leaves the line with `mutex_pass`), `fair_leave` (a fair
 //! waiter or candidate leaving), `elect_leader` (reading the leader record),
 //! `inspect_lock` and `force_lock` (see [Inspect and
 //! force-release](#inspect-and-force-release)).

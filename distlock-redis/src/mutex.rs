@@ -15,7 +15,20 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::conn::{not_replicated, Pinned, Sticky};
 use crate::provider::Shared;
-use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
+use crate::scripts::{ACQUIRE, EXTEND, MUTEX_PASS, MUTEX_RELEASE, RELEASE};
+
+/// How long a release reserves the free lock for the provider it woke: long
+/// enough for the woken waiter to ask (a loopback round trip is ~0.1 ms; a
+/// busy machine may take milliseconds to schedule it), short enough that a
+/// provider that died in between costs little.
+pub(crate) const RESERVATION: Duration = Duration::from_millis(50);
+
+/// The first re-check while the holder is a client that does not publish
+/// on release (redis-py): re-checks start here and double up to the
+/// provider's re-check interval, and start here again whenever the holder
+/// has more time left than at the last look (it released and someone took
+/// the lock again, or it extended: a busy lock, worth watching closely).
+const FOREIGN_RECHECK: Duration = Duration::from_millis(1);
 
 /// The keys of one lock: all in the lock key's Cluster slot.
 #[derive(Clone, Debug)]
@@ -40,12 +53,20 @@ pub(crate) struct Keys {
     /// A key that lives and dies with the lock (an election's leader
     /// record): set by the acquire, extended and deleted with the lock.
     pub(crate) record: Option<String>,
+    /// The plain mutex's line: `{lock}:waiting` (zset of waiting provider
+    /// ids) and `{lock}:handoff` (the provider a release reserved the lock
+    /// for); `None` for the other users of these keys.
+    pub(crate) line: Option<(String, String)>,
 }
 
 impl Keys {
     /// The mutex's (plain and fair) keys.
     pub(crate) fn new(prefix: &str, name: &Name) -> Keys {
-        let lock = format!("{prefix}{name}");
+        Keys::from_lock(format!("{prefix}{name}"))
+    }
+
+    /// The keys of the lock key `lock` (prefix + name).
+    fn from_lock(lock: String) -> Keys {
         Keys {
             fence: format!("{{{lock}}}:fence"),
             channel: format!("{{{lock}}}:released"),
@@ -54,8 +75,42 @@ impl Keys {
             holder: format!("{{{lock}}}:holder"),
             owners: format!("{{{lock}}}:fair:owners"),
             record: None,
+            line: None,
             lock,
         }
+    }
+
+    /// The plain mutex's keys: [`Keys::new`]'s and its line.
+    pub(crate) fn mutex(prefix: &str, name: &Name) -> Keys {
+        let mut keys = Keys::new(prefix, name);
+        keys.line = Some((
+            format!("{{{}}}:waiting", keys.lock),
+            format!("{{{}}}:handoff", keys.lock),
+        ));
+        keys
+    }
+
+    /// The plain mutex's keys of the lock whose release channel is
+    /// `channel` (`{lock}:released`).
+    pub(crate) fn of_channel(channel: &str) -> Option<Keys> {
+        let lock = channel.strip_prefix('{')?.strip_suffix("}:released")?;
+        let mut keys = Keys::from_lock(lock.to_owned());
+        keys.line = Some((format!("{{{lock}}}:waiting"), format!("{{{lock}}}:handoff")));
+        Some(keys)
+    }
+
+    /// The script a provider runs when it leaves this lock's line (see
+    /// `mutex_pass.lua`); `None` without a line.
+    pub(crate) fn pass<'a>(&'a self, provider: &'a str) -> Option<redis::ScriptInvocation<'a>> {
+        let (waiting, handoff) = self.line.as_ref()?;
+        let mut invocation = MUTEX_PASS.key(&self.lock);
+        invocation
+            .key(waiting)
+            .key(handoff)
+            .arg(provider)
+            .arg(&self.channel)
+            .arg(RESERVATION.as_millis().to_string());
+        Some(invocation)
     }
 
     /// An election's keys: its own lease key, counter, queue and channel,
@@ -70,12 +125,27 @@ impl Keys {
             holder: format!("{base}:holder"),
             owners: format!("{base}:owners"),
             record: Some(format!("{base}:leader")),
+            line: None,
             lock: base,
         }
     }
 
     /// The release script with its keys (the hand-over reads the queue).
     pub(crate) fn release<'a>(&'a self, token: &'a str) -> redis::ScriptInvocation<'a> {
+        if let Some((waiting, handoff)) = &self.line {
+            let mut invocation = MUTEX_RELEASE.key(&self.lock);
+            invocation
+                .key(&self.queue)
+                .key(&self.timeouts)
+                .key(&self.holder)
+                .key(&self.owners)
+                .key(waiting)
+                .key(handoff)
+                .arg(token)
+                .arg(&self.channel)
+                .arg(RESERVATION.as_millis().to_string());
+            return invocation;
+        }
         let mut invocation = RELEASE.key(&self.lock);
         invocation
             .key(&self.queue)
@@ -109,8 +179,10 @@ impl fmt::Debug for RedisMutex {
 
 enum Attempt {
     Acquired(u64),
-    /// Held by someone else, who has this long left (`None`: no TTL).
-    Held(Option<Duration>),
+    /// Held by someone else (or reserved for another provider), who has
+    /// this long left (`None`: no TTL); `true` when the holder publishes on
+    /// release (a distlock holder, or a reservation).
+    Held(Option<Duration>, bool),
     /// The key already holds this attempt's token: the attempt ran before
     /// (resent by the client after a lost reply), its token is unknown.
     AlreadyOurs,
@@ -152,9 +224,36 @@ impl Cleanup for UndoAttempt {
     }
 }
 
+/// Where a refused attempt puts this provider in the lock's line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queue {
+    /// Not at all (`try_lock`).
+    No,
+    /// At the back, unless it is in line already.
+    Back,
+    /// At the front: a waiter that was woken by the hand-over and lost the
+    /// lock to someone who did not wait.
+    Front,
+}
+
 impl RedisMutex {
-    async fn attempt(&self, conn: &Pinned, token: &str) -> Result<Attempt> {
-        let ((status, value), acked): ((i64, i64), _) = conn
+    async fn attempt(
+        &self,
+        conn: &Pinned,
+        token: &str,
+        queue: Queue,
+        counted: bool,
+    ) -> Result<Attempt> {
+        let subscriber = &self.shared.subscriber;
+        let (waiting, handoff) = self
+            .keys
+            .line
+            .as_ref()
+            .ok_or_else(|| Error::server("redis", "a plain mutex without its line keys"))?;
+        // Other waiters of this provider on this lock besides this one (a
+        // waiter is `counted` once it subscribed).
+        let others = subscriber.plain_waiters(&self.keys.channel) > usize::from(counted);
+        let ((status, value, publishes), acked): ((i64, i64, i64), _) = conn
             .script_acked(
                 "acquire",
                 self.shared.options.response_timeout,
@@ -162,9 +261,18 @@ impl RedisMutex {
                     .key(&self.keys.lock)
                     .key(&self.keys.fence)
                     .key(&self.keys.holder)
+                    .key(waiting)
+                    .key(handoff)
                     .arg(token)
                     .arg(self.lease.ttl_millis())
-                    .arg(&self.shared.owner),
+                    .arg(&self.shared.owner)
+                    .arg(subscriber.id())
+                    .arg(match queue {
+                        Queue::No => "0",
+                        Queue::Back => "1",
+                        Queue::Front => "2",
+                    })
+                    .arg(if others { "1" } else { "0" }),
                 self.shared.options.wait,
             )
             .await?;
@@ -177,6 +285,7 @@ impl RedisMutex {
             }
             0 => Ok(Attempt::Held(
                 u64::try_from(value).ok().map(Duration::from_millis),
+                publishes == 1,
             )),
             2 => Ok(Attempt::AlreadyOurs),
             -1 => Err(self.conflict(&self.keys.lock, "lock (a string key)")),
@@ -251,8 +360,30 @@ impl Lock for RedisMutex {
         let deadline = wait.deadline();
         let timeout = shared.options.response_timeout;
         let waited = Instant::now();
+        let subscriber = &shared.subscriber;
+        let channel = &self.keys.channel;
+        // Declared before the subscription: dropped after it, so it counts
+        // the waiters that are left without this one.
+        let mut line = InLine {
+            subscriber,
+            channel,
+            armed: false,
+        };
+        let mut queue = if wait == Wait::No {
+            Queue::No
+        } else {
+            Queue::Back
+        };
+        // On a channel subscribed already (lingering, or other waiters of
+        // this provider), the subscription is queued before the first
+        // attempt and needs no second attempt after it (see
+        // `Subscriber::start_subscribe`).
+        let mut pending = (queue != Queue::No && subscriber.is_live(channel))
+            .then(|| subscriber.start_subscribe(channel.clone()));
         let mut subscription = None;
         let mut pause = Duration::from_millis(20);
+        let mut foreign_pause = FOREIGN_RECHECK;
+        let mut foreign_left = None;
         loop {
             let started = Instant::now();
             let pinned = match shared.conn()?.pin(timeout).await {
@@ -278,13 +409,16 @@ impl Lock for RedisMutex {
             // response timeout even while the client reconnects (which may
             // take its connect timeout), so a deadline is passed by one
             // response timeout at most.
-            let attempt = Box::pin(self.attempt(&pinned, &lease.token));
+            let counted = subscription.is_some() || pending.is_some();
+            let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, counted));
             let remaining = match with_timeout("acquire", timeout, attempt)
                 .await
                 .and_then(|r| r)
             {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
+                    // The script left the line, or stayed for the others.
+                    line.armed = false;
                     tracing::debug!(
                         name = %self.name,
                         owner = %shared.owner,
@@ -303,9 +437,10 @@ impl Lock for RedisMutex {
                     // On error (closed meanwhile) the guard released itself.
                     return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
                 }
-                Ok(Attempt::Held(remaining)) => {
+                Ok(Attempt::Held(remaining, publishes)) => {
                     undo.disarm();
-                    remaining
+                    line.armed |= queue != Queue::No;
+                    (remaining, publishes)
                 }
                 Ok(Attempt::AlreadyOurs) => {
                     // Give the key back (on the attempt's connection) and
@@ -335,31 +470,73 @@ impl Lock for RedisMutex {
                 // compare-and-delete of a token nobody holds is harmless.
                 Err(e) => return Err(e),
             };
+            let (remaining, publishes) = remaining;
             pause = Duration::from_millis(20);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
             if subscription.is_none() {
-                // Subscribe, then try again at once: a release between the
-                // attempt and the subscription is not missed.
-                subscription = Some(shared.subscriber.subscribe(self.keys.channel.clone()).await);
-                continue;
+                if let Some(pending) = pending.take() {
+                    subscription = Some(pending.ready().await);
+                } else {
+                    // Subscribe, then try again at once: a release between
+                    // the attempt and the subscription is not missed.
+                    subscription = Some(subscriber.subscribe(channel.clone()).await);
+                    continue;
+                }
             }
             let mut wake = now + shared.options.recheck_interval;
+            if publishes {
+                foreign_pause = FOREIGN_RECHECK;
+                foreign_left = None;
+            } else {
+                // The holder will not announce its release (redis-py):
+                // short re-checks, growing while the same hold runs down.
+                if remaining > foreign_left {
+                    foreign_pause = FOREIGN_RECHECK;
+                }
+                foreign_left = remaining;
+                wake = wake.min(now + foreign_pause);
+                foreign_pause = (foreign_pause * 2).min(shared.options.recheck_interval);
+            }
             if let Some(left) = remaining {
                 wake = wake.min(now + left + Duration::from_millis(1));
             }
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }
+            queue = Queue::Back;
             if let Some(sub) = &mut subscription {
                 tokio::select! {
-                    () = sub.changed() => {}
+                    () = sub.changed() => {
+                        // Woken by the hand-over: if someone who did not
+                        // wait takes the lock first, back to the front.
+                        queue = Queue::Front;
+                    }
                     () = sleep_until(wake) => {}
                     () = shared.lifecycle.closed() => return Err(Error::Closed),
                 }
             }
+        }
+    }
+}
+
+/// A waiter's place in its lock's line: when the last waiter of this
+/// provider leaves without the lock (timeout, cancellation, error), the
+/// provider leaves the line, passing on a reservation a release may have
+/// made for it meanwhile.
+struct InLine<'a> {
+    subscriber: &'a crate::subscriber::Subscriber,
+    channel: &'a str,
+    /// Set once an attempt queued; cleared by the acquisition.
+    armed: bool,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.subscriber.plain_waiters(self.channel) == 0 {
+            self.subscriber.leave_line(self.channel);
         }
     }
 }

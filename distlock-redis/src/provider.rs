@@ -309,15 +309,18 @@ impl RedisProvider {
             .unwrap_or_else(|_| "unknown".to_owned());
         let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
-        RedisProvider {
-            shared: Arc::new(Shared {
-                conn: RwLock::new(Some(conn)),
-                subscriber,
-                options,
-                lifecycle,
-                owner,
-            }),
+        let unclaimed = subscriber.take_unclaimed();
+        let shared = Arc::new(Shared {
+            conn: RwLock::new(Some(conn)),
+            subscriber,
+            options,
+            lifecycle,
+            owner,
+        });
+        if let Some(unclaimed) = unclaimed {
+            tokio::spawn(pass_unclaimed(Arc::downgrade(&shared), unclaimed));
         }
+        RedisProvider { shared }
     }
 
     /// The options in force.
@@ -345,6 +348,14 @@ impl RedisProvider {
             .stats
             .messages
             .load(Ordering::Relaxed)
+    }
+
+    /// This provider's id in the line of a plain mutex's waiting providers
+    /// (`{PREFIX NAME}:waiting`, see the crate docs' key table): `p` and 32
+    /// hex digits, new for each provider.
+    #[must_use]
+    pub fn line_id(&self) -> &str {
+        self.shared.subscriber.id()
     }
 
     /// Pub/sub connections the shared subscriber has opened so far.
@@ -411,7 +422,7 @@ impl Provider for RedisProvider {
         let name = Name::new(name)?;
         Ok(Arc::new(RedisMutex {
             shared: Arc::clone(&self.shared),
-            keys: Arc::new(Keys::new(&self.shared.options.prefix, &name)),
+            keys: Arc::new(Keys::mutex(&self.shared.options.prefix, &name)),
             name,
             lease,
         }))
@@ -452,5 +463,41 @@ impl Provider for RedisProvider {
             name: name.clone(),
         };
         Ok(Arc::new(BlockIds::new(name, source, block_size)?))
+    }
+}
+
+/// Takes this provider out of a plain mutex's line, passing on the lock's
+/// reservation if a release made one for it (`mutex_pass.lua`), for each
+/// channel the subscriber reports: a hand-over nobody here claimed, or the
+/// last waiter here gave up. Ends with the provider.
+async fn pass_unclaimed(
+    shared: std::sync::Weak<Shared>,
+    mut channels: tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    while let Some(channel) = channels.recv().await {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
+            continue;
+        };
+        let Some(invocation) = keys.pass(shared.subscriber.id()) else {
+            continue;
+        };
+        let timeout = shared.options.response_timeout;
+        let passed = async {
+            let conn = shared.conn()?.pin(timeout).await?;
+            distlock_core::backend::with_timeout(
+                "pass the lock on",
+                timeout,
+                conn.script::<i64>("pass the lock on", timeout, &invocation),
+            )
+            .await?
+        }
+        .await;
+        if let Err(e) = passed {
+            // The reservation expires by itself; waiters re-check then.
+            tracing::debug!(%channel, error = %e, "distlock redis: passing the lock on failed");
+        }
     }
 }

@@ -30,6 +30,8 @@ macro_rules! scripts {
 scripts! {
     ACQUIRE = include_str!("scripts/acquire.lua");
     RELEASE = include_str!("scripts/release.lua");
+    MUTEX_RELEASE = include_str!("scripts/mutex_release.lua");
+    MUTEX_PASS = include_str!("scripts/mutex_pass.lua");
     EXTEND = include_str!("scripts/extend.lua");
     FAIR_ACQUIRE = include_str!("scripts/fair_acquire.lua");
     FAIR_LEAVE = include_str!("scripts/fair_leave.lua");

@@ -9,6 +9,12 @@
 //!   provider registered with that id ([`Subscriber::subscribe_as`]), and
 //!   nobody if it waits elsewhere: one wake-up per hand-over across all
 //!   providers.
+//! * `to:<provider id>` (the plain mutex's hand-over to the first provider
+//!   in its line, see `mutex_release.lua`) wakes one plain waiter of the
+//!   provider with that [`Subscriber::id`]. When none of its plain waiters
+//!   waits on the channel any more, the hand-over is *unclaimed*: the
+//!   channel goes to [`Subscriber::take_unclaimed`]'s receiver, whose owner
+//!   passes the reservation on (`mutex_pass.lua`).
 //! * Any other payload (`released`, …) wakes one plain waiter of the
 //!   provider ([`Subscriber::subscribe`]; as Redisson does), not all of them:
 //!   the others would only lose the race and cost a round trip each. A woken
@@ -23,13 +29,17 @@
 //! with Sentinel it also moves (waking everyone) as soon as the provider's
 //! commands found another master, even while its own connection stands (to
 //! a frozen master, say). The connection is opened at the first
-//! wait and then kept, so waits that come and go cost no reconnects. Waiters
-//! never depend on it alone: they also re-check at the holder's expiry and
-//! at a bounded interval.
+//! wait and then kept, so waits that come and go cost no reconnects. A
+//! channel stays subscribed for [`LINGER`] after its last waiter left, so
+//! a lock that is contended again and again costs no `SUBSCRIBE` /
+//! `UNSUBSCRIBE` per wait, and a waiter can see (through
+//! [`Subscriber::is_live`]) that it need not try again once subscribed.
+//! Waiters never depend on it alone: they also re-check at the holder's
+//! expiry and at a bounded interval.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -89,6 +99,64 @@ async fn master_changed(
 /// The payload prefix of a message addressed to one waiter.
 pub(crate) const ADDRESSED: &str = "to:";
 
+/// How long a channel stays subscribed after its last waiter left.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
+
+/// What the handles and the actor share, read by waiters without asking
+/// the actor: per channel, the plain waiters of this provider (counted by
+/// the handles as they come and go) and whether the server confirmed the
+/// subscription on the current connection (kept by the actor).
+#[derive(Debug, Default)]
+struct Board {
+    channels: Mutex<HashMap<String, (usize, bool)>>,
+}
+
+impl Board {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, (usize, bool)>) -> T) -> T {
+        f(&mut self.channels.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn plain(&self, channel: &str, delta: isize) {
+        self.with(|m| {
+            let entry = m.entry(channel.to_owned()).or_default();
+            entry.0 = entry.0.saturating_add_signed(delta);
+            if *entry == (0, false) {
+                m.remove(channel);
+            }
+        });
+    }
+
+    fn set_live(&self, channel: &str, live: bool) {
+        self.with(|m| {
+            if live {
+                m.entry(channel.to_owned()).or_default().1 = true;
+            } else if let Some(entry) = m.get_mut(channel) {
+                entry.1 = false;
+                if entry.0 == 0 {
+                    m.remove(channel);
+                }
+            }
+        });
+    }
+
+    fn none_live(&self) {
+        self.with(|m| {
+            m.retain(|_, e| {
+                e.1 = false;
+                e.0 > 0
+            });
+        });
+    }
+
+    fn plain_waiters(&self, channel: &str) -> usize {
+        self.with(|m| m.get(channel).map_or(0, |e| e.0))
+    }
+
+    fn is_live(&self, channel: &str) -> bool {
+        self.with(|m| m.get(channel).is_some_and(|e| e.1))
+    }
+}
+
 enum Command {
     Subscribe {
         channel: String,
@@ -96,6 +164,8 @@ enum Command {
         reply: oneshot::Sender<Arc<Notify>>,
     },
     Unsubscribe(String, Kind),
+    /// A waiter left a plain mutex's line on this channel.
+    Leave(String),
     /// The provider was closed: drop the connection and end.
     ShutDown,
 }
@@ -116,6 +186,9 @@ pub(crate) struct Subscriber {
     tx: mpsc::UnboundedSender<Command>,
     pub(crate) stats: Arc<Stats>,
     observers: Arc<AtomicU64>,
+    board: Arc<Board>,
+    id: Arc<str>,
+    unclaimed: Arc<Mutex<Option<mpsc::UnboundedReceiver<String>>>>,
 }
 
 /// A waiter's interest in one channel; unsubscribes when dropped.
@@ -129,6 +202,8 @@ pub(crate) struct Subscription {
     wake: Option<Arc<Notify>>,
     tx: mpsc::UnboundedSender<Command>,
     sent: bool,
+    /// Set for a plain waiter, counted on the board while it lives.
+    board: Option<Arc<Board>>,
 }
 
 impl Subscription {
@@ -148,6 +223,9 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(board) = &self.board {
+            board.plain(&self.channel, -1);
+        }
         if self.sent {
             let _ = self.tx.send(Command::Unsubscribe(
                 std::mem::take(&mut self.channel),
@@ -162,12 +240,72 @@ impl Subscriber {
     /// dropped.
     pub(crate) fn spawn(client: Source, timeout: Duration) -> Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (unclaimed_tx, unclaimed_rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
-        tokio::spawn(run(client, timeout, rx, Arc::clone(&stats)));
+        let board = Arc::new(Board::default());
+        let id: Arc<str> = Arc::from(format!("p{}", uuid::Uuid::new_v4().simple()));
+        tokio::spawn(run(
+            client,
+            timeout,
+            rx,
+            Arc::clone(&stats),
+            Arc::clone(&board),
+            Arc::clone(&id),
+            unclaimed_tx,
+        ));
         Subscriber {
             tx,
             stats,
             observers: Arc::new(AtomicU64::new(0)),
+            board,
+            id,
+            unclaimed: Arc::new(Mutex::new(Some(unclaimed_rx))),
+        }
+    }
+
+    /// This provider's id in a plain mutex's line (`p` and 32 hex digits).
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The channels of unclaimed hand-overs (see the module docs), once:
+    /// the provider passes them on.
+    pub(crate) fn take_unclaimed(&self) -> Option<mpsc::UnboundedReceiver<String>> {
+        self.unclaimed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Announces an unclaimed hand-over on `channel` (a waiter that left
+    /// the line): the provider passes it on.
+    pub(crate) fn leave_line(&self, channel: &str) {
+        // Same path as the actor's: the receiver runs the pass script.
+        let _ = self.tx.send(Command::Leave(channel.to_owned()));
+    }
+
+    /// How many plain waiters of this provider wait on `channel` now.
+    pub(crate) fn plain_waiters(&self, channel: &str) -> usize {
+        self.board.plain_waiters(channel)
+    }
+
+    /// Whether `channel` is subscribed on the current connection (waiters
+    /// or lingering), so a waiter registered now hears every later message.
+    pub(crate) fn is_live(&self, channel: &str) -> bool {
+        self.board.is_live(channel)
+    }
+
+    /// Starts a plain subscription without waiting for the actor: the
+    /// command is queued before the caller's next request to the server,
+    /// and the actor handles commands before messages, so on a live
+    /// channel ([`Self::is_live`]) every message caused by that request
+    /// finds the waiter counted.
+    pub(crate) fn start_subscribe(&self, channel: String) -> Pending {
+        let (reply, answer) = oneshot::channel();
+        let subscription = self.new_subscription(channel, Kind::Plain, reply);
+        Pending {
+            subscription,
+            answer,
         }
     }
 
@@ -201,12 +339,30 @@ impl Subscriber {
 
     async fn register(&self, channel: String, kind: Kind) -> Subscription {
         let (reply, answer) = oneshot::channel();
+        let mut subscription = self.new_subscription(channel, kind, reply);
+        if subscription.sent {
+            subscription.wake = answer.await.ok();
+        }
+        subscription
+    }
+
+    fn new_subscription(
+        &self,
+        channel: String,
+        kind: Kind,
+        reply: oneshot::Sender<Arc<Notify>>,
+    ) -> Subscription {
+        let board = (kind == Kind::Plain).then(|| {
+            self.board.plain(&channel, 1);
+            Arc::clone(&self.board)
+        });
         let mut subscription = Subscription {
             channel: channel.clone(),
             kind: kind.clone(),
             wake: None,
             tx: self.tx.clone(),
             sent: false,
+            board,
         };
         subscription.sent = self
             .tx
@@ -216,6 +372,24 @@ impl Subscriber {
                 reply,
             })
             .is_ok();
+        subscription
+    }
+}
+
+/// A plain subscription whose command is queued; [`Pending::ready`] waits
+/// for the actor's answer. Dropped, it unsubscribes.
+pub(crate) struct Pending {
+    subscription: Subscription,
+    answer: oneshot::Receiver<Arc<Notify>>,
+}
+
+impl Pending {
+    /// The subscription, once the actor registered it.
+    pub(crate) async fn ready(self) -> Subscription {
+        let Pending {
+            mut subscription,
+            answer,
+        } = self;
         if subscription.sent {
             subscription.wake = answer.await.ok();
         }
@@ -225,6 +399,8 @@ impl Subscriber {
 
 struct Channel {
     refs: usize,
+    /// Since when nobody uses it (it lingers until [`LINGER`] after).
+    idle_since: Option<tokio::time::Instant>,
     /// Plain waiters share one: a message wakes one of them.
     wake: Arc<Notify>,
     /// Waiters by id, each with its own.
@@ -237,6 +413,9 @@ struct Actor {
     client: Source,
     timeout: Duration,
     channels: HashMap<String, Channel>,
+    board: Arc<Board>,
+    id: Arc<str>,
+    unclaimed: mpsc::UnboundedSender<String>,
     conn: Option<(PubSubSink, PubSubStream)>,
     /// The address `conn` is connected to.
     connected_to: Option<String>,
@@ -271,6 +450,9 @@ impl Actor {
             Ok(Ok(conn)) => {
                 self.stats.connections.fetch_add(1, Ordering::Relaxed);
                 self.conn = Some(conn);
+                for name in self.channels.keys() {
+                    self.board.set_live(name, true);
+                }
                 // Messages sent while we were away are lost: re-check.
                 self.wake_all();
                 true
@@ -287,6 +469,7 @@ impl Actor {
     }
 
     fn disconnect(&mut self) {
+        self.board.none_live();
         if self.conn.take().is_some() {
             tracing::debug!("distlock redis subscriber lost its connection");
         }
@@ -299,6 +482,7 @@ impl Actor {
             .entry(channel.clone())
             .or_insert_with(|| Channel {
                 refs: 0,
+                idle_since: None,
                 wake: Arc::new(Notify::new()),
                 ids: HashMap::new(),
                 observers: HashMap::new(),
@@ -309,7 +493,9 @@ impl Actor {
             Kind::Id(id) => Arc::clone(entry.ids.entry(id).or_default()),
             Kind::Observer(n) => Arc::clone(entry.observers.entry(n).or_default()),
         };
-        if entry.refs > 1 {
+        entry.idle_since = None;
+        // In use already, or lingering and subscribed on this connection.
+        if entry.refs > 1 || self.board.is_live(&channel) {
             return rx;
         }
         if self.conn.is_none() {
@@ -319,7 +505,9 @@ impl Actor {
         }
         if let Some((sink, _)) = &mut self.conn {
             let ok = tokio::time::timeout(self.timeout, sink.subscribe(&channel)).await;
-            if !matches!(ok, Ok(Ok(()))) {
+            if matches!(ok, Ok(Ok(()))) {
+                self.board.set_live(&channel, true);
+            } else {
                 self.disconnect();
             }
         }
@@ -340,14 +528,38 @@ impl Actor {
             }
         }
         entry.refs -= 1;
-        if entry.refs > 0 {
-            return;
+        if entry.refs == 0 {
+            // Lingers: waiters on this lock may well come back.
+            entry.idle_since = Some(tokio::time::Instant::now());
         }
-        self.channels.remove(&channel);
-        if let Some((sink, _)) = &mut self.conn {
-            let ok = tokio::time::timeout(self.timeout, sink.unsubscribe(&channel)).await;
-            if !matches!(ok, Ok(Ok(()))) {
-                self.disconnect();
+    }
+
+    /// When the next lingering channel is due to go.
+    fn next_sweep(&self) -> Option<tokio::time::Instant> {
+        self.channels
+            .values()
+            .filter_map(|c| c.idle_since)
+            .min()
+            .map(|since| since + LINGER)
+    }
+
+    /// Unsubscribes the channels idle for [`LINGER`].
+    async fn sweep(&mut self) {
+        let now = tokio::time::Instant::now();
+        let gone: Vec<String> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.idle_since.is_some_and(|s| s + LINGER <= now))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for channel in gone {
+            self.channels.remove(&channel);
+            self.board.set_live(&channel, false);
+            if let Some((sink, _)) = &mut self.conn {
+                let ok = tokio::time::timeout(self.timeout, sink.unsubscribe(&channel)).await;
+                if !matches!(ok, Ok(Ok(()))) {
+                    self.disconnect();
+                }
             }
         }
     }
@@ -365,6 +577,15 @@ impl Actor {
             if let Some(wake) = ch.ids.get(id) {
                 self.stats.messages.fetch_add(1, Ordering::Relaxed);
                 wake.notify_one();
+            } else if id == &*self.id {
+                // The plain mutex's hand-over to this provider: one of its
+                // plain waiters, or nobody left to claim it.
+                if self.board.plain_waiters(msg.get_channel_name()) > 0 {
+                    self.stats.messages.fetch_add(1, Ordering::Relaxed);
+                    ch.wake.notify_one();
+                } else {
+                    let _ = self.unclaimed.send(msg.get_channel_name().to_owned());
+                }
             }
             return;
         }
@@ -388,11 +609,17 @@ async fn run(
     timeout: Duration,
     mut commands: mpsc::UnboundedReceiver<Command>,
     stats: Arc<Stats>,
+    board: Arc<Board>,
+    id: Arc<str>,
+    unclaimed: mpsc::UnboundedSender<String>,
 ) {
     let mut actor = Actor {
         client,
         timeout,
         channels: HashMap::new(),
+        board,
+        id,
+        unclaimed,
         conn: None,
         connected_to: None,
         stats,
@@ -400,10 +627,18 @@ async fn run(
     let mut changes = actor.client.changes();
     let mut backoff = Duration::from_millis(50);
     loop {
-        let reconnect = actor.conn.is_none() && !actor.channels.is_empty();
+        let reconnect = actor.conn.is_none() && actor.channels.values().any(|c| c.refs > 0);
+        let sweep = actor.next_sweep();
         tokio::select! {
+            // Commands first: a waiter's subscription queued before its
+            // request to the server is counted before any message that
+            // request causes (see `Subscriber::start_subscribe`).
+            biased;
             command = commands.recv() => match command {
                 None | Some(Command::ShutDown) => return,
+                Some(Command::Leave(channel)) => {
+                    let _ = actor.unclaimed.send(channel);
+                }
                 Some(Command::Subscribe { channel, kind, reply }) => {
                     let wake = actor.subscribe(channel, kind).await;
                     // A waiter cancelled meanwhile unsubscribes on its own.
@@ -423,6 +658,9 @@ async fn run(
                 if actor.conn.is_some() && master.is_some() && master != actor.connected_to {
                     actor.disconnect();
                 }
+            }
+            () = tokio::time::sleep_until(sweep.unwrap_or_else(tokio::time::Instant::now)), if sweep.is_some() => {
+                actor.sweep().await;
             }
             () = tokio::time::sleep(backoff), if reconnect => {
                 if actor.connect().await {

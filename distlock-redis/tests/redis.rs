@@ -109,7 +109,8 @@ async fn a_thousand_cancelled_waits_leave_no_client_and_no_subscription() {
         assert!(tokio::time::timeout(cut, lock.lock()).await.is_err());
     }
     let channel = format!("{{{}}}:released", waiter.lock_key(&name).unwrap());
-    let deadline = Instant::now() + SLACK;
+    // The channel lingers 2 s after its last waiter, then goes.
+    let deadline = Instant::now() + SLACK + Duration::from_secs(2);
     loop {
         let subs = redis.cli(&["PUBSUB", "NUMSUB", &channel]);
         let clients = count_lines(&redis.cli(&["CLIENT", "LIST"]));
@@ -548,4 +549,175 @@ fn arbitrary_names_ttls_and_timeouts_give_typed_errors_and_store_nothing() {
     test_support::properties::check(rt.handle(), &client, &prefix, |_| {
         redis.cli(&["DBSIZE"]) != "0"
     });
+}
+
+/// `INFO commandstats` calls of `command` (lower case) so far.
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_take_turns_with_one_attempt_per_handoff_and_no_subscribe_per_wait() {
+    let redis = RedisServer::start();
+    // Re-checks far apart: only hand-overs move the lock along.
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let mut providers = Vec::new();
+    for _ in 0..4 {
+        providers.push(connect(&redis.url(), slow.clone()).await);
+    }
+    let name = unique_name("turns");
+    let rounds = 60;
+    // Warm up: every provider has waited once (subscribed, scripts loaded).
+    let mut tasks = Vec::new();
+    for p in &providers {
+        let lock = p.mutex_with(&name, long()).unwrap();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                lock.lock().await.unwrap().release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(SLACK * 4, t).await.unwrap().unwrap();
+    }
+    let (evalsha, subscribes) = (calls(&redis, "evalsha"), calls(&redis, "subscribe"));
+    let unsubscribes = calls(&redis, "unsubscribe");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, p) in providers.iter().enumerate() {
+        let lock = p.mutex_with(&name, long()).unwrap();
+        let order = Arc::clone(&order);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let g = lock.lock().await.unwrap();
+                order.lock().unwrap().push((g.fencing_token(), i));
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(SLACK * 10, t)
+            .await
+            .expect("no lock stalls (re-checks are 30 s apart)")
+            .unwrap();
+    }
+    let acquisitions = 4 * rounds;
+    let per = |n: u64| n as f64 / f64::from(acquisitions);
+    let evalsha = per(calls(&redis, "evalsha") - evalsha);
+    let mut order = order.lock().unwrap().clone();
+    order.sort_unstable();
+    let switches = order.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    let share = switches as f64 / (order.len() - 1) as f64;
+    println!("EVALSHA per acquisition {evalsha:.2}, handoff share {share:.2}");
+    // An acquisition, a release and at most one refused attempt (the
+    // releaser asking again at once) per turn, give or take a few.
+    assert!(evalsha <= 3.2, "{evalsha:.2} EVALSHA per acquisition");
+    assert!(
+        share >= 0.9,
+        "handoff share {share:.2}: providers do not take turns"
+    );
+    assert_eq!(calls(&redis, "subscribe"), subscribes, "SUBSCRIBE per wait");
+    assert_eq!(
+        calls(&redis, "unsubscribe"),
+        unsubscribes,
+        "UNSUBSCRIBE per wait"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_nobody_claims_is_passed_on_and_a_leaving_waiter_leaves_the_line() {
+    let redis = test_support::redis::shared();
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let a = connect(&redis.url(), slow.clone()).await;
+    let b = connect(&redis.url(), slow.clone()).await;
+    let c = connect(&redis.url(), slow).await;
+    let name = unique_name("pass");
+    let key = a.lock_key(&name).unwrap();
+    let waiting = format!("{{{key}}}:waiting");
+    let (lock_a, lock_b, lock_c) = (
+        a.mutex_with(&name, long()).unwrap(),
+        b.mutex_with(&name, long()).unwrap(),
+        c.mutex_with(&name, long()).unwrap(),
+    );
+
+    // B waits, then gives up: it leaves the line.
+    let held = lock_a.lock().await.unwrap();
+    assert!(lock_b
+        .lock_timeout(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    let deadline = Instant::now() + SLACK;
+    while !redis.cli(&["ZSCORE", &waiting, b.line_id()]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "B is still in line after giving up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // C waits; B is put back in line by hand, ahead of C, as if its waiter
+    // had left just as the release came: the hand-over goes to B, which
+    // has nobody waiting (its channel still lingers) and passes it to C.
+    let task = tokio::spawn(async move { lock_c.lock().await.map(|g| (Instant::now(), g)) });
+    let deadline = Instant::now() + SLACK;
+    while redis.cli(&["ZSCORE", &waiting, c.line_id()]).is_empty() {
+        assert!(Instant::now() < deadline, "C never joined the line");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(redis.cli(&["ZADD", &waiting, "0", b.line_id()]), "1");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("C got the lock passed on by B, long before its 30 s re-check")
+        .unwrap()
+        .unwrap();
+    assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    g.release().await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", &waiting]), "0", "the line is empty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_redis_py_rechecks_soon_after_it_releases() {
+    let redis = test_support::redis::shared();
+    let url = redis.url();
+    // Re-checks far apart: only the short re-checks behind a holder that
+    // does not publish can find the lock free soon.
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let locks = connect(&url, slow).await;
+    let name = unique_name("py-soon");
+    let key = locks.lock_key(&name).unwrap();
+    let lock = locks.mutex(&name).unwrap();
+    let holder = redis_py(&url, &key, &["hold", "0.5"]);
+    let deadline = Instant::now() + SLACK;
+    while redis.cli(&["EXISTS", &key]) != "1" {
+        assert!(Instant::now() < deadline, "redis-py never took the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let g = lock
+        .lock_timeout(SLACK * 2)
+        .await
+        .unwrap()
+        .expect("redis-py's release was not noticed");
+    // Held about 0.5 s; the doubling re-checks are at most ~0.5 s apart by then.
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?} behind a 0.5 s redis-py hold",
+        started.elapsed()
+    );
+    assert_eq!(
+        tokio::task::spawn_blocking(move || output(holder))
+            .await
+            .unwrap(),
+        "acquired\nreleased"
+    );
+    g.release().await.unwrap();
 }

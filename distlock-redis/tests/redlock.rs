@@ -625,7 +625,9 @@ async fn inspect_showing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
     use distlock_core::{HoldRole, LeaseLeft, PrimitiveKind};
-    let mut m = RedisMasters::start(3);
+    // Masters are paused, never killed and restarted here: a restart on
+    // the same port races other tests for it.
+    let m = RedisMasters::start(3);
     let holder = RedlockProvider::connect(&format!("{}?owner=job-a", m.url()))
         .await
         .unwrap();
@@ -670,14 +672,14 @@ async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
     assert!(guard.is_held());
 
     // One master down: the two left are a quorum and still show the holder.
-    m.node_mut(2).kill();
+    m.node(2).pause();
     let seen = operator.inspect(&name, mutex).await.unwrap();
     assert_eq!(
         seen.holders[0].fencing_token,
         Some(guard.fencing_token()),
         "{seen:?}"
     );
-    m.node_mut(2).restart();
+    m.node(2).resume();
 
     // Force-release: the waiter gets in, the evicted holder's lost() fires
     // at its next renewal (TTL/3 = 3 s), and the fence is past its token.
@@ -728,10 +730,12 @@ async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
     assert_eq!(m.node(0).cli(&["DEL", &key]), "1");
 
     // Without a quorum: a retryable error, nothing guessed.
-    m.node_mut(1).kill();
-    m.node_mut(2).kill();
+    m.node(1).pause();
+    m.node(2).pause();
     let e = operator.inspect(&name, mutex).await.unwrap_err();
     assert!(e.is_retryable(), "{e:?}");
     let e = operator.force_release(&name, mutex).await.unwrap_err();
     assert!(e.is_retryable(), "{e:?}");
+    m.node(1).resume();
+    m.node(2).resume();
 }

@@ -2,33 +2,74 @@
 -- KEYS[1] lock key (prefix + name), KEYS[2] fencing counter ({lock key}:fence),
 -- KEYS[3] (optional) holder record ({lock key}:holder, hash: lock = the lock's value,
 --         fence, at = acquired at in server ms, owner = owner identity;
---         same TTL as the lock key)
+--         same TTL as the lock key),
+-- KEYS[4] (optional, with KEYS[5]) the waiting providers ({lock key}:waiting,
+--         zset provider id -> place in line), KEYS[5] the hand-over
+--         reservation ({lock key}:handoff, string: the provider id a release
+--         woke, with a short TTL)
 -- ARGV[1] attempt token (the lock's value), ARGV[2] TTL in milliseconds,
--- ARGV[3] owner identity
--- Returns {1, fencing token} when acquired,
---         {0, remaining PTTL of the holder} when held by someone else,
---         {2, 0} when the lock already holds ARGV[1]: this very attempt ran
+-- ARGV[3] owner identity, ARGV[4] this provider's id, ARGV[5] '0' do not
+-- queue (try_lock), '1' queue at the back when refused, '2' queue at the
+-- front when refused (a woken waiter that lost the lock to someone else),
+-- ARGV[6] '1' when other waiters of this provider still wait after this one
+-- Returns {1, fencing token, 0} when acquired,
+--         {0, remaining PTTL, publishes} when held by someone else (or
+--                reserved for another provider: the reservation's PTTL);
+--                publishes is 1 when the holder is a distlock holder, which
+--                publishes on release, 0 for a foreign one (redis-py), which
+--                does not,
+--         {2, 0, 0} when the lock already holds ARGV[1]: this very attempt ran
 --                before (a client resent it after a lost reply), so its
 --                fencing token is unknown; the caller releases and retries,
---         {-1, 0} when the lock key holds a value that is not a string,
---         {-2, 0} when the fencing counter is not an integer,
---         {-3, 0} when the fencing counter is exhausted (2^53: Lua numbers
+--         {-1, 0, 0} when the lock key holds a value that is not a string,
+--         {-2, 0, 0} when the fencing counter is not an integer,
+--         {-3, 0, 0} when the fencing counter is exhausted (2^53: Lua numbers
 --                 are doubles, exact only below it).
 -- The token is INCR of the counter, raised to the server's TIME in
 -- microseconds when the counter is below it (and stored): tokens keep
 -- increasing when the counter is lost (restart without persistence,
 -- eviction, failover to a replica that missed the last INCR), as long as the
 -- server's clock does not step back.
--- Nothing is left changed unless the lock is acquired (scripts run atomically,
--- so undoing the SET is invisible to everyone else).
+-- The line (KEYS[4], KEYS[5]): a waiting provider is in the zset once, however
+-- many of its tasks wait; a release pops the first and reserves the free lock
+-- for it for a moment, so its waiter gets in rather than whoever asks first,
+-- and providers take turns instead of one re-taking the lock. The
+-- reservation binds distlock clients only (redis-py ignores it); mutual
+-- exclusion never depends on it.
+-- Nothing is left changed unless the lock is acquired, except the line
+-- (scripts run atomically, so undoing the SET is invisible to everyone else).
+local line = KEYS[4] and KEYS[5]
+local function queue()
+  if not line or ARGV[5] == '0' then return end
+  if ARGV[5] == '2' then
+    local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+    local place = 0
+    if first[2] then place = tonumber(first[2]) - 1 end
+    redis.call('ZADD', KEYS[4], place, ARGV[4])
+  else
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[4], 'NX', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[4])
+  end
+  redis.call('PEXPIRE', KEYS[4], 60000)
+end
+if line then
+  local reserved = redis.call('GET', KEYS[5])
+  if reserved and reserved ~= ARGV[4] then
+    queue()
+    local left = redis.call('PTTL', KEYS[5])
+    local held = redis.call('PTTL', KEYS[1])
+    if held > left then left = held end
+    return {0, left, 1}
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'table' then
     redis.call('DEL', KEYS[1])
     if string.find(token['err'] or '', 'overflow', 1, true) then
-      return {-3, 0}
+      return {-3, 0, 0}
     end
-    return {-2, 0}
+    return {-2, 0, 0}
   end
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -38,7 +79,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   if token >= 9007199254740992 then
     redis.call('DEL', KEYS[1])
-    return {-3, 0}
+    return {-3, 0, 0}
   end
   if KEYS[3] then
     local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -47,12 +88,29 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
       'at', string.format('%.0f', at), 'owner', ARGV[3] or '')
     redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
-  return {1, token}
+  if line then
+    redis.call('DEL', KEYS[5])
+    if ARGV[6] == '1' then
+      local t = redis.call('TIME')
+      redis.call('ZADD', KEYS[4], 'NX', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[4])
+      redis.call('PEXPIRE', KEYS[4], 60000)
+    else
+      redis.call('ZREM', KEYS[4], ARGV[4])
+    end
+  end
+  return {1, token, 0}
 end
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then
-  return {-1, 0}
+  return {-1, 0, 0}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {2, 0}
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  return {2, 0, 0}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+queue()
+local publishes = 0
+if KEYS[3] and redis.call('TYPE', KEYS[3])['ok'] == 'hash'
+    and redis.call('HGET', KEYS[3], 'lock') == value then
+  publishes = 1
+end
+return {0, redis.call('PTTL', KEYS[1]), publishes}
