@@ -224,6 +224,16 @@ impl Cleanup for UndoAttempt {
     }
 }
 
+/// How one attempt ended.
+enum Step {
+    /// The acquire call is over.
+    Done(Result<Option<LockGuard>>),
+    /// Try again at once (after a pause the attempt took already).
+    Again,
+    /// Held by someone else: as [`Attempt::Held`].
+    Held(Option<Duration>, bool),
+}
+
 /// Where a refused attempt puts this provider in the lock's line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Queue {
@@ -296,6 +306,109 @@ impl RedisMutex {
         }
     }
 
+    /// One attempt of [`Lock::acquire`]: a connection, the script, and the
+    /// undo of an attempt whose outcome is unknown.
+    async fn step(
+        &self,
+        wait: Wait,
+        deadline: Option<Instant>,
+        queue: Queue,
+        counted: bool,
+        pause: &mut Duration,
+        waited: Instant,
+    ) -> Step {
+        let shared = &self.shared;
+        let timeout = shared.options.response_timeout;
+        let started = Instant::now();
+        let conn = match shared.conn() {
+            Ok(conn) => conn,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        let pinned = match conn.pin(timeout).await {
+            Ok(pinned) => pinned,
+            Err(e) if e.is_retryable() && wait != Wait::No => {
+                if Box::pin(pause_before_retry(deadline, pause)).await {
+                    return Step::Again;
+                }
+                return Step::Done(Err(e));
+            }
+            Err(e) => return Step::Done(Err(e)),
+        };
+        let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
+        let mut undo = match CleanupGuard::arm(
+            "undo acquire",
+            Arc::new(UndoAttempt {
+                lease: Arc::clone(&lease),
+                expires: started + self.lease.ttl() + timeout,
+            }),
+        ) {
+            Ok(undo) => undo,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        // Boxed: the attempt's state is large, and a waiter should not
+        // carry it while it sleeps between attempts. Bounded by the
+        // response timeout even while the client reconnects (which may
+        // take its connect timeout), so a deadline is passed by one
+        // response timeout at most.
+        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, counted));
+        match with_timeout("acquire", timeout, attempt)
+            .await
+            .and_then(|r| r)
+        {
+            Ok(Attempt::Acquired(token)) => {
+                undo.disarm();
+                tracing::debug!(
+                    name = %self.name,
+                    owner = %shared.owner,
+                    token,
+                    waited_us = waited.elapsed().as_micros(),
+                    "distlock redis lock acquired"
+                );
+                let parts = GuardParts {
+                    name: self.name.clone(),
+                    fencing_token: token,
+                    signal: LeaseSignal::new(),
+                    terms: LeaseTerms::Ttl(self.lease),
+                    acquired_at: started,
+                    lifecycle: Arc::clone(&shared.lifecycle),
+                };
+                // On error (closed meanwhile) the guard released itself.
+                Step::Done(LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some))
+            }
+            Ok(Attempt::Held(remaining, publishes)) => {
+                undo.disarm();
+                Step::Held(remaining, publishes)
+            }
+            Ok(Attempt::AlreadyOurs) => {
+                // Give the key back (on the attempt's connection) and
+                // try again with a fresh token.
+                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                Step::Again
+            }
+            // Taken but too few replicas have it: give it back before
+            // reporting (or retrying, while waiting).
+            Err(e @ Error::NotReplicated { .. }) => {
+                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                if wait != Wait::No && pause_before_retry(deadline, pause).await {
+                    return Step::Again;
+                }
+                Step::Done(Err(e))
+            }
+            // Unknown outcome while waiting: `undo` deletes the key if
+            // our SET landed; the wait rides the outage out.
+            Err(e) if e.is_retryable() && wait != Wait::No => {
+                drop(undo);
+                if pause_before_retry(deadline, pause).await {
+                    return Step::Again;
+                }
+                Step::Done(Err(e))
+            }
+            // `undo` stays armed: a refused script changed nothing, and
+            // compare-and-delete of a token nobody holds is harmless.
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
     fn conflict(&self, key: &str, expected: &'static str) -> Error {
         Error::Conflict {
             what: format!("redis key {key:?}"),
@@ -358,7 +471,6 @@ impl Lock for RedisMutex {
         let shared = &self.shared;
         shared.lifecycle.check_open()?;
         let deadline = wait.deadline();
-        let timeout = shared.options.response_timeout;
         let waited = Instant::now();
         let subscriber = &shared.subscriber;
         let channel = &self.keys.channel;
@@ -385,90 +497,24 @@ impl Lock for RedisMutex {
         let mut foreign_pause = FOREIGN_RECHECK;
         let mut foreign_left = None;
         loop {
-            let started = Instant::now();
-            let pinned = match shared.conn()?.pin(timeout).await {
-                Ok(pinned) => pinned,
-                Err(e) if e.is_retryable() && wait != Wait::No => {
-                    if pause_before_retry(deadline, &mut pause).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
-            let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
-            let mut undo = CleanupGuard::arm(
-                "undo acquire",
-                Arc::new(UndoAttempt {
-                    lease: Arc::clone(&lease),
-                    expires: started + self.lease.ttl() + timeout,
-                }),
-            )?;
-            // Boxed: the attempt's state is large, and a waiter should not
-            // carry it while it sleeps between attempts. Bounded by the
-            // response timeout even while the client reconnects (which may
-            // take its connect timeout), so a deadline is passed by one
-            // response timeout at most.
+            // The attempt is boxed: a waiter keeps only the small state of
+            // its wait between attempts (see `benches/README.md`, memory
+            // per waiting contender).
             let counted = subscription.is_some() || pending.is_some();
-            let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, counted));
-            let remaining = match with_timeout("acquire", timeout, attempt)
-                .await
-                .and_then(|r| r)
-            {
-                Ok(Attempt::Acquired(token)) => {
-                    undo.disarm();
-                    // The script left the line, or stayed for the others.
-                    line.armed = false;
-                    tracing::debug!(
-                        name = %self.name,
-                        owner = %shared.owner,
-                        token,
-                        waited_us = waited.elapsed().as_micros(),
-                        "distlock redis lock acquired"
-                    );
-                    let parts = GuardParts {
-                        name: self.name.clone(),
-                        fencing_token: token,
-                        signal: LeaseSignal::new(),
-                        terms: LeaseTerms::Ttl(self.lease),
-                        acquired_at: started,
-                        lifecycle: Arc::clone(&shared.lifecycle),
-                    };
-                    // On error (closed meanwhile) the guard released itself.
-                    return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
+            let step = self.step(wait, deadline, queue, counted, &mut pause, waited);
+            let remaining = match Box::pin(step).await {
+                Step::Done(result) => {
+                    if matches!(result, Ok(Some(_))) {
+                        // The script left the line, or stayed for the others.
+                        line.armed = false;
+                    }
+                    return result;
                 }
-                Ok(Attempt::Held(remaining, publishes)) => {
-                    undo.disarm();
+                Step::Again => continue,
+                Step::Held(remaining, publishes) => {
                     line.armed |= queue != Queue::No;
                     (remaining, publishes)
                 }
-                Ok(Attempt::AlreadyOurs) => {
-                    // Give the key back (on the attempt's connection) and
-                    // try again with a fresh token.
-                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                    continue;
-                }
-                // Taken but too few replicas have it: give it back before
-                // reporting (or retrying, while waiting).
-                Err(e @ Error::NotReplicated { .. }) => {
-                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                    if wait != Wait::No && pause_before_retry(deadline, &mut pause).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                // Unknown outcome while waiting: `undo` deletes the key if
-                // our SET landed; the wait rides the outage out.
-                Err(e) if e.is_retryable() && wait != Wait::No => {
-                    drop(undo);
-                    if pause_before_retry(deadline, &mut pause).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                // `undo` stays armed: a refused script changed nothing, and
-                // compare-and-delete of a token nobody holds is harmless.
-                Err(e) => return Err(e),
             };
             let (remaining, publishes) = remaining;
             pause = Duration::from_millis(20);
@@ -478,11 +524,11 @@ impl Lock for RedisMutex {
             }
             if subscription.is_none() {
                 if let Some(pending) = pending.take() {
-                    subscription = Some(pending.ready().await);
+                    subscription = Some(Box::pin(pending.ready()).await);
                 } else {
                     // Subscribe, then try again at once: a release between
                     // the attempt and the subscription is not missed.
-                    subscription = Some(subscriber.subscribe(channel.clone()).await);
+                    subscription = Some(Box::pin(subscriber.subscribe(channel.clone())).await);
                     continue;
                 }
             }
@@ -508,17 +554,30 @@ impl Lock for RedisMutex {
             }
             queue = Queue::Back;
             if let Some(sub) = &mut subscription {
-                tokio::select! {
-                    () = sub.changed() => {
-                        // Woken by the hand-over: if someone who did not
-                        // wait takes the lock first, back to the front.
-                        queue = Queue::Front;
-                    }
-                    () = sleep_until(wake) => {}
-                    () = shared.lifecycle.closed() => return Err(Error::Closed),
+                // Woken by the hand-over: if someone who did not wait takes
+                // the lock first, back to the front.
+                if Box::pin(woken(sub, wake, &shared.lifecycle)).await? {
+                    queue = Queue::Front;
                 }
             }
         }
+    }
+}
+
+/// Waits for a wake-up on `sub` (`true`) or until `wake` (`false`).
+///
+/// # Errors
+///
+/// [`Error::Closed`] when the provider is closed meanwhile.
+async fn woken(
+    sub: &mut crate::subscriber::Subscription,
+    wake: Instant,
+    lifecycle: &distlock_core::backend::Lifecycle,
+) -> Result<bool> {
+    tokio::select! {
+        () = sub.changed() => Ok(true),
+        () = sleep_until(wake) => Ok(false),
+        () = lifecycle.closed() => Err(Error::Closed),
     }
 }
 

@@ -33,6 +33,9 @@ pub(crate) struct ZkLease {
     /// The node's path is ours alone (a queue node): delete it without
     /// looking first. A shared path (the unfair lock) is checked first.
     own_path: bool,
+    /// The lease's status: a lease known lost (its node deleted) never
+    /// takes the one-request release.
+    signal: LeaseSignal,
 }
 
 impl ZkLease {
@@ -67,6 +70,63 @@ impl ZkLease {
     }
 }
 
+impl ZkLease {
+    /// The unfair lock's release in one request: a delete at version 0
+    /// (our node's data is never set after its create, so its version stays
+    /// 0), on our session (a session that ended cannot delete). When that
+    /// cannot tell, the checked delete looks first: a node at another
+    /// version is not the one we created; a lost answer may have deleted it.
+    ///
+    /// A lease known lost never takes this path. The one case left that the
+    /// version cannot tell apart: an operator's force-release deleted our
+    /// node and another client created the lock node again just before
+    /// this delete, before our node watch reported the deletion: the delete
+    /// then deletes theirs. That
+    /// client's guard sees its node deleted and fires `lost()` (its token
+    /// is below the next holder's), as after any force-release; the
+    /// operations docs warn of it. Without a force-release nobody but our
+    /// session deletes our ephemeral node.
+    async fn delete_at_version_zero(&self, session: &Session) -> Quick {
+        if matches!(self.signal.status(), distlock_core::LeaseStatus::Lost(_)) {
+            // Our node was deleted (the watch saw it): whatever is at the
+            // path now is someone else's.
+            return Quick::NotAtZero;
+        }
+        let timeout = self.shared.timeout;
+        match with_timeout(
+            "delete",
+            timeout,
+            session.client.delete(&self.node, Some(0)),
+        )
+        .await
+        {
+            Ok(Ok(())) => Quick::Done(Ok(true)),
+            Ok(Err(zookeeper_client::Error::NoNode)) => Quick::Done(Ok(false)),
+            Ok(Err(e)) if session_ended(&e) => Quick::Done(Ok(false)),
+            Ok(Err(zookeeper_client::Error::BadVersion)) => Quick::NotAtZero,
+            _ => Quick::Unknown,
+        }
+    }
+
+    fn owned(&self, deleted: bool) -> Result<()> {
+        if deleted {
+            Ok(())
+        } else {
+            Err(self.not_held())
+        }
+    }
+}
+
+/// What the one-request release found.
+enum Quick {
+    /// Deleted (`true`), or not there / not ours any more (`false`).
+    Done(Result<bool>),
+    /// A node at another version: not the one we created.
+    NotAtZero,
+    /// No answer: the delete may have happened.
+    Unknown,
+}
+
 #[async_trait]
 impl LeaseBackend for ZkLease {
     async fn renew(&self, _session_timeout: Duration) -> Result<()> {
@@ -95,11 +155,19 @@ impl LeaseBackend for ZkLease {
             // A queue node's path is ours alone: no check needed.
             delete_retrying(&session, &self.node, None, timeout).await
         } else {
+            let sent = match self.delete_at_version_zero(&session).await {
+                Quick::Done(done) => return done.and_then(|d| self.owned(d)),
+                Quick::NotAtZero => false,
+                Quick::Unknown => true,
+            };
             let (czxid, owner) = (self.czxid, session.id);
             let is_ours = move |_: &[u8], stat: &zookeeper_client::Stat| {
                 stat.czxid == czxid && stat.ephemeral_owner == owner
             };
-            delete_if_ours(&session, &self.node, is_ours, timeout, timeout).await
+            // Gone after a delete whose answer was lost: ours did it.
+            delete_if_ours(&session, &self.node, is_ours, timeout, timeout)
+                .await
+                .map(|deleted| deleted || sent)
         };
         match deleted {
             Ok(true) => Ok(()),
@@ -153,6 +221,7 @@ pub(crate) fn guard(
         node: acquired.node.clone(),
         czxid: acquired.czxid,
         own_path,
+        signal: signal.clone(),
     });
     let parts = GuardParts {
         name: name.clone(),

@@ -224,6 +224,13 @@ impl Provider for ZkProvider {
     /// when its node watch reports the deletion. `fence` is `None`: tokens
     /// are the nodes' `czxid`s, and every later node has a larger one.
     ///
+    /// The unfair mutex's node has one fixed path, so two races remain:
+    /// a node the next client created just before the delete is deleted
+    /// too, and an evicted holder releasing just as the next client
+    /// created the node deletes the new node (its release is one delete at
+    /// version 0). Either way that client's guard sees its node deleted
+    /// and fires `lost()`, and the holder after it gets a larger token.
+    ///
     /// # Errors
     ///
     /// As [`ZkProvider::inspect`](Provider::inspect); a server error (no

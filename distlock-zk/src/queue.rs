@@ -536,11 +536,11 @@ pub(crate) async fn join_queue(
     let prefix = format!("_c_{}-{}", uuid::Uuid::new_v4(), rules.node_name());
     'session: loop {
         shared.lifecycle.check_open()?;
-        let session = shared.sessions.get().await?;
+        let session = Box::pin(shared.sessions.get()).await?;
         let withdraw = Withdraw::new(&session, dir, &prefix, timeout);
         let mut undo = CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
         let (node, mut children, mut heard_at, czxid) =
-            match join(shared, &withdraw, &mut undo, data, true, deadline).await? {
+            match Box::pin(join(shared, &withdraw, &mut undo, data, true, deadline)).await? {
                 Joined::Node {
                     node,
                     czxid,
@@ -549,7 +549,7 @@ pub(crate) async fn join_queue(
                 } => (node, children, heard_at, czxid),
                 Joined::Again | Joined::SessionEnded => continue 'session,
                 Joined::DeadlinePassed => {
-                    clean_up_now(undo, timeout).await;
+                    Box::pin(clean_up_now(undo, timeout)).await;
                     return Ok(None);
                 }
             };
@@ -560,18 +560,20 @@ pub(crate) async fn join_queue(
                 None => {
                     let list_sent = Instant::now();
                     let listed = with_timeout("list", timeout, session.client.list_children(dir));
-                    match triage_timed("list", timeout, listed.await) {
+                    match triage_timed("list", timeout, Box::pin(listed).await) {
                         Ok(names) => {
                             heard_at = list_sent;
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            start_over(shared, &session, &mut undo).await;
+                            Box::pin(start_over(shared, &session, &mut undo)).await;
                             continue 'session;
                         }
-                        Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                        Err(Triage::Retry) if Box::pin(pause_before_retry(deadline)).await => {
+                            continue
+                        }
                         Err(Triage::Retry) => {
-                            clean_up_now(undo, timeout).await;
+                            Box::pin(clean_up_now(undo, timeout)).await;
                             return Ok(None);
                         }
                         Err(Triage::Fail(e)) => return Err(e),
@@ -581,7 +583,7 @@ pub(crate) async fn join_queue(
             let standing = match rules.standing(names, &own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
-                    clean_up_now(undo, timeout).await;
+                    Box::pin(clean_up_now(undo, timeout)).await;
                     return Err(wrapped(dir));
                 }
             };
@@ -606,30 +608,32 @@ pub(crate) async fn join_queue(
                 Standing::Behind(child) => format!("{dir}/{child}"),
             };
             if wait == Wait::No || passed(deadline) {
-                clean_up_now(undo, timeout).await;
+                Box::pin(clean_up_now(undo, timeout)).await;
                 return Ok(None);
             }
-            let watched = with_timeout(
+            // Boxed, as every step but the wait: a waiter keeps only the
+            // state of its wait.
+            let watched = Box::pin(with_timeout(
                 "watch",
                 timeout,
                 session.client.check_and_watch_stat(&predecessor),
-            )
+            ))
             .await;
             match triage_timed("watch", timeout, watched) {
                 Ok((None, _)) => {}
                 Ok((Some(_), watcher)) => {
-                    if !watch_fired(shared, watcher, deadline).await? {
-                        clean_up_now(undo, timeout).await;
+                    if !Box::pin(watch_fired(shared, watcher, deadline)).await? {
+                        Box::pin(clean_up_now(undo, timeout)).await;
                         return Ok(None);
                     }
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &session, &mut undo).await;
+                    Box::pin(start_over(shared, &session, &mut undo)).await;
                     continue 'session;
                 }
-                Err(Triage::Retry) if pause_before_retry(deadline).await => {}
+                Err(Triage::Retry) if Box::pin(pause_before_retry(deadline)).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(undo, timeout).await;
+                    Box::pin(clean_up_now(undo, timeout)).await;
                     return Ok(None);
                 }
                 Err(Triage::Fail(e)) => return Err(e),

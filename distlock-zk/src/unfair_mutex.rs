@@ -121,7 +121,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
     let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
     'session: loop {
         shared.lifecycle.check_open()?;
-        let session = shared.sessions.get().await?;
+        let session = Box::pin(shared.sessions.get()).await?;
         let cleanup = Arc::new(DeleteIfOurs {
             session: Arc::clone(&session),
             node: node.clone(),
@@ -135,11 +135,13 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
         loop {
             if !unknown {
                 let sent = Instant::now();
-                let created = with_timeout(
+                // Boxed, as every step but the wait: a waiter keeps only the
+                // state of its wait.
+                let created = Box::pin(with_timeout(
                     "create",
                     timeout,
                     session.client.create(&node, &owner, &create),
-                )
+                ))
                 .await;
                 match created {
                     Ok(Ok((stat, _))) => {
@@ -160,7 +162,8 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     Ok(Err(ZkError::NodeExists)) => {}
                     Ok(Err(ZkError::NoNode)) => {
                         undo.disarm();
-                        make_parents(&session, &node, shared.authenticated, timeout).await?;
+                        Box::pin(make_parents(&session, &node, shared.authenticated, timeout))
+                            .await?;
                         continue 'session;
                     }
                     Ok(Err(ZkError::NoChildrenForEphemerals)) => {
@@ -169,7 +172,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     }
                     Ok(Err(e)) => match triage("create", timeout, e) {
                         Triage::SessionEnded => {
-                            start_over(shared, &session, &mut undo).await;
+                            Box::pin(start_over(shared, &session, &mut undo)).await;
                             continue 'session;
                         }
                         Triage::Fail(e) => {
@@ -184,16 +187,17 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
             if unknown {
                 // Make sure the server we ask has seen our create, if it
                 // reached the leader at all.
-                let synced = with_timeout("sync", timeout, session.client.sync(dir)).await;
+                let synced =
+                    Box::pin(with_timeout("sync", timeout, session.client.sync(dir))).await;
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
-                            start_over(shared, &session, &mut undo).await;
+                            Box::pin(start_over(shared, &session, &mut undo)).await;
                             continue 'session;
                         }
-                        Triage::Retry if pause_before_retry(deadline).await => continue,
+                        Triage::Retry if Box::pin(pause_before_retry(deadline)).await => continue,
                         Triage::Retry => {
-                            clean_up_now(undo, timeout).await;
+                            Box::pin(clean_up_now(undo, timeout)).await;
                             return Ok(None);
                         }
                         // No directory: the create cannot have happened.
@@ -201,7 +205,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     }
                 }
             }
-            match inspect(&session, &node, &owner, timeout).await {
+            match Box::pin(inspect(&session, &node, &owner, timeout)).await {
                 Ok(Found::Ours(czxid, heard_at)) => {
                     undo.disarm();
                     return Ok(Some(Acquired {
@@ -220,23 +224,23 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     if wait == Wait::No || passed(deadline) {
                         return Ok(None);
                     }
-                    if !watch_fired(shared, watcher, deadline).await? {
+                    if !Box::pin(watch_fired(shared, watcher, deadline)).await? {
                         return Ok(None);
                     }
                     continue 'session;
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &session, &mut undo).await;
+                    Box::pin(start_over(shared, &session, &mut undo)).await;
                     continue 'session;
                 }
-                Err(Triage::Retry) if pause_before_retry(deadline).await => {}
+                Err(Triage::Retry) if Box::pin(pause_before_retry(deadline)).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(undo, timeout).await;
+                    Box::pin(clean_up_now(undo, timeout)).await;
                     return Ok(None);
                 }
                 Err(Triage::Fail(e)) => {
                     if unknown {
-                        clean_up_now(undo, timeout).await;
+                        Box::pin(clean_up_now(undo, timeout)).await;
                     }
                     return Err(e);
                 }

@@ -437,3 +437,36 @@ async fn force_release_of_a_distlock_leader_ends_its_term_and_elects_the_next() 
     );
     next.resign().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_lock_and_release_costs_the_fewest_requests() {
+    let client = provider().await;
+    let session = client.session_id().await.unwrap();
+    for (kind, most) in [
+        // create, the watch on our own node, delete (at version 0: no read;
+        // it was 5 with the read before the delete)
+        (PrimitiveKind::Mutex, 3),
+        // create and list (pipelined), the watch on our own node, delete
+        (PrimitiveKind::FairMutex, 4),
+    ] {
+        let name = unique_name("requests");
+        let lock = match kind {
+            PrimitiveKind::Mutex => client.mutex(&name),
+            _ => client.fair_mutex(&name),
+        }
+        .unwrap();
+        // The lock's directory exists from the first round on.
+        lock.lock().await.unwrap().release().await.unwrap();
+        // The fewest of a few tries: a session ping may fall in between.
+        let mut fewest = u64::MAX;
+        for _ in 0..5 {
+            let before = received(session);
+            lock.lock().await.unwrap().release().await.unwrap();
+            // The node watch's request leaves from a task of its own.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fewest = fewest.min(received(session) - before);
+        }
+        println!("{kind}: lock + release = {fewest} requests");
+        assert!(fewest <= most, "{kind}: {fewest} requests, at most {most}");
+    }
+}
