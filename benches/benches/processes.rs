@@ -14,7 +14,9 @@
 //!   `redis-mutex,redispy-1ms,mixed-redis,memory`;
 //! * `DISTLOCK_XBENCH_TASKS`: contending tasks per distlock process
 //!   (default 1);
-//! * `DISTLOCK_XBENCH_K`: waiting tasks in the memory figure (default 1000).
+//! * `DISTLOCK_XBENCH_K`: waiting tasks in the memory figure (default 1000);
+//! * `DISTLOCK_XBENCH_SLOWLOG=0`: no slow log (it counts the commands clients
+//!   sent, logging every command, which costs Redis CPU per command).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -141,6 +143,8 @@ struct Servers {
     rt: tokio::runtime::Runtime,
     curator: Option<(tempfile::TempDir, String)>,
     tasks: usize,
+    /// Every command in the slow log (to count what clients sent).
+    slowlog: bool,
 }
 
 impl Servers {
@@ -539,7 +543,11 @@ impl Cell {
                 };
                 format!(
                     "{} (all commands incl. inside scripts {:.2}: {})",
-                    list(&self.top),
+                    if self.top.is_empty() {
+                        "- (slow log off)".to_owned()
+                    } else {
+                        list(&self.top)
+                    },
                     self.per_acq(self.all_commands() as f64),
                     list(&self.redis_calls)
                 )
@@ -629,7 +637,8 @@ fn run(s: &mut Servers, spec: &Spec, procs: usize, secs: f64) -> Cell {
     for (mut c, err) in children {
         let status = c.wait().expect("wait for a contender");
         let err = err.join().unwrap_or_default();
-        if !status.success() || !err.trim().is_empty() {
+        // The JVM peers warn on close; show standard error on failure only.
+        if !status.success() {
             eprintln!("{} ({status}): {}", spec.label, err.trim());
         }
         if !status.success() {
@@ -637,7 +646,11 @@ fn run(s: &mut Servers, spec: &Spec, procs: usize, secs: f64) -> Cell {
         }
     }
     let (redis_after, cpu_after) = s.redis_stats();
-    let (top, _inner, logged) = slowlog_counts(s.redis.addr());
+    let (top, _inner, logged) = if s.slowlog {
+        slowlog_counts(s.redis.addr())
+    } else {
+        (BTreeMap::new(), BTreeMap::new(), 0)
+    };
     if logged >= SLOWLOG_LEN {
         eprintln!(
             "{}: the slow log overflowed; client command counts are low",
@@ -706,6 +719,11 @@ fn memory(s: &Servers, imp: &'static str, k: usize) -> Memory {
     } else {
         s.redis.url()
     };
+    // The slow log would count as server memory: off while measuring.
+    let _ = s
+        .redis
+        .cli(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]);
+    let _ = s.redis.cli(&["SLOWLOG", "RESET"]);
     let redis_before = s.redis_used_memory();
     let zk_before = s.zk_mntr();
     let mut child = Command::new(CONTENDER)
@@ -747,6 +765,10 @@ fn memory(s: &Servers, imp: &'static str, k: usize) -> Memory {
     };
     drop(child.stdin.take());
     let _ = child.wait();
+    let threshold = if s.slowlog { "0" } else { "-1" };
+    let _ = s
+        .redis
+        .cli(&["CONFIG", "SET", "slowlog-log-slower-than", threshold]);
     Memory {
         label: imp,
         k: u64::try_from(f.get(2).copied().unwrap_or(0)).unwrap_or(0),
@@ -788,9 +810,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let slowlog = std::env::var("DISTLOCK_XBENCH_SLOWLOG").map_or(true, |v| v != "0");
     let redis = RedisServer::start_with(&[
         "--slowlog-log-slower-than",
-        "0",
+        if slowlog { "0" } else { "-1" },
         "--slowlog-max-len",
         &SLOWLOG_LEN.to_string(),
     ]);
@@ -807,6 +830,7 @@ fn main() {
         rt,
         curator: None,
         tasks,
+        slowlog,
     };
     eprintln!(
         "processes: {secs} s per cell, {procs:?} processes, {tasks} task(s) per distlock process"
@@ -851,8 +875,15 @@ fn main() {
     let _ = std::fs::create_dir_all(dir);
     std::fs::write(format!("{dir}/processes.md"), &report).expect("write md");
     std::fs::write(format!("{dir}/processes.csv"), csv(&cells)).expect("write csv");
+    std::fs::write(
+        format!("{dir}/processes-per-process.csv"),
+        per_process_csv(&cells),
+    )
+    .expect("write per-process csv");
     std::fs::write(format!("{dir}/processes.svg"), svg(&cells)).expect("write svg");
-    eprintln!("wrote {dir}/processes.md, processes.csv and processes.svg");
+    eprintln!(
+        "wrote {dir}/processes.md, processes.csv, processes-per-process.csv and processes.svg"
+    );
     drop(s.rt);
 }
 
@@ -890,6 +921,28 @@ fn csv(cells: &[Cell]) -> String {
             c.overlaps(),
             c.errors
         );
+    }
+    out
+}
+
+/// Wait percentiles of every process of every cell.
+fn per_process_csv(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "implementation,processes,process,side,acquisitions,wait_p50_ms,wait_p99_ms,wait_max_ms\n",
+    );
+    for c in cells {
+        for (p, (n, p50, p99, max)) in c.per_proc().into_iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{},{},{p},{},{n},{},{},{}",
+                c.label,
+                c.procs,
+                c.sides[c.side_of(p)].label(),
+                ms(p50),
+                ms(p99),
+                ms(max)
+            );
+        }
     }
     out
 }

@@ -4,6 +4,9 @@
 //
 // usage: CuratorContender HOSTS PATH ID BARRIER
 //
+// Before it says ready, it takes and releases a private lock for 1.5 s
+// (JIT warm-up).
+//
 // Prints the same lines as the `contender` binary: "ready,ID", then after the
 // barrier one "acq,ID,0,ACQUIRE_NS,RELEASE_NS,WAIT_NS" per acquisition
 // (System.nanoTime, CLOCK_MONOTONIC on Linux), then "done,ID,COUNT,ERRORS".
@@ -24,6 +27,14 @@ public class CuratorContender {
             client.start();
             if (!client.blockUntilConnected(30, TimeUnit.SECONDS)) {
                 throw new IllegalStateException("not connected");
+            }
+            // Warm the JIT up on a private lock first (1.5 s), so the run
+            // measures Curator, not the JVM's interpreter.
+            InterProcessMutex warm = new InterProcessMutex(client, path + "-warmup-" + id);
+            long warmEnd = System.nanoTime() + 1_500_000_000L;
+            while (System.nanoTime() < warmEnd) {
+                warm.acquire();
+                warm.release();
             }
             InterProcessMutex mutex = new InterProcessMutex(client, path);
             System.out.println("ready," + id);
