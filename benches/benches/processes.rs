@@ -11,7 +11,8 @@
 //! * `DISTLOCK_XBENCH_SECS`: seconds per cell (default 3);
 //! * `DISTLOCK_XBENCH_PROCS`: process counts (default `4,16`);
 //! * `DISTLOCK_XBENCH_ONLY`: implementations to run (default all), e.g.
-//!   `redis-mutex,redispy-1ms,mixed-redis,memory`;
+//!   `redis-mutex,redispy-1ms,mixed-redis,memory,zk-ops`; a partial run
+//!   writes its files to `$TMPDIR/distlock-xbench/`, not `results/`;
 //! * `DISTLOCK_XBENCH_TASKS`: contending tasks per distlock process
 //!   (default 1);
 //! * `DISTLOCK_XBENCH_K`: waiting tasks in the memory figure (default 1000);
@@ -145,6 +146,8 @@ struct Servers {
     tasks: usize,
     /// Every command in the slow log (to count what clients sent).
     slowlog: bool,
+    /// A connect string that replaces ZooKeeper's (the counting relay).
+    zk_via: Option<String>,
 }
 
 impl Servers {
@@ -168,7 +171,10 @@ impl Servers {
 
     fn command(&mut self, imp: Imp, name: &str, id: usize, barrier: &Path) -> Command {
         let redis = self.redis.url();
-        let zk = self.zk.connect_string();
+        let zk = self
+            .zk_via
+            .clone()
+            .unwrap_or_else(|| self.zk.connect_string());
         let barrier = barrier.display().to_string();
         let id = id.to_string();
         let tasks = self.tasks.to_string();
@@ -356,6 +362,113 @@ fn slowlog_counts(
 }
 
 const SLOWLOG_LEN: usize = 1_000_000;
+
+/// A loopback TCP relay in front of ZooKeeper that counts requests by
+/// opcode and watch notifications (the jute framing: a 4-byte length, then,
+/// after the connect request, `xid` and `type`; a reply with xid -1 is a
+/// watch event).
+struct ZkOps {
+    addr: std::net::SocketAddr,
+    counts: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
+}
+
+fn zk_op_name(op: i32) -> String {
+    match op {
+        1 => "create".into(),
+        2 => "delete".into(),
+        3 => "exists".into(),
+        4 => "getData".into(),
+        5 => "setData".into(),
+        8 => "getChildren".into(),
+        9 => "sync".into(),
+        11 => "ping".into(),
+        12 => "getChildren2".into(),
+        14 => "multi".into(),
+        15 => "create2".into(),
+        17 => "checkWatches".into(),
+        18 => "removeWatches".into(),
+        19 => "createContainer".into(),
+        21 => "createTTL".into(),
+        22 => "multiRead".into(),
+        101 => "setWatches".into(),
+        105 => "setWatches2".into(),
+        106 => "addWatch".into(),
+        -11 => "closeSession".into(),
+        other => format!("op{other}"),
+    }
+}
+
+/// Reads one length-prefixed frame; `None` at the end of the stream.
+fn read_frame(r: &mut impl std::io::Read) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).ok()?;
+    let n = usize::try_from(i32::from_be_bytes(len)).ok()?;
+    let mut buf = vec![0u8; n + 4];
+    buf[..4].copy_from_slice(&len);
+    r.read_exact(&mut buf[4..]).ok()?;
+    Some(buf)
+}
+
+impl ZkOps {
+    fn start(upstream: std::net::SocketAddr) -> Self {
+        use std::sync::{Arc, Mutex};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        let addr = listener.local_addr().expect("the relay's address");
+        let counts: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+        let c = Arc::clone(&counts);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(upstream) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                for (from, to, requests) in [
+                    (client.try_clone(), server.try_clone(), true),
+                    (server.try_clone(), client.try_clone(), false),
+                ] {
+                    let (Ok(mut from), Ok(mut to)) = (from, to) else {
+                        continue;
+                    };
+                    let c = Arc::clone(&c);
+                    std::thread::spawn(move || {
+                        let mut first = true;
+                        while let Some(frame) = read_frame(&mut from) {
+                            if !first && frame.len() >= 12 {
+                                let xid =
+                                    i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                                let key = if requests {
+                                    let op = i32::from_be_bytes([
+                                        frame[8], frame[9], frame[10], frame[11],
+                                    ]);
+                                    Some(zk_op_name(op))
+                                } else if xid == -1 {
+                                    Some("watch event".to_owned())
+                                } else {
+                                    None
+                                };
+                                if let Some(key) = key {
+                                    *c.lock().expect("poisoned").entry(key).or_insert(0) += 1;
+                                }
+                            }
+                            first = false;
+                            if to.write_all(&frame).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        ZkOps { addr, counts }
+    }
+
+    fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.counts.lock().expect("poisoned"))
+    }
+}
 
 /// One acquisition, as a contender printed it.
 #[derive(Clone, Copy, Debug)]
@@ -571,6 +684,12 @@ impl Cell {
 /// Runs one cell: starts the processes, waits until each is ready, opens
 /// the barrier, collects their lines.
 fn run(s: &mut Servers, spec: &Spec, procs: usize, secs: f64) -> Cell {
+    run_with(s, spec, procs, secs, &|| {})
+}
+
+/// As [`run`], calling `at_start` once every process is ready, just before
+/// the barrier opens.
+fn run_with(s: &mut Servers, spec: &Spec, procs: usize, secs: f64, at_start: &dyn Fn()) -> Cell {
     let name = unique_name(&format!("x-{}-{procs}", spec.label));
     let dir = tempfile::tempdir().expect("a temporary directory");
     let barrier = dir.path().join("barrier");
@@ -624,6 +743,7 @@ fn run(s: &mut Servers, spec: &Spec, procs: usize, secs: f64) -> Cell {
         }
     }
     let _ = s.redis.cli(&["SLOWLOG", "RESET"]);
+    at_start();
     let (redis_before, cpu_before) = s.redis_stats();
     let zk_before = s.zk_mntr();
     let start = monotonic_ns() + 100_000_000;
@@ -831,6 +951,7 @@ fn main() {
         curator: None,
         tasks,
         slowlog,
+        zk_via: None,
     };
     eprintln!(
         "processes: {secs} s per cell, {procs:?} processes, {tasks} task(s) per distlock process"
@@ -869,10 +990,38 @@ fn main() {
             mem.push(m);
         }
     }
-    let report = report(&cells, &mem, secs, tasks);
+    // ZooKeeper requests by type: short extra cells through a counting
+    // relay (which adds a hop, so their throughput is not reported).
+    let mut ops = Vec::new();
+    if wanted("zk-ops") {
+        let relay = ZkOps::start(s.zk.addr(0));
+        s.zk_via = Some(relay.addr.to_string());
+        for spec in specs() {
+            if !["zk-fair", "zk-unfair", "curator", "kazoo", "mixed-zk"].contains(&spec.label) {
+                continue;
+            }
+            let n = procs.first().copied().unwrap_or(4);
+            let cell = run_with(&mut s, &spec, n, secs.min(2.0), &|| {
+                let _ = relay.take();
+            });
+            let counts = relay.take();
+            eprintln!("zk-ops {:<10} {n} procs: {counts:?}", spec.label);
+            ops.push((spec.label, n, cell.acqs.len(), counts));
+        }
+        s.zk_via = None;
+    }
+    let report = report(&cells, &mem, &ops, secs, tasks);
     println!("{report}");
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/results");
-    let _ = std::fs::create_dir_all(dir);
+    // A partial run (DISTLOCK_XBENCH_ONLY) leaves the results of record alone.
+    let dir = if only.is_some() {
+        std::env::temp_dir()
+            .join("distlock-xbench")
+            .display()
+            .to_string()
+    } else {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/results").to_owned()
+    };
+    let _ = std::fs::create_dir_all(&dir);
     std::fs::write(format!("{dir}/processes.md"), &report).expect("write md");
     std::fs::write(format!("{dir}/processes.csv"), csv(&cells)).expect("write csv");
     std::fs::write(
@@ -947,7 +1096,11 @@ fn per_process_csv(cells: &[Cell]) -> String {
     out
 }
 
-fn report(cells: &[Cell], mem: &[Memory], secs: f64, tasks: usize) -> String {
+/// ZooKeeper requests by type per acquisition: (cell, processes,
+/// acquisitions, counts).
+type ZkOpCounts = (&'static str, usize, usize, BTreeMap<String, u64>);
+
+fn report(cells: &[Cell], mem: &[Memory], ops: &[ZkOpCounts], secs: f64, tasks: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -1008,6 +1161,19 @@ fn report(cells: &[Cell], mem: &[Memory], secs: f64, tasks: usize) -> String {
                 c.side_switches(),
                 (c.side_switches() * c.acqs.len().saturating_sub(1) as f64).round()
             );
+        }
+    }
+    if !ops.is_empty() {
+        out.push_str("\n## ZooKeeper requests per acquisition, by type\n\nSeparate short cells through a relay that decodes the clients' requests (opcode) and the server's watch events, counted from the barrier to the end of the cell (the last in-flight operations and the sessions' close included), divided by the acquisitions in the window.\n\n| implementation | processes | acquisitions | per acquisition |\n|---|---:|---:|---|\n");
+        for (label, n, acqs, counts) in ops {
+            let mut by: Vec<(&String, &u64)> = counts.iter().collect();
+            by.sort_by(|a, b| b.1.cmp(a.1));
+            let list = by
+                .iter()
+                .map(|(k, v)| format!("{k} {:.2}", **v as f64 / (*acqs).max(1) as f64))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(out, "| {label} | {n} | {acqs} | {list} |");
         }
     }
     if !mem.is_empty() {
