@@ -1,2 +1,22 @@
 //! Criterion benches of distlock (`cargo bench -p distlock-benches`). The
-//! library part is empty; the benches live in `benches/`.
+//! benches live in `benches/`; the library part holds what the `contender`
+//! binary and the cross-process bench share.
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the
+/// machine, the one `time.monotonic_ns()` (Python) and `System.nanoTime()`
+/// (Java) read on Linux.
+///
+/// # Panics
+///
+/// When `clock_gettime` fails (it cannot for this clock on Linux).
+#[must_use]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}

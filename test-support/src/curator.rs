@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-const JARS: &[&str] = &[
+/// The jars of Curator 5.4 and its dependencies (Debian's paths): the class
+/// path peers outside `test-support/java/` compile and run against.
+pub const JARS: &[&str] = &[
     "/usr/share/java/curator-framework.jar",
     "/usr/share/java/curator-client.jar",
     "/usr/share/java/curator-recipes.jar",
