@@ -253,6 +253,7 @@ impl RedisMutex {
         token: &str,
         queue: Queue,
         counted: bool,
+        in_line: bool,
     ) -> Result<Attempt> {
         let subscriber = &self.shared.subscriber;
         let (waiting, handoff) = self
@@ -282,7 +283,8 @@ impl RedisMutex {
                         Queue::Back => "1",
                         Queue::Front => "2",
                     })
-                    .arg(if others { "1" } else { "0" }),
+                    .arg(if others { "1" } else { "0" })
+                    .arg(if in_line { "1" } else { "0" }),
                 self.shared.options.wait,
             )
             .await?;
@@ -313,7 +315,7 @@ impl RedisMutex {
         wait: Wait,
         deadline: Option<Instant>,
         queue: Queue,
-        counted: bool,
+        (counted, in_line): (bool, bool),
         pause: &mut Duration,
         waited: Instant,
     ) -> Step {
@@ -350,7 +352,7 @@ impl RedisMutex {
         // response timeout even while the client reconnects (which may
         // take its connect timeout), so a deadline is passed by one
         // response timeout at most.
-        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, counted));
+        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, counted, in_line));
         match with_timeout("acquire", timeout, attempt)
             .await
             .and_then(|r| r)
@@ -501,7 +503,14 @@ impl Lock for RedisMutex {
             // its wait between attempts (see `benches/README.md`, memory
             // per waiting contender).
             let counted = subscription.is_some() || pending.is_some();
-            let step = self.step(wait, deadline, queue, counted, &mut pause, waited);
+            let step = self.step(
+                wait,
+                deadline,
+                queue,
+                (counted, line.armed),
+                &mut pause,
+                waited,
+            );
             let remaining = match Box::pin(step).await {
                 Step::Done(result) => {
                     if matches!(result, Ok(Some(_))) {

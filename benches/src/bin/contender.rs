@@ -241,7 +241,23 @@ async fn contend(args: &[String]) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Heap bytes in use (glibc's `mallinfo2().uordblks`): what the process's
+/// allocations hold now, whatever the pages around them.
+fn heap_bytes() -> u64 {
+    // SAFETY: mallinfo2 has no preconditions.
+    let info = unsafe { libc::mallinfo2() };
+    u64::try_from(info.uordblks).unwrap_or(0)
+}
+
+/// Resident memory, after giving freed heap back to the system
+/// (`malloc_trim`): what is in use, not the allocator's high-water mark
+/// (K waiters' first attempts are in flight at once, and glibc keeps what
+/// they freed).
 fn rss_bytes() -> u64 {
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = statm
         .split_whitespace()
@@ -286,7 +302,7 @@ async fn memory(args: &[String]) -> Result<(), String> {
         tokio::spawn(async move { lock.lock().await })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = rss_bytes();
+    let (before, heap_before) = (rss_bytes(), heap_bytes());
     let waiters: Vec<_> = (0..k)
         .map(|_| {
             let lock = Arc::clone(&lock);
@@ -294,8 +310,8 @@ async fn memory(args: &[String]) -> Result<(), String> {
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = rss_bytes();
-    println!("rss,{before},{after},{k}");
+    let (after, heap_after) = (rss_bytes(), heap_bytes());
+    println!("rss,{before},{after},{k},{heap_before},{heap_after}");
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     // The runner reads the servers' memory now; it closes our stdin when done.
     tokio::task::spawn_blocking(|| {

@@ -11,7 +11,9 @@
 -- ARGV[3] owner identity, ARGV[4] this provider's id, ARGV[5] '0' do not
 -- queue (try_lock), '1' queue at the back when refused, '2' queue at the
 -- front when refused (a woken waiter that lost the lock to someone else),
--- ARGV[6] '1' when other waiters of this provider still wait after this one
+-- ARGV[6] '1' when other waiters of this provider still wait after this one,
+-- ARGV[7] '1' when an earlier attempt of this call queued (this provider may
+-- be in line)
 -- Returns {1, fencing token, 0} when acquired,
 --         {0, remaining PTTL, publishes} when held by someone else (or
 --                reserved for another provider: the reservation's PTTL);
@@ -39,6 +41,7 @@
 -- Nothing is left changed unless the lock is acquired, except the line
 -- (scripts run atomically, so undoing the SET is invisible to everyone else).
 local line = KEYS[4] and KEYS[5]
+local reserved = false
 local function queue()
   if not line or ARGV[5] == '0' then return end
   if ARGV[5] == '2' then
@@ -53,7 +56,7 @@ local function queue()
   redis.call('PEXPIRE', KEYS[4], 60000)
 end
 if line then
-  local reserved = redis.call('GET', KEYS[5])
+  reserved = redis.call('GET', KEYS[5])
   if reserved and reserved ~= ARGV[4] then
     queue()
     local left = redis.call('PTTL', KEYS[5])
@@ -83,18 +86,19 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   if KEYS[3] then
     local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    redis.call('DEL', KEYS[3])
+    -- Every field is set: no DEL needed to drop an older record's.
     redis.call('HSET', KEYS[3], 'lock', ARGV[1], 'fence', string.format('%.0f', token),
       'at', string.format('%.0f', at), 'owner', ARGV[3] or '')
     redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
   if line then
-    redis.call('DEL', KEYS[5])
+    if reserved then
+      redis.call('DEL', KEYS[5])
+    end
     if ARGV[6] == '1' then
-      local t = redis.call('TIME')
-      redis.call('ZADD', KEYS[4], 'NX', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[4])
+      redis.call('ZADD', KEYS[4], 'NX', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), ARGV[4])
       redis.call('PEXPIRE', KEYS[4], 60000)
-    else
+    elseif ARGV[7] == '1' then
       redis.call('ZREM', KEYS[4], ARGV[4])
     end
   end
