@@ -1,26 +1,31 @@
 -- A provider leaves the line of a plain mutex (its last waiter gave up, or
 -- a release woke it when none of its waiters waited any more): it is taken
--- off the line and, if the lock is reserved for it, the reservation goes to
--- the next provider in line (or, nobody in line, the lock is announced
--- free).
+-- off the line and, if the lock is free and not reserved for another, the
+-- next provider in line gets the lock reserved and is woken (or, nobody in
+-- line, the lock is announced free): the wake-up this provider did not use
+-- goes on.
 -- KEYS[1] lock key, KEYS[2] the waiting providers, KEYS[3] the reservation
 -- ARGV[1] this provider's id, ARGV[2] release channel, ARGV[3] reservation
 -- TTL in ms
--- Returns 1 when it passed a reservation on, 0 otherwise.
+-- Returns 1 when it passed the lock on, 0 otherwise.
 redis.pcall('ZREM', KEYS[2], ARGV[1])
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+local reserved = redis.call('GET', KEYS[3])
+if reserved and reserved ~= ARGV[1] then
+  -- Reserved for another, who was woken.
   return 0
 end
-redis.call('DEL', KEYS[3])
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  -- Taken meanwhile (by a client that ignores reservations): its release
-  -- wakes the next.
-  return 1
+if reserved then
+  redis.call('DEL', KEYS[3])
 end
-local nxt = redis.pcall('ZPOPMIN', KEYS[2])
-if type(nxt) == 'table' and nxt[1] then
-  redis.call('SET', KEYS[3], nxt[1], 'PX', ARGV[3])
-  redis.call('PUBLISH', ARGV[2], 'to:' .. nxt[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- Held: its release wakes the next.
+  return 0
+end
+local first = redis.pcall('ZRANGE', KEYS[2], 0, 0)
+if type(first) == 'table' and first[1] then
+  redis.call('ZREM', KEYS[2], first[1])
+  redis.call('SET', KEYS[3], first[1], 'PX', ARGV[3])
+  redis.call('PUBLISH', ARGV[2], 'to:' .. first[1])
 else
   redis.call('PUBLISH', ARGV[2], 'released')
 end
