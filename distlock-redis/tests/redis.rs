@@ -734,3 +734,39 @@ async fn a_waiting_acquisition_is_small() {
     println!("Redis mutex acquire future: {size} bytes");
     assert!(size <= 1024, "{size} bytes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_for_a_provider_that_died_costs_waiters_its_ttl_and_try_lock_nothing() {
+    let redis = test_support::redis::shared();
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let locks = connect(&redis.url(), slow).await;
+    let name = unique_name("dead-reservation");
+    let key = locks.lock_key(&name).unwrap();
+    let handoff = format!("{{{key}}}:handoff");
+    let lock = locks.mutex(&name).unwrap();
+    // A release reserved the free lock for a provider that died before it
+    // could come (a `distlock exec -w` that timed out and exited, say).
+    assert_eq!(redis.cli(&["SET", &handoff, "pdead", "PX", "5000"]), "OK");
+    // try_lock: the lock is free, so it is taken.
+    let g = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("a reserved free lock is free");
+    g.release().await.unwrap();
+    // A waiting lock(): refused while reserved, it looks again when the
+    // reservation expires, not at its 30 s re-check.
+    assert_eq!(redis.cli(&["SET", &handoff, "pdead", "PX", "400"]), "OK");
+    let started = Instant::now();
+    let g = lock
+        .lock_timeout(SLACK)
+        .await
+        .unwrap()
+        .expect("in after the reservation expired");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
+}

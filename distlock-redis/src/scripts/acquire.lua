@@ -55,7 +55,10 @@ local function queue()
   end
   redis.call('PEXPIRE', KEYS[4], 60000)
 end
-if line then
+-- try_lock (ARGV[5] '0') takes a free lock even when it is reserved: the
+-- reservation is an order among waiters, not a hold, and its provider may
+-- have died (it expires, but a free lock must not look busy meanwhile).
+if line and ARGV[5] ~= '0' then
   reserved = redis.call('GET', KEYS[5])
   if reserved and reserved ~= ARGV[4] then
     queue()
