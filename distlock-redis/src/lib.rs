@@ -48,10 +48,13 @@
 //!   provider any of its waiters may be the one woken. A provider whose last
 //!   waiter leaves (timeout, cancellation) takes itself off the line and
 //!   passes a reservation made for it on (`mutex_pass`); a provider that
-//!   died costs the waiters behind it one re-check interval. The channel
-//!   stays subscribed 2 s after its last waiter left, so a lock contended
-//!   again and again costs no `SUBSCRIBE` per wait. The reservation binds
-//!   distlock clients only; mutual exclusion never depends on it.
+//!   died costs the waiters behind it the reservation (50 ms: a waiter
+//!   refused by a reservation looks again when it expires) or, if nobody
+//!   was refused, one re-check interval. `try_lock` ignores reservations: a
+//!   free lock is free. The channel stays subscribed 2 s after its last
+//!   waiter left, so a lock contended again and again costs no `SUBSCRIBE`
+//!   per wait. The reservation binds distlock clients only; mutual
+//!   exclusion never depends on it.
 //! * **Next to clients that do not publish** (redis-py): a refused attempt
 //!   tells whether the holder is a distlock holder (its holder record
 //!   matches the lock's value). While it is not, the waiter re-checks after
