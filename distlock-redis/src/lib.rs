@@ -54,12 +54,26 @@
 //!   free lock is free. The channel stays subscribed 2 s after its last
 //!   waiter left, so a lock contended again and again costs no `SUBSCRIBE`
 //!   per wait. The reservation binds distlock clients only; mutual
-//!   exclusion never depends on it.
+//!   exclusion never depends on it. A reservation is for a free lock: once
+//!   someone else holds the lock (a `try_lock`, redis-py), the next attempt
+//!   of any waiter drops it, and the reserved provider, back at the front of
+//!   the line, gets the next release's hand-over.
 //! * **Next to clients that do not publish** (redis-py): a refused attempt
 //!   tells whether the holder is a distlock holder (its holder record
-//!   matches the lock's value). While it is not, the waiter re-checks after
-//!   1 ms, doubling up to the re-check interval, and back to 1 ms whenever
-//!   the holder has more time left than at the last look (a new hold).
+//!   matches the lock's value). While it is not, the waiter has the server
+//!   tell it when the key changes: the provider keeps one extra connection
+//!   (RESP3, opened at the first such wait) with client tracking on
+//!   (`CLIENT TRACKING ON`, Redis 6+), reads the key there (`EXISTS`), and
+//!   the server pushes an `invalidate` message at the key's next change —
+//!   deleted, set, expired, its TTL changed. The waiter tries again within
+//!   a round trip of the release rather than at its next poll. Waiters of
+//!   one key in a provider share one read. Where tracking is not available
+//!   (a server that refuses `CLIENT`, or before 6; Redis Cluster;
+//!   Sentinel), the waiter re-checks after 1 ms, doubling up to the
+//!   re-check interval, and back to 1 ms whenever the holder has more time
+//!   left than at the last look (a new hold). A dropped tracking
+//!   connection wakes its waiters to re-check, and the next wait opens it
+//!   again.
 //!
 //! # Keys
 //!
@@ -311,9 +325,10 @@
 //! A distlock mutex and a redis-py `Lock` on the same key (`Lock(r,
 //! "PREFIX NAME")`) exclude each other both ways: both take the key with
 //! `SET NX PX` and release or extend only with their own token. redis-py does
-//! not publish on release, so a distlock waiter notices a redis-py release at
-//! its next re-check, within one re-check interval. redis-py's lock carries
-//! no fencing token.
+//! not publish on release; a distlock waiter learns of a redis-py release
+//! from the server's client tracking (above), within a round trip, or where
+//! tracking is not available at its next short re-check. redis-py's lock
+//! carries no fencing token.
 //!
 //! # Fencing tokens
 //!
@@ -410,6 +425,7 @@ mod scripts;
 mod semaphore;
 mod sentinel;
 mod subscriber;
+mod tracker;
 
 use std::sync::Arc;
 

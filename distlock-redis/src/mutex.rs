@@ -542,18 +542,25 @@ impl Lock for RedisMutex {
                 }
             }
             let mut wake = now + shared.options.recheck_interval;
+            let mut key_watch = None;
             if publishes {
                 foreign_pause = FOREIGN_RECHECK;
                 foreign_left = None;
             } else {
-                // The holder will not announce its release (redis-py):
-                // short re-checks, growing while the same hold runs down.
-                if remaining > foreign_left {
-                    foreign_pause = FOREIGN_RECHECK;
+                // The holder will not announce its release (redis-py): the
+                // server tells when the key changes (client tracking, see
+                // `tracker.rs`), or else short re-checks, growing while the
+                // same hold runs down.
+                let until = deadline.map_or(wake, |d| d.min(wake));
+                key_watch = Box::pin(shared.tracker.watch(&self.keys.lock, until)).await;
+                if key_watch.is_none() {
+                    if remaining > foreign_left {
+                        foreign_pause = FOREIGN_RECHECK;
+                    }
+                    foreign_left = remaining;
+                    wake = wake.min(now + foreign_pause);
+                    foreign_pause = (foreign_pause * 2).min(shared.options.recheck_interval);
                 }
-                foreign_left = remaining;
-                wake = wake.min(now + foreign_pause);
-                foreign_pause = (foreign_pause * 2).min(shared.options.recheck_interval);
             }
             if let Some(left) = remaining {
                 wake = wake.min(now + left + Duration::from_millis(1));
@@ -565,7 +572,7 @@ impl Lock for RedisMutex {
             if let Some(sub) = &mut subscription {
                 // Woken by the hand-over: if someone who did not wait takes
                 // the lock first, back to the front.
-                if Box::pin(woken(sub, wake, &shared.lifecycle)).await? {
+                if Box::pin(woken(sub, key_watch.as_mut(), wake, &shared.lifecycle)).await? {
                     queue = Queue::Front;
                 }
             }
@@ -573,18 +580,27 @@ impl Lock for RedisMutex {
     }
 }
 
-/// Waits for a wake-up on `sub` (`true`) or until `wake` (`false`).
+/// Waits for a wake-up on `sub` (`true`), or for a change of the foreign
+/// holder's key or until `wake` (`false`).
 ///
 /// # Errors
 ///
 /// [`Error::Closed`] when the provider is closed meanwhile.
 async fn woken(
     sub: &mut crate::subscriber::Subscription,
+    key: Option<&mut crate::tracker::KeyWatch>,
     wake: Instant,
     lifecycle: &distlock_core::backend::Lifecycle,
 ) -> Result<bool> {
+    let key_changed = async {
+        match key {
+            Some(key) => key.changed().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = sub.changed() => Ok(true),
+        () = key_changed => Ok(false),
         () = sleep_until(wake) => Ok(false),
         () = lifecycle.closed() => Err(Error::Closed),
     }

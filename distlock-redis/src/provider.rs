@@ -21,6 +21,7 @@ use crate::ids::RedisIds;
 use crate::mutex::{Keys, RedisMutex};
 use crate::options::RedisOptions;
 use crate::subscriber::{Source, Subscriber};
+use crate::tracker::Tracker;
 
 /// What every primitive of one provider shares.
 #[derive(Debug)]
@@ -28,6 +29,8 @@ pub(crate) struct Shared {
     /// `None` once closed.
     conn: RwLock<Option<Conn>>,
     pub(crate) subscriber: Subscriber,
+    /// Wake-ups on changes of keys held by clients that do not publish.
+    pub(crate) tracker: Tracker,
     pub(crate) options: RedisOptions,
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The owner identity stored with every hold (`label@host:pid`).
@@ -193,9 +196,11 @@ impl RedisProvider {
                 Conn::Pool(pool)
             }
         };
+        let tracker = Tracker::new(Some(&client), options.response_timeout);
         Ok(Self::from_parts(
             conn,
             Source::Fixed(Box::new(client)),
+            tracker,
             options,
         ))
     }
@@ -227,9 +232,13 @@ impl RedisProvider {
             .build()
             .map_err(|e| Error::InvalidUrl(e.to_string()))?;
         let conn = connect_within(timeout, cluster.get_async_connection()).await?;
+        // No client tracking: a key's changes are pushed by the node that
+        // holds its slot, and the tracker keeps one connection.
+        let tracker = Tracker::new(None, options.response_timeout);
         Ok(Self::from_parts(
             Conn::Cluster(conn),
             Source::Fixed(Box::new(subscriber_client)),
+            tracker,
             options,
         ))
     }
@@ -290,14 +299,18 @@ impl RedisProvider {
         let conn = crate::sentinel::SentinelConn::new(Arc::clone(&resolver), &options);
         // Fail now, not at the first lock, if no master can be found.
         conn.pin().await?;
+        // No client tracking: its connection would have to follow the
+        // master through failovers; foreign holders are polled.
+        let tracker = Tracker::new(None, options.response_timeout);
         Ok(Self::from_parts(
             Conn::Sentinel(conn),
             Source::Sentinel(resolver),
+            tracker,
             options,
         ))
     }
 
-    fn from_parts(conn: Conn, client: Source, options: RedisOptions) -> Self {
+    fn from_parts(conn: Conn, client: Source, tracker: Tracker, options: RedisOptions) -> Self {
         let subscriber = Subscriber::spawn(
             client,
             options.response_timeout.max(options.connect_timeout),
@@ -313,6 +326,7 @@ impl RedisProvider {
         let shared = Arc::new(Shared {
             conn: RwLock::new(Some(conn)),
             subscriber,
+            tracker,
             options,
             lifecycle,
             owner,
@@ -380,6 +394,7 @@ impl Provider for RedisProvider {
         // while the connection is still there; then it goes.
         let released = self.shared.lifecycle.close().await;
         self.shared.subscriber.shut_down();
+        self.shared.tracker.shut_down();
         let conn = self
             .shared
             .conn

@@ -770,3 +770,187 @@ async fn a_reservation_for_a_provider_that_died_costs_waiters_its_ttl_and_try_lo
     );
     g.release().await.unwrap();
 }
+
+/// The ids of the clients that have key tracking on (the provider's
+/// tracking connection).
+fn tracking_clients(redis: &RedisServer) -> Vec<String> {
+    redis
+        .cli(&["CLIENT", "LIST"])
+        .lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('t')))
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Holds `key` as a client that does not publish (as redis-py does), waits
+/// until a distlock waiter has queued behind it, and returns that waiter.
+async fn wait_behind_a_foreign_hold(
+    redis: &RedisServer,
+    locks: &RedisProvider,
+    name: &str,
+) -> tokio::task::JoinHandle<(Instant, distlock_core::LockGuard)> {
+    let key = locks.lock_key(name).unwrap();
+    assert_eq!(redis.cli(&["SET", &key, "py-token", "PX", "60000"]), "OK");
+    let lock = locks.mutex(name).unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = lock
+            .lock_timeout(SLACK * 4)
+            .await
+            .unwrap()
+            .expect("the foreign release was not noticed");
+        (Instant::now(), guard)
+    });
+    let waiting = format!("{{{key}}}:waiting");
+    let deadline = Instant::now() + SLACK;
+    while redis.cli(&["ZCARD", &waiting]) != "1" {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    waiter
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_a_holder_that_does_not_publish_is_told_by_the_server_not_polling() {
+    let redis = RedisServer::start();
+    // Re-checks far apart: only a notification can wake the waiter soon.
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let locks = connect(&redis.url(), slow).await;
+    let name = unique_name("tracked");
+    let key = locks.lock_key(&name).unwrap();
+    let before = evalsha_calls(&redis);
+    let waiter = wait_behind_a_foreign_hold(&redis, &locks, &name).await;
+    // A foreign holder that extends its lease (as redis-py's `extend`):
+    // the waiter is told, finds it held again, and waits on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(redis.cli(&["PEXPIRE", &key, "60000"]), "1");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "took a lock that was held");
+    let attempts = evalsha_calls(&redis) - before;
+    // Polling from 1 ms doubling would have tried about ten times by now;
+    // told by the server: the first attempt, the one after subscribing,
+    // and one after the PEXPIRE.
+    assert!(attempts <= 4, "{attempts} attempts behind a held lock");
+    assert_eq!(tracking_clients(&redis).len(), 1, "one tracking connection");
+    let released = Instant::now();
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    let (acquired, guard) = waiter.await.unwrap();
+    let after = acquired - released;
+    assert!(
+        after < Duration::from_millis(250),
+        "{after:?} from the foreign release to the acquisition"
+    );
+    guard.release().await.unwrap();
+
+    // An expiry is a change too.
+    let waiter = wait_behind_a_foreign_hold(&redis, &locks, &name).await;
+    assert_eq!(redis.cli(&["PEXPIRE", &key, "400"]), "1");
+    let (_, guard) = waiter.await.unwrap();
+    guard.release().await.unwrap();
+    locks.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_tracking_connection_wakes_the_waiter_and_is_reopened() {
+    let redis = RedisServer::start();
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let locks = connect(&redis.url(), slow).await;
+    let name = unique_name("tracked-cut");
+    let key = locks.lock_key(&name).unwrap();
+    let waiter = wait_behind_a_foreign_hold(&redis, &locks, &name).await;
+    let deadline = Instant::now() + SLACK;
+    let first = loop {
+        if let [id] = tracking_clients(&redis).as_slice() {
+            break id.clone();
+        }
+        assert!(Instant::now() < deadline, "no tracking connection");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(redis.cli(&["CLIENT", "KILL", "ID", &first]), "1");
+    // The waiter re-checks, finds the lock still held and watches again
+    // on a new connection.
+    let deadline = Instant::now() + SLACK;
+    loop {
+        match tracking_clients(&redis).as_slice() {
+            [id] if *id != first => break,
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the tracking connection was not reopened"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!waiter.is_finished(), "took a lock that was held");
+    let released = Instant::now();
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    let (acquired, guard) = waiter.await.unwrap();
+    assert!(
+        acquired - released < Duration::from_millis(250),
+        "{:?} from the foreign release to the acquisition",
+        acquired - released
+    );
+    guard.release().await.unwrap();
+    locks.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_client_tracking_a_waiter_behind_a_foreign_holder_polls() {
+    // An ACL user that may not use CLIENT: no tracking, short re-checks.
+    let redis = RedisServer::start_with(&[
+        "--user", "carol", "on", ">pw", "~*", "&*", "+@all", "-client",
+    ]);
+    let url = format!("redis://carol:pw@127.0.0.1:{}", redis.port());
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let locks = connect(&url, slow).await;
+    let name = unique_name("untracked");
+    let key = locks.lock_key(&name).unwrap();
+    let waiter = wait_behind_a_foreign_hold(&redis, &locks, &name).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(tracking_clients(&redis).is_empty(), "tracking was allowed");
+    assert!(!waiter.is_finished(), "took a lock that was held");
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    let released = Instant::now();
+    let (acquired, guard) = waiter.await.unwrap();
+    // The doubling re-checks are at most ~0.5 s apart by then.
+    assert!(
+        acquired - released < Duration::from_millis(1500),
+        "{:?} from the foreign release to the acquisition",
+        acquired - released
+    );
+    guard.release().await.unwrap();
+    locks.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_is_void_once_someone_else_holds_the_lock() {
+    // A release reserved the free lock for a provider, but a client that
+    // ignores reservations (redis-py) took it first: that turn is gone, and
+    // the reservation must not keep other waiters out once the lock is
+    // free again.
+    let redis = test_support::redis::shared();
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    let locks = connect(&redis.url(), slow).await;
+    let name = unique_name("void-reservation");
+    let key = locks.lock_key(&name).unwrap();
+    let handoff = format!("{{{key}}}:handoff");
+    assert_eq!(redis.cli(&["SET", &handoff, "pdead", "PX", "20000"]), "OK");
+    let waiter = wait_behind_a_foreign_hold(redis, &locks, &name).await;
+    assert_eq!(redis.cli(&["EXISTS", &handoff]), "0", "the reservation stayed");
+    assert!(!waiter.is_finished(), "took a lock that was held");
+    let released = Instant::now();
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    let (acquired, guard) = waiter.await.unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(2),
+        "{:?} from the foreign release to the acquisition",
+        acquired - released
+    );
+    guard.release().await.unwrap();
+}

@@ -1,0 +1,315 @@
+//! Wake-ups when a lock key held by a client that does not announce its
+//! release changes (redis-py's `Lock`, a key set by hand).
+//!
+//! A distlock holder publishes on release; redis-py's does not, so a waiter
+//! behind it would have to poll. Instead the provider keeps one extra
+//! connection (RESP3) with server-assisted client tracking on
+//! (`CLIENT TRACKING ON`, Redis 6 and later): after the connection reads a
+//! key (`EXISTS`), the server pushes one `invalidate` message the next time
+//! the key changes — deleted, set, expired, its TTL changed. A waiter that
+//! found a foreign holder reads the key on that connection and sleeps until
+//! the message (or its usual re-check timer), so it tries again within a
+//! round trip of the release instead of at its next poll.
+//!
+//! Tracking is one-shot per read: each wait reads the key again. Waiters of
+//! the same key in this provider share one read while no change has come
+//! since. Where tracking is not available — a server that refuses it (older
+//! than 6, or an ACL without `CLIENT`), Redis Cluster, Sentinel — the
+//! tracker answers `None` and waiters fall back to short, growing re-checks.
+//! A dropped tracking connection wakes every watcher (a change may have
+//! been missed) and is reopened by the next watch.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// After a failed connect, no new attempt for this long (waiters poll
+/// meanwhile).
+const RETRY_CONNECT: Duration = Duration::from_secs(1);
+
+/// One provider's tracking connection and the keys its waiters watch.
+#[derive(Debug)]
+pub(crate) struct Tracker {
+    /// The server to track on (RESP3); `None` where tracking is not used.
+    client: Option<redis::Client>,
+    inner: Arc<Inner>,
+    conn: tokio::sync::Mutex<Connection>,
+    timeout: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Connection {
+    conn: Option<MultiplexedConnection>,
+    /// When the last connect failed for a reason that may pass.
+    failed_at: Option<Instant>,
+}
+
+/// What the push handler (running in the connection's driver) shares with
+/// the waiters.
+#[derive(Debug, Default)]
+struct Inner {
+    keys: Mutex<HashMap<Vec<u8>, Entry>>,
+    /// The connection reported its end: the next watch reconnects.
+    dropped: AtomicBool,
+    /// The server refused tracking (or RESP3): never again on this provider.
+    refused: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// Bumped at each change of the key (and at a disconnect).
+    changes: watch::Sender<u64>,
+    watchers: usize,
+    /// The change count at which a read registered the key with the
+    /// server: while it is still current, a new watcher needs no read.
+    tracked_at: Option<u64>,
+}
+
+impl Inner {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Entry>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Handles one push message of the tracking connection.
+    fn pushed(&self, info: &PushInfo) {
+        match info.kind {
+            PushKind::Invalidate => match info.data.first() {
+                Some(Value::Array(keys)) => {
+                    let map = self.keys();
+                    for key in keys {
+                        if let Value::BulkString(key) = key {
+                            if let Some(entry) = map.get(key.as_slice()) {
+                                entry.changes.send_modify(|n| *n += 1);
+                            }
+                        }
+                    }
+                }
+                // A null list: the server flushed the database.
+                _ => self.all_changed(),
+            },
+            PushKind::Disconnection => {
+                self.dropped.store(true, Ordering::SeqCst);
+                self.all_changed();
+            }
+            _ => {}
+        }
+    }
+
+    fn all_changed(&self) {
+        for entry in self.keys().values() {
+            entry.changes.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// One waiter's interest in one key: [`KeyWatch::changed`] resolves at the
+/// key's next change after the watch was made.
+pub(crate) struct KeyWatch {
+    inner: Arc<Inner>,
+    key: Vec<u8>,
+    changes: watch::Receiver<u64>,
+    /// The key was found gone already: changed at once.
+    gone: bool,
+}
+
+impl KeyWatch {
+    /// Resolves when the key changed (or the tracking connection dropped).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a change that comes while nobody awaits is kept
+    /// for the next call.
+    pub(crate) async fn changed(&mut self) {
+        if self.gone {
+            return;
+        }
+        if self.changes.changed().await.is_err() {
+            // The entry cannot go while this watch holds it; never resolve
+            // rather than spin.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        let mut map = self.inner.keys();
+        if let Some(entry) = map.get_mut(self.key.as_slice()) {
+            entry.watchers -= 1;
+            if entry.watchers == 0 {
+                map.remove(self.key.as_slice());
+            }
+        }
+    }
+}
+
+impl Tracker {
+    /// A tracker for the server `client` connects to (`None`: tracking is
+    /// not used, every watch answers `None`).
+    pub(crate) fn new(client: Option<&redis::Client>, timeout: Duration) -> Tracker {
+        let client = client.and_then(|client| {
+            let info = client.get_connection_info().clone();
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(redis::ProtocolVersion::RESP3);
+            redis::Client::open(info.set_redis_settings(settings)).ok()
+        });
+        Tracker {
+            client,
+            inner: Arc::new(Inner::default()),
+            conn: tokio::sync::Mutex::new(Connection::default()),
+            timeout,
+        }
+    }
+
+    /// Watches `key` for its next change: registers it with the server
+    /// (one `EXISTS` on the tracking connection, unless another waiter's
+    /// read still stands) and returns the watch; `None` when tracking is
+    /// not available now (the caller polls instead). Gives up at `until`.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: a dropped watch leaves at most the server's
+    /// tracking of the key, which costs one spurious message.
+    pub(crate) async fn watch(&self, key: &str, until: Instant) -> Option<KeyWatch> {
+        let client = self.client.as_ref()?;
+        if self.inner.refused.load(Ordering::SeqCst) {
+            return None;
+        }
+        let key = key.as_bytes().to_vec();
+        let (changes, tracked) = {
+            let mut map = self.inner.keys();
+            let entry = map.entry(key.clone()).or_insert_with(|| Entry {
+                changes: watch::channel(0).0,
+                watchers: 0,
+                tracked_at: None,
+            });
+            entry.watchers += 1;
+            let changes = entry.changes.subscribe();
+            let tracked = entry.tracked_at == Some(*changes.borrow());
+            (changes, tracked)
+        };
+        let mut watch = KeyWatch {
+            inner: Arc::clone(&self.inner),
+            key,
+            changes,
+            gone: false,
+        };
+        if tracked {
+            return Some(watch);
+        }
+        let before = *watch.changes.borrow();
+        let until = until.min(Instant::now() + self.timeout);
+        let mut conn = self.connection(client, until).await?;
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(&watch.key);
+        let read = cmd.query_async::<u8>(&mut conn);
+        match tokio::time::timeout_at(until, read).await {
+            Ok(Ok(exists)) => {
+                watch.gone = exists == 0;
+                let mut map = self.inner.keys();
+                if let Some(entry) = map.get_mut(watch.key.as_slice()) {
+                    if *entry.changes.borrow() == before {
+                        entry.tracked_at = Some(before);
+                    }
+                }
+                Some(watch)
+            }
+            Ok(Err(e)) => {
+                if !transient(&e) {
+                    self.inner.refused.store(true, Ordering::SeqCst);
+                }
+                self.inner.dropped.store(true, Ordering::SeqCst);
+                None
+            }
+            Err(_) => {
+                self.inner.dropped.store(true, Ordering::SeqCst);
+                None
+            }
+        }
+    }
+
+    /// The tracking connection, opened (and tracking turned on) if needed.
+    async fn connection(
+        &self,
+        client: &redis::Client,
+        until: Instant,
+    ) -> Option<MultiplexedConnection> {
+        let mut state = self.conn.lock().await;
+        if self.inner.dropped.swap(false, Ordering::SeqCst) {
+            state.conn = None;
+        }
+        if let Some(conn) = &state.conn {
+            return Some(conn.clone());
+        }
+        if state
+            .failed_at
+            .is_some_and(|at| at.elapsed() < RETRY_CONNECT)
+        {
+            return None;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_push_sender(move |info: PushInfo| {
+                if let Some(inner) = inner.upgrade() {
+                    inner.pushed(&info);
+                }
+                Ok::<(), redis::aio::SendError>(())
+            });
+        let opened = tokio::time::timeout_at(until, async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("ON")
+                .query_async::<()>(&mut conn)
+                .await?;
+            Ok::<_, redis::RedisError>(conn)
+        })
+        .await;
+        match opened {
+            Ok(Ok(conn)) => {
+                state.failed_at = None;
+                state.conn = Some(conn.clone());
+                Some(conn)
+            }
+            Ok(Err(e)) if !transient(&e) => {
+                tracing::debug!(error = %e, "distlock redis: no client tracking; foreign holders are polled");
+                self.inner.refused.store(true, Ordering::SeqCst);
+                None
+            }
+            Ok(Err(_)) | Err(_) => {
+                state.failed_at = Some(Instant::now());
+                None
+            }
+        }
+    }
+
+    /// Closes the tracking connection (the provider is closing).
+    pub(crate) fn shut_down(&self) {
+        if let Ok(mut state) = self.conn.try_lock() {
+            state.conn = None;
+        }
+        self.inner.refused.store(true, Ordering::SeqCst);
+    }
+}
+
+/// An error that may pass (the connection, a timeout), as opposed to the
+/// server refusing what was asked.
+fn transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.code() == Some("LOADING")
+}
