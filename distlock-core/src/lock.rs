@@ -118,10 +118,18 @@ pub trait Lock: Send + Sync + Debug {
 
 /// `lock.acquire(wait)`, recorded in the metrics (feature `metrics`; a
 /// plain call without it).
+///
+/// Two versions rather than one with a runtime test: a waiting task keeps
+/// this future, and without metrics it is only the backend's (see
+/// `benches/README.md`, memory per waiting contender).
+#[cfg(not(feature = "metrics"))]
 async fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
-    if !cfg!(feature = "metrics") {
-        return lock.acquire(wait).await;
-    }
+    lock.acquire(wait).await
+}
+
+/// `lock.acquire(wait)`, recorded in the metrics.
+#[cfg(feature = "metrics")]
+async fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
     let labels = crate::metrics::Labels {
         backend: lock.backend(),
         primitive: lock.kind(),

@@ -36,7 +36,7 @@ use distlock_core::backend::{
     with_timeout, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
 };
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 
 use crate::conn::{Pinned, Sticky};
 use crate::mutex::{check_acked, new_token, pause_before_retry, Keys, RedisLease, UndoAttempt};
@@ -282,10 +282,13 @@ impl FairQueue {
         let mut pause = Duration::from_millis(20);
         loop {
             let started = Instant::now();
-            let pinned = match shared.conn()?.pin(timeout).await {
+            // The large steps are boxed: a waiter keeps only the small
+            // state of its wait between attempts (see `benches/README.md`,
+            // memory per waiting contender).
+            let pinned = match Box::pin(shared.conn()?.pin(timeout)).await {
                 Ok(pinned) => pinned,
                 Err(e) if e.is_retryable() && queue => {
-                    if pause_before_retry(deadline, &mut pause).await {
+                    if Box::pin(pause_before_retry(deadline, &mut pause)).await {
                         continue;
                     }
                     return Err(e);
@@ -312,11 +315,11 @@ impl FairQueue {
             // Bounded by the response timeout even while the client
             // reconnects (which may take its connect timeout): the caller's
             // deadline is passed by one response timeout at most.
-            let attempt = with_timeout(
+            let attempt = Box::pin(with_timeout(
                 "acquire",
                 timeout,
-                Box::pin(self.attempt(&pinned, &id, &lease.token, queue, candidate)),
-            );
+                self.attempt(&pinned, &id, &lease.token, queue, candidate),
+            ));
             let remaining = match attempt.await.and_then(|r| r) {
                 Ok(Attempt::Acquired(token)) => {
                     undo.disarm();
@@ -359,15 +362,15 @@ impl FairQueue {
                 Ok(Attempt::AlreadyOurs) => {
                     // Give the lock back (that wakes the next waiter) and
                     // queue again with a fresh token.
-                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                    let _ = Box::pin(with_timeout("undo acquire", timeout, undo.run_now())).await;
                     continue;
                 }
                 // Taken but too few replicas have it: give it back (that
                 // wakes the next waiter) before reporting, or queue again
                 // (at the back) while waiting.
                 Err(e @ Error::NotReplicated { .. }) => {
-                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                    if queue && pause_before_retry(deadline, &mut pause).await {
+                    let _ = Box::pin(with_timeout("undo acquire", timeout, undo.run_now())).await;
+                    if queue && Box::pin(pause_before_retry(deadline, &mut pause)).await {
                         continue;
                     }
                     return Err(e);
@@ -376,7 +379,7 @@ impl FairQueue {
                 // if the attempt took it; our entry stays (or expires).
                 Err(e) if e.is_retryable() && queue => {
                     drop(undo);
-                    if pause_before_retry(deadline, &mut pause).await {
+                    if Box::pin(pause_before_retry(deadline, &mut pause)).await {
                         continue;
                     }
                     return Err(e);
@@ -390,7 +393,7 @@ impl FairQueue {
                 if let Some(mut guard) = in_queue.take() {
                     // If this times out the drop finishes it in the
                     // background; the entry expires by itself anyway.
-                    let _ = with_timeout("leave queue", timeout, guard.run_now()).await;
+                    let _ = Box::pin(with_timeout("leave queue", timeout, guard.run_now())).await;
                 }
                 return Ok(None);
             }
@@ -398,10 +401,12 @@ impl FairQueue {
                 // Subscribe, then look again at once: a hand-over between
                 // the attempt and the subscription is not missed.
                 subscription = Some(
-                    shared
-                        .subscriber
-                        .subscribe_as(self.keys.channel.clone(), id.clone())
-                        .await,
+                    Box::pin(
+                        shared
+                            .subscriber
+                            .subscribe_as(self.keys.channel.clone(), id.clone()),
+                    )
+                    .await,
                 );
                 continue;
             }
@@ -416,11 +421,7 @@ impl FairQueue {
                 wake = wake.min(d);
             }
             if let Some(sub) = &mut subscription {
-                tokio::select! {
-                    () = sub.changed() => {}
-                    () = sleep_until(wake) => {}
-                    () = shared.lifecycle.closed() => return Err(Error::Closed),
-                }
+                Box::pin(crate::mutex::woken(sub, None, wake, &shared.lifecycle)).await?;
             }
         }
     }

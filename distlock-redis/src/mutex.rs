@@ -16,6 +16,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::conn::{not_replicated, Pinned, Sticky};
 use crate::provider::Shared;
 use crate::scripts::{ACQUIRE, EXTEND, MUTEX_PASS, MUTEX_RELEASE, RELEASE};
+use crate::subscriber::{Pending, Subscription};
 
 /// How long a release reserves the free lock for the provider it woke: long
 /// enough for the woken waiter to ask (a loopback round trip is ~0.1 ms; a
@@ -492,9 +493,11 @@ impl Lock for RedisMutex {
         // this provider), the subscription is queued before the first
         // attempt and needs no second attempt after it (see
         // `Subscriber::start_subscribe`).
-        let mut pending = (queue != Queue::No && subscriber.is_live(channel))
-            .then(|| subscriber.start_subscribe(channel.clone()));
-        let mut subscription = None;
+        // Either a subscription queued but not confirmed yet (`Err`) or a
+        // subscription (`Ok`): one field, as a waiting task keeps it.
+        let mut subscription: Option<std::result::Result<Subscription, Pending>> =
+            (queue != Queue::No && subscriber.is_live(channel))
+                .then(|| Err(subscriber.start_subscribe(channel.clone())));
         let mut pause = Duration::from_millis(20);
         let mut foreign_pause = FOREIGN_RECHECK;
         let mut foreign_left = None;
@@ -502,7 +505,7 @@ impl Lock for RedisMutex {
             // The attempt is boxed: a waiter keeps only the small state of
             // its wait between attempts (see `benches/README.md`, memory
             // per waiting contender).
-            let counted = subscription.is_some() || pending.is_some();
+            let counted = subscription.is_some();
             let step = self.step(
                 wait,
                 deadline,
@@ -531,13 +534,15 @@ impl Lock for RedisMutex {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            if subscription.is_none() {
-                if let Some(pending) = pending.take() {
-                    subscription = Some(Box::pin(pending.ready()).await);
-                } else {
+            match subscription.take() {
+                Some(Ok(ready)) => subscription = Some(Ok(ready)),
+                Some(Err(pending)) => {
+                    subscription = Some(Ok(Box::pin(pending.ready()).await));
+                }
+                None => {
                     // Subscribe, then try again at once: a release between
                     // the attempt and the subscription is not missed.
-                    subscription = Some(Box::pin(subscriber.subscribe(channel.clone())).await);
+                    subscription = Some(Ok(Box::pin(subscriber.subscribe(channel.clone())).await));
                     continue;
                 }
             }
@@ -569,7 +574,7 @@ impl Lock for RedisMutex {
                 wake = wake.min(d);
             }
             queue = Queue::Back;
-            if let Some(sub) = &mut subscription {
+            if let Some(Ok(sub)) = &mut subscription {
                 // Woken by the hand-over: if someone who did not wait takes
                 // the lock first, back to the front.
                 if Box::pin(woken(sub, key_watch.as_mut(), wake, &shared.lifecycle)).await? {
@@ -586,15 +591,16 @@ impl Lock for RedisMutex {
 /// # Errors
 ///
 /// [`Error::Closed`] when the provider is closed meanwhile.
-async fn woken(
+pub(crate) async fn woken(
     sub: &mut crate::subscriber::Subscription,
     key: Option<&mut crate::tracker::KeyWatch>,
     wake: Instant,
     lifecycle: &distlock_core::backend::Lifecycle,
 ) -> Result<bool> {
+    // Boxed: only a waiter behind a foreign holder pays for it.
     let key_changed = async {
         match key {
-            Some(key) => key.changed().await,
+            Some(key) => Box::pin(key.changed()).await,
             None => std::future::pending().await,
         }
     };

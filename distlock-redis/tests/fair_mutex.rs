@@ -633,3 +633,16 @@ async fn waiting_through_a_partition_keeps_the_deadline() {
         holder.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_fair_acquisition_is_small() {
+    // What a waiting task keeps: the acquire future (each step's state is
+    // boxed and dropped before the wait). It was 7.9 KB.
+    let url = test_support::redis::shared().url();
+    let locks = connect(&url, RedisOptions::new()).await;
+    let lock = locks.fair_mutex(&unique_name("fair-size")).unwrap();
+    let waiting = lock.acquire(distlock_core::Wait::Forever);
+    let size = std::mem::size_of_val(&*waiting);
+    println!("Redis fair mutex acquire future: {size} bytes");
+    assert!(size <= 1024, "{size} bytes");
+}

@@ -942,7 +942,11 @@ async fn a_reservation_is_void_once_someone_else_holds_the_lock() {
     let handoff = format!("{{{key}}}:handoff");
     assert_eq!(redis.cli(&["SET", &handoff, "pdead", "PX", "20000"]), "OK");
     let waiter = wait_behind_a_foreign_hold(redis, &locks, &name).await;
-    assert_eq!(redis.cli(&["EXISTS", &handoff]), "0", "the reservation stayed");
+    assert_eq!(
+        redis.cli(&["EXISTS", &handoff]),
+        "0",
+        "the reservation stayed"
+    );
     assert!(!waiter.is_finished(), "took a lock that was held");
     let released = Instant::now();
     assert_eq!(redis.cli(&["DEL", &key]), "1");

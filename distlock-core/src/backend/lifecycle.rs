@@ -6,10 +6,10 @@
 //! releases it, so the holders stop before anybody else can get in.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use super::{LeaseBackend, LeaseSignal};
 use crate::error::{Error, Result};
@@ -22,7 +22,10 @@ struct Held {
 
 /// The open or closed state of one provider and the leases it holds.
 pub struct Lifecycle {
-    closed: watch::Sender<bool>,
+    closed: AtomicBool,
+    /// Wakes [`Lifecycle::closed`] waiters (a `Notify` rather than a
+    /// `watch`: every waiting acquisition keeps this future).
+    on_close: Notify,
     /// Held through a whole `close()`: a second caller waits for the first
     /// to finish rather than return while leases are still being released.
     closing: tokio::sync::Mutex<()>,
@@ -46,7 +49,8 @@ impl Lifecycle {
     #[must_use]
     pub fn new() -> Arc<Self> {
         Arc::new(Lifecycle {
-            closed: watch::Sender::new(false),
+            closed: AtomicBool::new(false),
+            on_close: Notify::new(),
             closing: tokio::sync::Mutex::new(()),
             held: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -70,7 +74,7 @@ impl Lifecycle {
     /// Whether `close()` has been called.
     #[must_use]
     pub fn is_closed(&self) -> bool {
-        *self.closed.borrow()
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// `Ok` while open.
@@ -93,9 +97,15 @@ impl Lifecycle {
     ///
     /// Cancellation safe: it only observes.
     pub async fn closed(&self) {
-        let mut rx = self.closed.subscribe();
-        // The sender lives in `self`.
-        let _ = rx.wait_for(|closed| *closed).await;
+        let notified = self.on_close.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read: a close in between is not
+        // missed.
+        notified.as_mut().enable();
+        if self.is_closed() {
+            return;
+        }
+        notified.await;
     }
 
     /// Leases held right now.
@@ -118,7 +128,8 @@ impl Lifecycle {
     /// lost; the releases not yet done are left to the TTL or session.
     pub async fn close(&self) -> Result<()> {
         let _one_at_a_time = self.closing.lock().await;
-        self.closed.send_replace(true);
+        self.closed.store(true, Ordering::SeqCst);
+        self.on_close.notify_waiters();
         let held: Vec<Held> = self.lock().drain().map(|(_, h)| h).collect();
         for h in &held {
             h.signal.lose(LostReason::ProviderClosed);
