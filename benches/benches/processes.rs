@@ -832,6 +832,9 @@ struct Memory {
     rss_delta: i64,
     /// Heap bytes in use (malloc's count), after minus before.
     heap_delta: i64,
+    /// The same for K more waiters as futures in one task (no task each):
+    /// what the library keeps per waiter.
+    futures_delta: i64,
     server_delta: Option<(String, i64)>,
 }
 
@@ -896,6 +899,7 @@ fn memory(s: &Servers, imp: &'static str, k: usize) -> Memory {
         k: u64::try_from(f.get(2).copied().unwrap_or(0)).unwrap_or(0),
         rss_delta: f.get(1).copied().unwrap_or(0) - f.first().copied().unwrap_or(0),
         heap_delta: f.get(4).copied().unwrap_or(0) - f.get(3).copied().unwrap_or(0),
+        futures_delta: f.get(6).copied().unwrap_or(0) - f.get(5).copied().unwrap_or(0),
         server_delta,
     }
 }
@@ -984,7 +988,7 @@ fn main() {
     }
     let mut mem = Vec::new();
     if wanted("memory") {
-        for imp in ["mem", "redis-mutex", "zk-fair", "zk-unfair"] {
+        for imp in ["mem", "redis-mutex", "redis-fair", "zk-fair", "zk-unfair"] {
             let m = memory(&s, imp, k);
             eprintln!(
                 "memory {:<12} {} waiters: {} bytes RSS",
@@ -1180,7 +1184,7 @@ fn report(cells: &[Cell], mem: &[Memory], ops: &[ZkOpCounts], secs: f64, tasks: 
         }
     }
     if !mem.is_empty() {
-        out.push_str("\n## Memory per waiting contender\n\nOne `contender memory` process: a holder on one provider, then one waiter on a second provider (so per-provider machinery is not counted), then RSS before / after K more tasks wait 3 s on the held lock through that provider, each read after `malloc_trim(0)` (so not the allocator's high-water mark from the K first attempts in flight at once), and the heap in use (glibc's `mallinfo2().uordblks`: what the waiters' allocations hold, without the pages the allocator keeps around them). The server figure is read while they wait, against the figure before the process started.\n\n| implementation | K | heap in use per waiter | RSS per waiter | server | server delta per waiter |\n|---|---:|---:|---:|---|---:|\n");
+        out.push_str("\n## Memory per waiting contender\n\nOne `contender memory` process: a holder on one provider, then one waiter on a second provider (so per-provider machinery is not counted), then RSS before / after K more tasks wait 3 s on the held lock through that provider, each read after `malloc_trim(0)` (so not the allocator's high-water mark from the K first attempts in flight at once), and the heap in use (glibc's `mallinfo2().uordblks`: what the waiters' allocations hold, without the pages the allocator keeps around them). Then K more `lock()` futures wait 3 s driven by one task (no task each, their slots allocated before the count): the heap that adds per waiter is what the library keeps for a waiting contender; the per-task figure adds the tokio task an application may spawn for each (384 B of it is the task itself). The server figure is read while they wait, against the figure before the process started.\n\n| implementation | K | heap per waiting future (library) | heap per waiting task | RSS per waiting task | server | server delta per waiter |\n|---|---:|---:|---:|---:|---|---:|\n");
         for m in mem {
             let per = m.rss_delta as f64 / m.k.max(1) as f64;
             let (server, sd) =
@@ -1194,9 +1198,10 @@ fn report(cells: &[Cell], mem: &[Memory], ops: &[ZkOpCounts], secs: f64, tasks: 
                     });
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} KiB | {:.2} KiB | {server} | {sd} |",
+                "| {} | {} | {:.2} KiB | {:.2} KiB | {:.2} KiB | {server} | {sd} |",
                 m.label,
                 m.k,
+                m.futures_delta as f64 / m.k.max(1) as f64 / 1024.0,
                 m.heap_delta as f64 / m.k.max(1) as f64 / 1024.0,
                 per / 1024.0
             );
@@ -1337,19 +1342,20 @@ fn targets(cells: &[Cell], mem: &[Memory]) -> String {
             }),
         );
     }
-    for label in ["redis-mutex", "zk-fair", "zk-unfair"] {
+    for label in ["redis-mutex", "redis-fair", "zk-fair", "zk-unfair"] {
         let m = mem.iter().find(|m| m.label == label);
         row(
             format!("Memory per waiting contender, {label}"),
             "≤ 1 KiB",
             m.map_or("-".into(), |m| {
                 format!(
-                    "{:.2} KiB heap in use ({:.2} KiB RSS)",
+                    "{:.2} KiB per waiting future ({:.2} KiB heap, {:.2} KiB RSS per waiting task)",
+                    m.futures_delta as f64 / m.k.max(1) as f64 / 1024.0,
                     m.heap_delta as f64 / m.k.max(1) as f64 / 1024.0,
                     m.rss_delta as f64 / m.k.max(1) as f64 / 1024.0
                 )
             }),
-            m.map(|m| m.heap_delta as f64 / m.k.max(1) as f64 <= 1024.0),
+            m.map(|m| m.futures_delta as f64 / m.k.max(1) as f64 <= 1024.0),
         );
     }
     row(

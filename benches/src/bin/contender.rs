@@ -269,6 +269,30 @@ fn rss_bytes() -> u64 {
     pages * u64::try_from(page).unwrap_or(4096)
 }
 
+/// Polls every future it holds whenever woken (dropping those that
+/// finished); never resolves (the waiters of the memory figure wait on a
+/// lock that stays held).
+struct AllPending<F: ?Sized>(Vec<Option<std::pin::Pin<Box<F>>>>);
+
+impl<F: std::future::Future + ?Sized> std::future::Future for AllPending<F> {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        for slot in &mut self.0 {
+            if slot
+                .as_mut()
+                .is_some_and(|f| f.as_mut().poll(cx).is_ready())
+            {
+                *slot = None;
+            }
+        }
+        std::task::Poll::Pending
+    }
+}
+
 async fn memory(args: &[String]) -> Result<(), String> {
     let [imp, target, k] = args else {
         return Err("usage: contender memory IMPL TARGET K".into());
@@ -311,7 +335,23 @@ async fn memory(args: &[String]) -> Result<(), String> {
         .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (after, heap_after) = (rss_bytes(), heap_bytes());
-    println!("rss,{before},{after},{k},{heap_before},{heap_after}");
+    // K more waiters as futures driven by one task: what the library keeps
+    // per waiter, without the task an application may spawn for each (the
+    // futures' slots are allocated before the count).
+    let mut slots = Vec::with_capacity(k);
+    let futures_before = heap_bytes();
+    for _ in 0..k {
+        slots.push(Some(lock.lock()));
+    }
+    let mut all = AllPending(slots);
+    tokio::select! {
+        () = &mut all => {}
+        () = tokio::time::sleep(Duration::from_secs(3)) => {}
+    }
+    let futures_after = heap_bytes();
+    println!(
+        "rss,{before},{after},{k},{heap_before},{heap_after},{futures_before},{futures_after}"
+    );
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     // The runner reads the servers' memory now; it closes our stdin when done.
     tokio::task::spawn_blocking(|| {
@@ -325,6 +365,7 @@ async fn memory(args: &[String]) -> Result<(), String> {
     for w in &waiters {
         w.abort();
     }
+    drop(all);
     first.abort();
     drop(holder);
     tokio::time::sleep(Duration::from_millis(200)).await;
