@@ -5,6 +5,7 @@
 //! timeout / 4, and each confirmed check moves the deadline on. Suspended
 //! while the session is disconnected.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -246,6 +247,14 @@ pub(crate) fn guard(
     Ok(guard)
 }
 
+/// How long a released lease's node watch waits for the release's delete
+/// to fire it.
+const RELEASE_LINGER: Duration = Duration::from_secs(2);
+
+/// How long a hold lasts before its node is watched (a deletion by someone
+/// else, such as a force-release, is reported at most this late).
+const WATCH_AFTER: Duration = Duration::from_millis(20);
+
 /// Watches the session and the node for as long as the lease is active.
 fn watch(
     session: Weak<Session>,
@@ -254,7 +263,16 @@ fn watch(
     signal: LeaseSignal,
 ) {
     tokio::spawn(async move {
-        let deleted = node_deleted(session, &node);
+        // The node watch is set once the hold has lasted WATCH_AFTER: a lock
+        // held for less (the common short critical section) costs no watch
+        // request, and a deletion before the watch is set is seen by the
+        // watch's own read (the node is gone), at most WATCH_AFTER late.
+        let watching = AtomicBool::new(false);
+        let deleted = async {
+            tokio::time::sleep(WATCH_AFTER).await;
+            watching.store(true, Ordering::Relaxed);
+            node_deleted(session, &node).await;
+        };
         tokio::pin!(deleted);
         loop {
             let current = *status.borrow_and_update();
@@ -271,7 +289,17 @@ fn watch(
                 }
             }
             tokio::select! {
-                () = signal.ended() => return,
+                () = signal.ended() => {
+                    // Released: the release is deleting the node now. The
+                    // node watch is kept until that delete fires it (the
+                    // server sends the event before the delete's reply), as
+                    // a watcher dropped unfired costs a `removeWatches`
+                    // request; bounded, for a release that does not delete.
+                    if watching.load(Ordering::Relaxed) {
+                        let _ = tokio::time::timeout(RELEASE_LINGER, &mut deleted).await;
+                    }
+                    return;
+                }
                 changed = status.changed() => {
                     if changed.is_err() && !status.borrow().is_dead() {
                         // The session's state task is gone without a final
@@ -296,16 +324,21 @@ fn watch(
 
 /// Resolves when `node` is deleted; pends while it exists or cannot be
 /// asked (session events are the state watch's business).
+///
+/// The watch is a data watch (`getData`), not an `exists` watch: on a node
+/// that is gone already (a lease released at once) `getData` fails and
+/// leaves no watch, where `exists` would leave one for the node's creation,
+/// which zookeeper-client removes with one more request when dropped.
 async fn node_deleted(session: Weak<Session>, node: &str) {
     loop {
         let asked = match session.upgrade() {
             // Held only for the request: the watch outlives no session.
-            Some(live) => live.client.check_and_watch_stat(node).await,
+            Some(live) => live.client.get_and_watch_data(node).await,
             None => return std::future::pending().await,
         };
         match asked {
-            Ok((None, _)) => return,
-            Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
+            Err(zookeeper_client::Error::NoNode) => return,
+            Ok((_, _, watcher)) => match watcher.changed().await.event_type {
                 EventType::NodeDeleted => return,
                 EventType::Session => std::future::pending::<()>().await,
                 _ => {}

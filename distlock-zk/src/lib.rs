@@ -113,6 +113,13 @@
 //!   time, which is what the fencing token is for. `lost()` also fires when
 //!   the session expires or closes, or the node is deleted (by an operator,
 //!   say); a disconnected session is reported as `LeaseStatus::Suspended`.
+//!   The node is watched (a data watch, `getData`) from 20 ms into the hold:
+//!   a lock held for less — most critical sections — costs no watch request,
+//!   a deletion in those first 20 ms is seen by the watch's first read (so
+//!   at most 20 ms late), and a watch set is kept until the release's own
+//!   delete fires it, so no `removeWatches` either. An uncontended lock and
+//!   release is two requests (create, delete), three for the fair mutex
+//!   (create and list, pipelined, then delete).
 //!   Lease options other than the provider's default are refused with
 //!   `Error::InvalidOptions`, and `extend()` too: set the session timeout
 //!   instead. The one exception is `LeaseOptions::max_hold`
@@ -185,8 +192,8 @@
 //! nodes, whoever made them (any session may delete another's ephemeral
 //! node, unless digest ACLs forbid it). The waiters' watches fire as on a
 //! release and the next one gets in; each evicted distlock holder's
-//! `lost()` fires (`LostReason::Deleted`) as soon as the exists-watch every
-//! guard sets on its own node at acquisition reports the deletion. Until
+//! `lost()` fires (`LostReason::Deleted`) as soon as the watch every guard
+//! sets on its own node reports the deletion. Until
 //! then the evicted holder may still be working: hand its successor's token
 //! to the protected resource. `fence` is `None`: tokens are `czxid`s, and
 //! every later node has a larger one.

@@ -443,14 +443,12 @@ async fn an_uncontended_lock_and_release_costs_the_fewest_requests() {
     let client = provider().await;
     let session = client.session_id().await.unwrap();
     for (kind, most) in [
-        // create, the watch on our own node, delete (at version 0: no read;
-        // it was 5 with the read before the delete), and the removal
-        // zookeeper-client sends for that watch when its watcher is dropped
-        // before it fired
-        (PrimitiveKind::Mutex, 4),
-        // create and list (pipelined), the watch on our own node, delete,
-        // and that watch's removal
-        (PrimitiveKind::FairMutex, 5),
+        // create and delete (at version 0: no read; it was 5 with the read
+        // before the delete, a watch on our own node and its removal); a
+        // hold this short sets no node watch
+        (PrimitiveKind::Mutex, 2),
+        // create and list (pipelined), delete
+        (PrimitiveKind::FairMutex, 3),
     ] {
         let name = unique_name("requests");
         let lock = match kind {
@@ -471,5 +469,45 @@ async fn an_uncontended_lock_and_release_costs_the_fewest_requests() {
         }
         println!("{kind}: lock + release = {fewest} requests");
         assert!(fewest <= most, "{kind}: {fewest} requests, at most {most}");
+        // Held long enough for the node watch: one request more, and none
+        // to remove the watch (the release's delete fires it).
+        let mut fewest = u64::MAX;
+        for _ in 0..5 {
+            let before = received(session);
+            let guard = lock.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            guard.release().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fewest = fewest.min(received(session) - before);
+        }
+        println!("{kind}: lock, hold 150 ms, release = {fewest} requests");
+        assert!(
+            fewest <= most + 1,
+            "{kind}: {fewest} requests, at most {}",
+            most + 1
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deleted_early_or_late_in_a_hold_fires_lost() {
+    // The node watch is set 20 ms into a hold: a deletion before that is
+    // seen by the watch's first read, one after it by the watch.
+    let client = provider().await;
+    let admin = provider().await;
+    for delay in [Duration::ZERO, Duration::from_millis(300)] {
+        let name = unique_name("deleted");
+        let guard = client.mutex(&name).unwrap().lock().await.unwrap();
+        tokio::time::sleep(delay).await;
+        let done = admin
+            .force_release(&name, PrimitiveKind::Mutex)
+            .await
+            .unwrap();
+        assert_eq!(done.evicted, 1);
+        let reason = tokio::time::timeout(SLACK, guard.lost())
+            .await
+            .unwrap_or_else(|_| panic!("no lost() after a deletion {delay:?} into the hold"));
+        assert_eq!(reason, LostReason::Deleted);
+        assert!(guard.release().await.is_err(), "released a lost lease");
     }
 }

@@ -211,6 +211,12 @@ impl ZkCluster {
         self.nodes[i].proc.kill();
     }
 
+    /// The process id of node `i` while it runs (benches read its CPU time).
+    #[must_use]
+    pub fn pid(&self, i: usize) -> Option<i32> {
+        self.nodes[i].proc.pid()
+    }
+
     /// Freezes node `i` (SIGSTOP).
     pub fn pause(&self, i: usize) {
         self.nodes[i].proc.signal(libc::SIGSTOP);
