@@ -238,10 +238,21 @@ pub(crate) fn guard(
     };
     let guard = LockGuard::new(parts, backend)?;
     fencing_token?;
+    // A queue node's path is ours alone, so its watch can wait: nobody
+    // can create another node there. The unfair mutex's path is shared: a
+    // node deleted by someone else may be re-created by the next holder at
+    // once, and a quick release (a delete at version 0) would delete that
+    // one, so its watch starts at once.
+    let watch_after = if own_path {
+        WATCH_AFTER
+    } else {
+        Duration::ZERO
+    };
     watch(
         Arc::downgrade(&acquired.session),
         acquired.session.status.clone(),
-        acquired.node,
+        (acquired.node, acquired.czxid),
+        watch_after,
         signal,
     );
     Ok(guard)
@@ -251,27 +262,32 @@ pub(crate) fn guard(
 /// to fire it.
 const RELEASE_LINGER: Duration = Duration::from_secs(2);
 
-/// How long a hold lasts before its node is watched (a deletion by someone
-/// else, such as a force-release, is reported at most this late).
+/// How long a hold of a queue node lasts before the node is watched (a
+/// deletion by someone else, such as a force-release, is reported at most
+/// this late).
 const WATCH_AFTER: Duration = Duration::from_millis(20);
 
 /// Watches the session and the node for as long as the lease is active.
 fn watch(
     session: Weak<Session>,
     mut status: watch::Receiver<Status>,
-    node: String,
+    (node, czxid): (String, i64),
+    watch_after: Duration,
     signal: LeaseSignal,
 ) {
     tokio::spawn(async move {
-        // The node watch is set once the hold has lasted WATCH_AFTER: a lock
-        // held for less (the common short critical section) costs no watch
-        // request, and a deletion before the watch is set is seen by the
-        // watch's own read (the node is gone), at most WATCH_AFTER late.
+        // A queue node is watched once the hold has lasted WATCH_AFTER: a
+        // lock held for less (the common short critical section) costs no
+        // watch request, and a deletion before the watch is set is seen by
+        // the watch's own read (the node is gone: the path is never used
+        // again), at most WATCH_AFTER late.
         let watching = AtomicBool::new(false);
         let deleted = async {
-            tokio::time::sleep(WATCH_AFTER).await;
+            if !watch_after.is_zero() {
+                tokio::time::sleep(watch_after).await;
+            }
             watching.store(true, Ordering::Relaxed);
-            node_deleted(session, &node).await;
+            node_deleted(session, &node, czxid).await;
         };
         tokio::pin!(deleted);
         loop {
@@ -329,7 +345,10 @@ fn watch(
 /// that is gone already (a lease released at once) `getData` fails and
 /// leaves no watch, where `exists` would leave one for the node's creation,
 /// which zookeeper-client removes with one more request when dropped.
-async fn node_deleted(session: Weak<Session>, node: &str) {
+///
+/// A node at the path that is not ours (another `czxid`: ours was deleted
+/// and someone created the path again) counts as deleted.
+async fn node_deleted(session: Weak<Session>, node: &str, czxid: i64) {
     loop {
         let asked = match session.upgrade() {
             // Held only for the request: the watch outlives no session.
@@ -338,6 +357,7 @@ async fn node_deleted(session: Weak<Session>, node: &str) {
         };
         match asked {
             Err(zookeeper_client::Error::NoNode) => return,
+            Ok((_, stat, _)) if stat.czxid != czxid => return,
             Ok((_, _, watcher)) => match watcher.changed().await.event_type {
                 EventType::NodeDeleted => return,
                 EventType::Session => std::future::pending::<()>().await,

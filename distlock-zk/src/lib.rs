@@ -113,13 +113,18 @@
 //!   time, which is what the fencing token is for. `lost()` also fires when
 //!   the session expires or closes, or the node is deleted (by an operator,
 //!   say); a disconnected session is reported as `LeaseStatus::Suspended`.
-//!   The node is watched (a data watch, `getData`) from 20 ms into the hold:
-//!   a lock held for less — most critical sections — costs no watch request,
-//!   a deletion in those first 20 ms is seen by the watch's first read (so
-//!   at most 20 ms late), and a watch set is kept until the release's own
-//!   delete fires it, so no `removeWatches` either. An uncontended lock and
-//!   release is two requests (create, delete), three for the fair mutex
-//!   (create and list, pipelined, then delete).
+//!   The node is watched with a data watch (`getData`, checking the node's
+//!   `czxid`: a node at the path that is not ours counts as deleted), kept
+//!   until the release's own delete fires it, so no `removeWatches`. The
+//!   unfair mutex watches at once (its path is shared: the next holder may
+//!   create it again right after a force-release). A queue node (fair
+//!   mutex, read-write lock, semaphore, election) is watched from 20 ms
+//!   into the hold: its path is never used again, so a lock held for less —
+//!   most critical sections — costs no watch request, and a deletion in
+//!   those first 20 ms is seen by the watch's first read, at most 20 ms
+//!   late. An uncontended lock and release is three requests for the unfair
+//!   mutex (create, the watch, delete) and three for the fair mutex (create
+//!   and list, pipelined, then delete).
 //!   Lease options other than the provider's default are refused with
 //!   `Error::InvalidOptions`, and `extend()` too: set the session timeout
 //!   instead. The one exception is `LeaseOptions::max_hold`
