@@ -56,8 +56,8 @@
 //!   per wait. The reservation binds distlock clients only; mutual
 //!   exclusion never depends on it. A reservation is for a free lock: once
 //!   someone else holds the lock (a `try_lock`, redis-py), the next attempt
-//!   of any waiter drops it, and the reserved provider, back at the front of
-//!   the line, gets the next release's hand-over.
+//!   of any waiter drops it; the reserved provider's woken waiter, finding
+//!   the lock taken, queues again at the front of the line.
 //! * **Next to clients that do not publish** (redis-py): a refused attempt
 //!   tells whether the holder is a distlock holder (its holder record
 //!   matches the lock's value). While it is not, the waiter has the server
@@ -71,9 +71,10 @@
 //!   (a server that refuses `CLIENT`, or before 6; Redis Cluster;
 //!   Sentinel), the waiter re-checks after 1 ms, doubling up to the
 //!   re-check interval, and back to 1 ms whenever the holder has more time
-//!   left than at the last look (a new hold). A dropped tracking
-//!   connection wakes its waiters to re-check, and the next wait opens it
-//!   again.
+//!   left than at the last look (a new hold). A tracking connection that
+//!   drops or stops answering within the response timeout is replaced by
+//!   the next wait, and its waiters are woken to re-check and read the key
+//!   again on the new one.
 //!
 //! # Keys
 //!

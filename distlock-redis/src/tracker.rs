@@ -20,7 +20,7 @@
 //! been missed) and is reopened by the next watch.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -57,8 +57,12 @@ struct Inner {
     keys: Mutex<HashMap<Vec<u8>, Entry>>,
     /// The connection reported its end: the next watch reconnects.
     dropped: AtomicBool,
-    /// The server refused tracking (or RESP3): never again on this provider.
+    /// The server refused tracking (or RESP3), or the provider closed:
+    /// never again on this provider.
     refused: AtomicBool,
+    /// Bumped at each new tracking connection: a read made on an earlier
+    /// one tracks nothing any more.
+    generation: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -66,9 +70,10 @@ struct Entry {
     /// Bumped at each change of the key (and at a disconnect).
     changes: watch::Sender<u64>,
     watchers: usize,
-    /// The change count at which a read registered the key with the
-    /// server: while it is still current, a new watcher needs no read.
-    tracked_at: Option<u64>,
+    /// The connection generation and change count at which a read
+    /// registered the key with the server: while both are current, a new
+    /// watcher needs no read.
+    tracked_at: Option<(u64, u64)>,
 }
 
 impl Inner {
@@ -171,8 +176,11 @@ impl Tracker {
 
     /// Watches `key` for its next change: registers it with the server
     /// (one `EXISTS` on the tracking connection, unless another waiter's
-    /// read still stands) and returns the watch; `None` when tracking is
-    /// not available now (the caller polls instead). Gives up at `until`.
+    /// read on the same connection still stands) and returns the watch;
+    /// `None` when tracking is not available now (the caller polls
+    /// instead). Gives up at `until` (the caller's deadline or next
+    /// re-check), which only ends this call: the connection is judged by
+    /// the provider's response timeout alone.
     ///
     /// # Cancellation safety
     ///
@@ -193,8 +201,11 @@ impl Tracker {
             });
             entry.watchers += 1;
             let changes = entry.changes.subscribe();
-            let tracked = entry.tracked_at == Some(*changes.borrow());
-            (changes, tracked)
+            let current = (
+                self.inner.generation.load(Ordering::SeqCst),
+                *changes.borrow(),
+            );
+            (changes, entry.tracked_at == Some(current))
         };
         let mut watch = KeyWatch {
             inner: Arc::clone(&self.inner),
@@ -206,48 +217,53 @@ impl Tracker {
             return Some(watch);
         }
         let before = *watch.changes.borrow();
-        let until = until.min(Instant::now() + self.timeout);
-        let mut conn = self.connection(client, until).await?;
-        let mut cmd = redis::cmd("EXISTS");
-        cmd.arg(&watch.key);
-        let read = cmd.query_async::<u8>(&mut conn);
-        match tokio::time::timeout_at(until, read).await {
-            Ok(Ok(exists)) => {
+        let exchange = async {
+            let (mut conn, generation) = self.connection(client).await?;
+            let mut cmd = redis::cmd("EXISTS");
+            cmd.arg(&watch.key);
+            let read = tokio::time::timeout(self.timeout, cmd.query_async::<u8>(&mut conn)).await;
+            Some((read, generation))
+        };
+        match tokio::time::timeout_at(until, exchange).await {
+            // The caller's deadline: nothing is known about the connection.
+            Err(_) | Ok(None) => None,
+            Ok(Some((Ok(Ok(exists)), generation))) => {
                 watch.gone = exists == 0;
                 let mut map = self.inner.keys();
                 if let Some(entry) = map.get_mut(watch.key.as_slice()) {
-                    if *entry.changes.borrow() == before {
-                        entry.tracked_at = Some(before);
+                    if *entry.changes.borrow() == before
+                        && self.inner.generation.load(Ordering::SeqCst) == generation
+                    {
+                        entry.tracked_at = Some((generation, before));
                     }
                 }
                 Some(watch)
             }
-            Ok(Err(e)) => {
-                if !transient(&e) {
+            Ok(Some((Ok(Err(e)), _))) => {
+                if refused(&e) {
                     self.inner.refused.store(true, Ordering::SeqCst);
                 }
                 self.inner.dropped.store(true, Ordering::SeqCst);
                 None
             }
-            Err(_) => {
+            // No answer within the response timeout: the connection is
+            // suspect.
+            Ok(Some((Err(_), _))) => {
                 self.inner.dropped.store(true, Ordering::SeqCst);
                 None
             }
         }
     }
 
-    /// The tracking connection, opened (and tracking turned on) if needed.
-    async fn connection(
-        &self,
-        client: &redis::Client,
-        until: Instant,
-    ) -> Option<MultiplexedConnection> {
+    /// The tracking connection and its generation, opened (and tracking
+    /// turned on) if needed; `None` when it cannot be had now.
+    async fn connection(&self, client: &redis::Client) -> Option<(MultiplexedConnection, u64)> {
         let mut state = self.conn.lock().await;
         if self.inner.dropped.swap(false, Ordering::SeqCst) {
             state.conn = None;
         }
         if let Some(conn) = &state.conn {
-            return Some(conn.clone());
+            return Some((conn.clone(), self.inner.generation.load(Ordering::SeqCst)));
         }
         if state
             .failed_at
@@ -265,7 +281,7 @@ impl Tracker {
                 }
                 Ok::<(), redis::aio::SendError>(())
             });
-        let opened = tokio::time::timeout_at(until, async {
+        let opened = tokio::time::timeout(self.timeout, async {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
@@ -278,12 +294,21 @@ impl Tracker {
         })
         .await;
         match opened {
+            // Closed meanwhile: the connection goes with this call.
+            Ok(Ok(_)) if self.inner.refused.load(Ordering::SeqCst) => None,
             Ok(Ok(conn)) => {
                 state.failed_at = None;
                 state.conn = Some(conn.clone());
-                Some(conn)
+                // A new connection tracks nothing yet: no earlier read
+                // counts for new watchers, and those watching through the
+                // one it replaces read again (on it).
+                let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+                if generation > 1 {
+                    self.inner.all_changed();
+                }
+                Some((conn, generation))
             }
-            Ok(Err(e)) if !transient(&e) => {
+            Ok(Err(e)) if refused(&e) => {
                 tracing::debug!(error = %e, "distlock redis: no client tracking; foreign holders are polled");
                 self.inner.refused.store(true, Ordering::SeqCst);
                 None
@@ -295,21 +320,24 @@ impl Tracker {
         }
     }
 
-    /// Closes the tracking connection (the provider is closing).
+    /// Closes the tracking connection (the provider is closing). A connect
+    /// under way drops what it opens (it sees the flag).
     pub(crate) fn shut_down(&self) {
+        self.inner.refused.store(true, Ordering::SeqCst);
         if let Ok(mut state) = self.conn.try_lock() {
             state.conn = None;
         }
-        self.inner.refused.store(true, Ordering::SeqCst);
     }
 }
 
-/// An error that may pass (the connection, a timeout), as opposed to the
-/// server refusing what was asked.
-fn transient(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.code() == Some("LOADING")
+/// The server will not do client tracking for us: an ACL without `CLIENT`
+/// (or `HELLO`), or a server without RESP3 or tracking (before Redis 6).
+/// Anything else (the connection, a timeout, a busy or loading server, too
+/// many clients) may pass, and is tried again a moment later.
+fn refused(e: &redis::RedisError) -> bool {
+    if e.code() == Some("NOPERM") {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("unknown command") || text.contains("unknown subcommand")
 }

@@ -60,9 +60,10 @@ end
 -- have died (it expires, but a free lock must not look busy meanwhile).
 -- A reservation is for a free lock: once someone else holds the lock (a
 -- try_lock, or a client that ignores reservations, such as redis-py), the
--- reserved provider has lost that turn and is back at the front of the line;
--- the reservation is void, so every waiter may take the lock when it is
--- next free (a release by distlock reserves it again for the first in line).
+-- reserved provider has lost that turn (its woken waiter, finding the lock
+-- taken, queues again at the front); the reservation is void, so every
+-- waiter may take the lock when it is next free (a release by distlock
+-- reserves it again for the first in line).
 if line and ARGV[5] ~= '0' then
   reserved = redis.call('GET', KEYS[5])
   if reserved and reserved ~= ARGV[4] and redis.call('EXISTS', KEYS[1]) == 1 then
