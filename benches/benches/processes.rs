@@ -490,6 +490,7 @@ struct Cell {
     redis_calls: BTreeMap<String, u64>,
     /// Commands clients sent (the slow log's top-level entries).
     top: BTreeMap<String, u64>,
+    /// CPU time (user + system) Redis used in the window, in seconds.
     redis_cpu: f64,
     /// CPU time (user + system) the contender processes used in the
     /// window, all threads, in seconds (`/proc/PID/stat`).
@@ -783,7 +784,7 @@ fn run_with(s: &mut Servers, spec: &Spec, procs: usize, secs: f64, at_start: &dy
     }
     let _ = s.redis.cli(&["SLOWLOG", "RESET"]);
     at_start();
-    let (redis_before, cpu_before) = s.redis_stats();
+    let (redis_before, _) = s.redis_stats();
     let zk_before = s.zk_mntr();
     let start = monotonic_ns() + 100_000_000;
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -799,15 +800,17 @@ fn run_with(s: &mut Servers, spec: &Spec, procs: usize, secs: f64, at_start: &dy
     let zk_pid = s.zk.pid(0).and_then(|p| u32::try_from(p).ok());
     let client_before: f64 = pids.iter().map(|&p| process_cpu(p)).sum();
     let zk_cpu_before = zk_pid.map_or(0.0, process_cpu);
-    let (window_before, _) = s.redis_stats();
+    let (window_before, redis_cpu_before) = s.redis_stats();
     sleep_until(end);
-    let (window_after, _) = s.redis_stats();
+    // The contenders first: what they do after the window (the last
+    // release, printing their samples) is not theirs to count.
+    let client_cpu = pids.iter().map(|&p| process_cpu(p)).sum::<f64>() - client_before;
+    let zk_cpu = zk_pid.map_or(0.0, process_cpu) - zk_cpu_before;
+    let (window_after, redis_cpu_after) = s.redis_stats();
     let window_calls = window_after
         .iter()
         .map(|(k, v)| (k.clone(), v - window_before.get(k).copied().unwrap_or(0)))
         .collect();
-    let client_cpu = pids.iter().map(|&p| process_cpu(p)).sum::<f64>() - client_before;
-    let zk_cpu = zk_pid.map_or(0.0, process_cpu) - zk_cpu_before;
     lines.extend(rx.iter());
     let mut errors = 0;
     for (mut c, err) in children {
@@ -821,7 +824,7 @@ fn run_with(s: &mut Servers, spec: &Spec, procs: usize, secs: f64, at_start: &dy
             errors += 1;
         }
     }
-    let (redis_after, cpu_after) = s.redis_stats();
+    let (redis_after, _) = s.redis_stats();
     let (top, _inner, logged) = if s.slowlog {
         slowlog_counts(s.redis.addr())
     } else {
@@ -873,7 +876,7 @@ fn run_with(s: &mut Servers, spec: &Spec, procs: usize, secs: f64, at_start: &dy
         secs,
         redis_calls,
         top,
-        redis_cpu: cpu_after - cpu_before,
+        redis_cpu: redis_cpu_after - redis_cpu_before,
         client_cpu,
         zk_cpu,
         window_calls,
