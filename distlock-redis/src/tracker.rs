@@ -17,7 +17,10 @@
 //! than 6, or an ACL without `CLIENT`), Redis Cluster, Sentinel — the
 //! tracker answers `None` and waiters fall back to short, growing re-checks.
 //! A dropped tracking connection wakes every watcher (a change may have
-//! been missed) and is reopened by the next watch.
+//! been missed) and is reopened by the next watch; one that does not answer
+//! within the response timeout is replaced the same way, and its watchers
+//! are woken when the new one opens. Only the response timeout judges the
+//! connection: a caller whose own deadline comes first just stops waiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
