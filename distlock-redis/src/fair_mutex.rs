@@ -251,6 +251,127 @@ impl FairQueue {
         }
     }
 
+    /// One attempt of [`FairQueue::acquire`]: a connection, the script,
+    /// and the undo of an attempt whose outcome is unknown. Boxed by the
+    /// caller, so a waiter keeps none of this while it waits.
+    #[allow(clippy::too_many_arguments)]
+    async fn step(
+        &self,
+        queue: bool,
+        candidate: Option<&str>,
+        leave: &Arc<LeaveQueue>,
+        in_queue: &mut Option<CleanupGuard>,
+        queued: &mut bool,
+        (deadline, waited): (Option<Instant>, Instant),
+        pause: &mut Duration,
+    ) -> Result<Step> {
+        let shared = &self.shared;
+        let timeout = shared.options.response_timeout;
+        let started = Instant::now();
+        let pinned = match shared.conn()?.pin(timeout).await {
+            Ok(pinned) => pinned,
+            Err(e) if e.is_retryable() && queue => {
+                if pause_before_retry(deadline, pause).await {
+                    return Ok(Step::Again);
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
+        let mut undo = CleanupGuard::arm(
+            "undo acquire",
+            Arc::new(UndoAttempt {
+                lease: Arc::clone(&lease),
+                expires: started + self.lease.ttl() + timeout,
+            }),
+        )?;
+        if queue {
+            leave.sent_on(&pinned, started + self.entry_ttl() + timeout);
+            if in_queue.is_none() {
+                *in_queue = Some(CleanupGuard::arm(
+                    "leave queue",
+                    Arc::clone(leave) as Arc<dyn Cleanup>,
+                )?);
+            }
+        }
+        // Bounded by the response timeout even while the client
+        // reconnects (which may take its connect timeout): the caller's
+        // deadline is passed by one response timeout at most.
+        let attempt = with_timeout(
+            "acquire",
+            timeout,
+            self.attempt(&pinned, &leave.id, &lease.token, queue, candidate),
+        );
+        match attempt.await.and_then(|r| r) {
+            Ok(Attempt::Acquired(token)) => {
+                undo.disarm();
+                if let Some(guard) = in_queue.as_mut() {
+                    guard.disarm();
+                }
+                tracing::debug!(
+                    name = %self.name,
+                    owner = %shared.owner,
+                    token,
+                    waited_us = waited.elapsed().as_micros(),
+                    "distlock redis fair lock acquired"
+                );
+                let parts = GuardParts {
+                    name: self.name.clone(),
+                    fencing_token: token,
+                    signal: LeaseSignal::new(),
+                    terms: LeaseTerms::Ttl(self.lease),
+                    acquired_at: started,
+                    lifecycle: Arc::clone(&shared.lifecycle),
+                };
+                LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Step::Acquired)
+            }
+            Ok(Attempt::Waiting {
+                wait,
+                position,
+                added,
+            }) => {
+                undo.disarm();
+                if added && *queued {
+                    tracing::debug!(
+                        name = %self.name,
+                        position,
+                        "distlock redis fair waiter lost its place (its entry expired); queued again at the back"
+                    );
+                }
+                *queued |= position >= 0;
+                Ok(Step::Waiting(wait))
+            }
+            Ok(Attempt::AlreadyOurs) => {
+                // Give the lock back (that wakes the next waiter) and
+                // queue again with a fresh token.
+                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                Ok(Step::Again)
+            }
+            // Taken but too few replicas have it: give it back (that
+            // wakes the next waiter) before reporting, or queue again
+            // (at the back) while waiting.
+            Err(e @ Error::NotReplicated { .. }) => {
+                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
+                if queue && pause_before_retry(deadline, pause).await {
+                    return Ok(Step::Again);
+                }
+                Err(e)
+            }
+            // Unknown outcome while waiting: `undo` gives back the lock
+            // if the attempt took it; our entry stays (or expires).
+            Err(e) if e.is_retryable() && queue => {
+                drop(undo);
+                if pause_before_retry(deadline, pause).await {
+                    return Ok(Step::Again);
+                }
+                Err(e)
+            }
+            // `in_queue`, dropped armed, leaves in the background.
+            Err(e) => Err(e),
+        }
+    }
+
     /// Waits in the queue for the lock; with `candidate`, the lock is an
     /// election's lease and the leader record is written with it.
     pub(crate) async fn acquire(
@@ -262,15 +383,12 @@ impl FairQueue {
         let shared = &self.shared;
         shared.lifecycle.check_open()?;
         let deadline = wait.deadline();
-        let timeout = shared.options.response_timeout;
         let queue = wait != Wait::No;
-        let id = new_token();
-        let entry_ttl = self.entry_ttl();
         let waited = Instant::now();
         let leave = Arc::new(LeaveQueue {
             shared: Arc::clone(shared),
             keys: Arc::clone(&self.keys),
-            id: id.clone(),
+            id: new_token(),
             conn: Sticky::new(None),
             expires: Mutex::new(waited),
         });
@@ -281,111 +399,22 @@ impl FairQueue {
         let mut subscription = None;
         let mut pause = Duration::from_millis(20);
         loop {
-            let started = Instant::now();
-            // The large steps are boxed: a waiter keeps only the small
-            // state of its wait between attempts (see `benches/README.md`,
-            // memory per waiting contender).
-            let pinned = match Box::pin(shared.conn()?.pin(timeout)).await {
-                Ok(pinned) => pinned,
-                Err(e) if e.is_retryable() && queue => {
-                    if Box::pin(pause_before_retry(deadline, &mut pause)).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
-            let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
-            let mut undo = CleanupGuard::arm(
-                "undo acquire",
-                Arc::new(UndoAttempt {
-                    lease: Arc::clone(&lease),
-                    expires: started + self.lease.ttl() + timeout,
-                }),
-            )?;
-            if queue {
-                leave.sent_on(&pinned, started + entry_ttl + timeout);
-                if in_queue.is_none() {
-                    in_queue = Some(CleanupGuard::arm(
-                        "leave queue",
-                        Arc::clone(&leave) as Arc<dyn Cleanup>,
-                    )?);
-                }
-            }
-            // Bounded by the response timeout even while the client
-            // reconnects (which may take its connect timeout): the caller's
-            // deadline is passed by one response timeout at most.
-            let attempt = Box::pin(with_timeout(
-                "acquire",
-                timeout,
-                self.attempt(&pinned, &id, &lease.token, queue, candidate),
-            ));
-            let remaining = match attempt.await.and_then(|r| r) {
-                Ok(Attempt::Acquired(token)) => {
-                    undo.disarm();
-                    if let Some(guard) = in_queue.as_mut() {
-                        guard.disarm();
-                    }
-                    tracing::debug!(
-                        name = %self.name,
-                        owner = %shared.owner,
-                        token,
-                        waited_us = waited.elapsed().as_micros(),
-                        "distlock redis fair lock acquired"
-                    );
-                    let parts = GuardParts {
-                        name: self.name.clone(),
-                        fencing_token: token,
-                        signal: LeaseSignal::new(),
-                        terms: LeaseTerms::Ttl(self.lease),
-                        acquired_at: started,
-                        lifecycle: Arc::clone(&shared.lifecycle),
-                    };
-                    return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
-                }
-                Ok(Attempt::Waiting {
-                    wait,
-                    position,
-                    added,
-                }) => {
-                    undo.disarm();
-                    if added && queued {
-                        tracing::debug!(
-                            name = %self.name,
-                            position,
-                            "distlock redis fair waiter lost its place (its entry expired); queued again at the back"
-                        );
-                    }
-                    queued |= position >= 0;
-                    wait
-                }
-                Ok(Attempt::AlreadyOurs) => {
-                    // Give the lock back (that wakes the next waiter) and
-                    // queue again with a fresh token.
-                    let _ = Box::pin(with_timeout("undo acquire", timeout, undo.run_now())).await;
-                    continue;
-                }
-                // Taken but too few replicas have it: give it back (that
-                // wakes the next waiter) before reporting, or queue again
-                // (at the back) while waiting.
-                Err(e @ Error::NotReplicated { .. }) => {
-                    let _ = Box::pin(with_timeout("undo acquire", timeout, undo.run_now())).await;
-                    if queue && Box::pin(pause_before_retry(deadline, &mut pause)).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                // Unknown outcome while waiting: `undo` gives back the lock
-                // if the attempt took it; our entry stays (or expires).
-                Err(e) if e.is_retryable() && queue => {
-                    drop(undo);
-                    if Box::pin(pause_before_retry(deadline, &mut pause)).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                // `in_queue`, dropped armed, leaves in the background.
-                Err(e) => return Err(e),
+            // The attempt is boxed: a waiter keeps only the small state of
+            // its wait between attempts (see `benches/README.md`, memory
+            // per waiting contender).
+            let step = self.step(
+                queue,
+                candidate,
+                &leave,
+                &mut in_queue,
+                &mut queued,
+                (deadline, waited),
+                &mut pause,
+            );
+            let remaining = match Box::pin(step).await? {
+                Step::Acquired(guard) => return Ok(Some(guard)),
+                Step::Again => continue,
+                Step::Waiting(remaining) => remaining,
             };
             pause = Duration::from_millis(20);
             let now = Instant::now();
@@ -393,6 +422,7 @@ impl FairQueue {
                 if let Some(mut guard) = in_queue.take() {
                     // If this times out the drop finishes it in the
                     // background; the entry expires by itself anyway.
+                    let timeout = shared.options.response_timeout;
                     let _ = Box::pin(with_timeout("leave queue", timeout, guard.run_now())).await;
                 }
                 return Ok(None);
@@ -404,7 +434,7 @@ impl FairQueue {
                     Box::pin(
                         shared
                             .subscriber
-                            .subscribe_as(self.keys.channel.clone(), id.clone()),
+                            .subscribe_as(self.keys.channel.clone(), leave.id.clone()),
                     )
                     .await,
                 );
@@ -413,7 +443,7 @@ impl FairQueue {
             // The next look: a hand-over message, the holder's expiry (or a
             // dead head's), the heartbeat that keeps our entry, the re-check
             // interval, the caller's deadline.
-            let mut wake = now + shared.options.recheck_interval.min(entry_ttl / 3);
+            let mut wake = now + shared.options.recheck_interval.min(self.entry_ttl() / 3);
             if let Some(left) = remaining {
                 wake = wake.min(now + left + Duration::from_millis(1));
             }
@@ -425,6 +455,17 @@ impl FairQueue {
             }
         }
     }
+}
+
+/// How one attempt of [`FairQueue::acquire`] ended.
+enum Step {
+    /// The lock is ours.
+    Acquired(LockGuard),
+    /// Try again at once (after a pause the attempt took already).
+    Again,
+    /// In line: look again within this long at most (`None`: no bound
+    /// from the server).
+    Waiting(Option<Duration>),
 }
 
 fn conflict(key: &str, expected: &'static str) -> Error {

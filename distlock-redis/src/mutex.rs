@@ -557,7 +557,10 @@ impl Lock for RedisMutex {
                 // `tracker.rs`), or else short re-checks, growing while the
                 // same hold runs down.
                 let until = deadline.map_or(wake, |d| d.min(wake));
-                key_watch = Box::pin(shared.tracker.watch(&self.keys.lock, until)).await;
+                // Boxed: only a waiter behind such a holder keeps it.
+                key_watch = Box::pin(shared.tracker.watch(&self.keys.lock, until))
+                    .await
+                    .map(Box::new);
                 if key_watch.is_none() {
                     if remaining > foreign_left {
                         foreign_pause = FOREIGN_RECHECK;
@@ -577,7 +580,14 @@ impl Lock for RedisMutex {
             if let Some(Ok(sub)) = &mut subscription {
                 // Woken by the hand-over: if someone who did not wait takes
                 // the lock first, back to the front.
-                if Box::pin(woken(sub, key_watch.as_mut(), wake, &shared.lifecycle)).await? {
+                if Box::pin(woken(
+                    sub,
+                    key_watch.as_deref_mut(),
+                    wake,
+                    &shared.lifecycle,
+                ))
+                .await?
+                {
                     queue = Queue::Front;
                 }
             }
