@@ -367,7 +367,8 @@ impl FairQueue {
                 }
                 Err(e)
             }
-            // `in_queue`, dropped armed, leaves in the background.
+            // The caller drops `in_queue` armed when this error reaches
+            // it: it leaves the queue in the background.
             Err(e) => Err(e),
         }
     }
@@ -461,7 +462,7 @@ impl FairQueue {
 enum Step {
     /// The lock is ours.
     Acquired(LockGuard),
-    /// Try again at once (after a pause the attempt took already).
+    /// Try again at once (after any pause the attempt took already).
     Again,
     /// In line: look again within this long at most (`None`: no bound
     /// from the server).

@@ -493,13 +493,7 @@ async fn ids_are_unique_across_clients_and_increasing_per_generator() {
 }
 
 fn evalsha_calls(redis: &RedisServer) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    command_calls(redis, "evalsha")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -932,7 +926,8 @@ async fn waiters_of_one_key_share_one_tracking_read() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Time for the first waiter to record that its read stands.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let reads = command_calls(&redis, "exists");
     let attempts = evalsha_calls(&redis);
     let mut waiters = Vec::new();
@@ -955,23 +950,34 @@ async fn waiters_of_one_key_share_one_tracking_read() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = evalsha_calls(&redis);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         command_calls(&redis, "exists"),
         reads,
         "a waiter read the key again though no change came"
     );
+    // And every waiter sleeps on the watch: none polls instead.
+    assert_eq!(evalsha_calls(&redis), settled, "a waiter polls");
     assert!(
         !first.is_finished() && waiters.iter().all(|w| !w.is_finished()),
         "took a held lock"
     );
     assert_eq!(tracking_clients(&redis).len(), 1, "one tracking connection");
-    // One change wakes them all; they take the lock one after another.
+    // One change wakes them all; they take the lock one after another,
+    // well before their re-checks (30 s) or deadlines (12 s).
+    let released = Instant::now();
     assert_eq!(redis.cli(&["DEL", &key]), "1");
     let (_, guard) = first.await.unwrap();
     guard.release().await.unwrap();
     for waiter in waiters {
         waiter.await.unwrap();
     }
+    assert!(
+        released.elapsed() < SLACK,
+        "{:?} for eight waiters to take the lock in turn",
+        released.elapsed()
+    );
     locks.close().await.unwrap();
 }
 
