@@ -320,7 +320,7 @@ impl RedisProvider {
         let owner = owner_identity(options.owner_label.as_deref())
             .or_else(|_| owner_identity(None))
             .unwrap_or_else(|_| "unknown".to_owned());
-        let lifecycle = Lifecycle::with_timer_anchor();
+        let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         let unclaimed = subscriber.take_unclaimed();
         let shared = Arc::new(Shared {

@@ -90,7 +90,7 @@ impl ZkProvider {
         options.validate()?;
         let owner = options.owner()?;
         let first = session::open(&options).await?;
-        let lifecycle = Lifecycle::with_timer_anchor();
+        let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         Ok(ZkProvider {
             shared: Arc::new(Shared {

@@ -7,8 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
 
@@ -34,75 +33,6 @@ pub struct Lifecycle {
     next_id: AtomicU64,
     /// The provider's owner identity, for tracing events.
     owner: Mutex<Arc<str>>,
-    /// See [`Lifecycle::with_timer_anchor`].
-    anchor: Option<Arc<Anchor>>,
-}
-
-/// How far ahead the anchor's timer is due (and how often it fires while
-/// the provider is busy).
-const ANCHOR_TICK: Duration = Duration::from_millis(100);
-/// Ticks without an operation after which the anchor stops.
-const ANCHOR_IDLE_TICKS: u32 = 5;
-
-/// The state of a provider's timer anchor: a task that keeps one timer of
-/// the runtime pending while operations come (see
-/// [`Lifecycle::with_timer_anchor`]).
-#[derive(Default)]
-struct Anchor {
-    /// Operations started, bumped by [`Lifecycle::check_open`].
-    ops: AtomicU64,
-    /// The anchor task runs (or is being started).
-    running: AtomicBool,
-    /// Anchor tasks started (for tests).
-    started: AtomicU64,
-}
-
-impl Anchor {
-    /// Counts an operation, and starts the task if it is not running (on
-    /// the caller's runtime; outside one, nothing).
-    fn touch(self: &Arc<Self>) {
-        self.ops.fetch_add(1, Ordering::Relaxed);
-        if self.running.load(Ordering::Relaxed) || self.running.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                self.started.fetch_add(1, Ordering::Relaxed);
-                drop(handle.spawn(anchor(Arc::downgrade(self))));
-            }
-            Err(_) => self.running.store(false, Ordering::Release),
-        }
-    }
-}
-
-/// Sleeps one tick at a time while operations come; ends after
-/// [`ANCHOR_IDLE_TICKS`] quiet ticks, or when the provider is gone.
-async fn anchor(state: Weak<Anchor>) {
-    let mut seen = None;
-    let mut idle = 0;
-    loop {
-        tokio::time::sleep(ANCHOR_TICK).await;
-        let Some(state) = state.upgrade() else {
-            return;
-        };
-        let ops = state.ops.load(Ordering::Relaxed);
-        if seen != Some(ops) {
-            seen = Some(ops);
-            idle = 0;
-            continue;
-        }
-        idle += 1;
-        if idle < ANCHOR_IDLE_TICKS {
-            continue;
-        }
-        state.running.store(false, Ordering::Release);
-        // An operation that came just before the store saw the task
-        // running and started none: keep going for it.
-        if state.ops.load(Ordering::Relaxed) == ops || state.running.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        idle = 0;
-    }
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -118,10 +48,6 @@ impl Lifecycle {
     /// An open provider holding nothing.
     #[must_use]
     pub fn new() -> Arc<Self> {
-        Self::build(None)
-    }
-
-    fn build(anchor: Option<Arc<Anchor>>) -> Arc<Self> {
         Arc::new(Lifecycle {
             closed: AtomicBool::new(false),
             on_close: Notify::new(),
@@ -129,33 +55,7 @@ impl Lifecycle {
             held: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             owner: Mutex::new(Arc::from("")),
-            anchor,
         })
-    }
-
-    /// As [`Lifecycle::new`], for a provider whose operations arm Tokio
-    /// timers (response timeouts, renewal schedules): while operations
-    /// come, one timer of the runtime stays pending, due within 100 ms.
-    ///
-    /// Tokio wakes the thread parked in its I/O driver whenever a timer is
-    /// armed that is due before every pending one; between two operations
-    /// of a provider no timer is usually pending, so each operation's
-    /// timers cost such a wake-up (an `eventfd` write and an `epoll`
-    /// return, on another core or in a context switch). The anchor's timer
-    /// is due sooner than any timer an operation arms (timeouts of 100 ms
-    /// or more), so they wake nobody. Measured on the uncontended Redis
-    /// lock+release loop of `benches/examples/uncontended_profile.rs`
-    /// (`strace -f -c`, 5 500 rounds): 6.4 `write`, 8.7 `epoll_wait` and
-    /// 14.5 `futex` calls per lock+release without the anchor, 3.0, 6.1 and
-    /// 8.4 with it (the raw client's loop: 3.4, 5.5 and 8.6); the median of
-    /// five alternating runs went from 233 to 206 µs per lock+release.
-    /// The anchor task fires 10 times a second while the provider is busy
-    /// and stops after half a second without an operation. It only
-    /// relies on when Tokio wakes its driver: were that to change, it
-    /// would cost one timer and help nothing.
-    #[must_use]
-    pub fn with_timer_anchor() -> Arc<Self> {
-        Self::build(Some(Arc::new(Anchor::default())))
     }
 
     /// Sets the provider's owner identity (see
@@ -184,12 +84,10 @@ impl Lifecycle {
     /// [`Error::Closed`] once closed.
     pub fn check_open(&self) -> Result<()> {
         if self.is_closed() {
-            return Err(Error::Closed);
+            Err(Error::Closed)
+        } else {
+            Ok(())
         }
-        if let Some(anchor) = &self.anchor {
-            anchor.touch();
-        }
-        Ok(())
     }
 
     /// Resolves once the provider is closed (at once if it is). Waiting
@@ -262,47 +160,5 @@ impl Lifecycle {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
         // Nothing panics while the map is locked; recover it if it ever did.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn anchor(lifecycle: &Lifecycle) -> &Anchor {
-        lifecycle.anchor.as_deref().expect("an anchor")
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_timer_anchor_runs_while_operations_come_and_stops_when_idle() {
-        let lifecycle = Lifecycle::with_timer_anchor();
-        lifecycle.check_open().unwrap();
-        assert!(anchor(&lifecycle).running.load(Ordering::SeqCst));
-        // Operations every 50 ms: one task throughout.
-        for _ in 0..20 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            lifecycle.check_open().unwrap();
-        }
-        assert_eq!(anchor(&lifecycle).started.load(Ordering::SeqCst), 1);
-        assert!(anchor(&lifecycle).running.load(Ordering::SeqCst));
-        // Quiet: it stops, and the next operation starts it again.
-        tokio::time::sleep(ANCHOR_TICK * (ANCHOR_IDLE_TICKS + 2)).await;
-        assert!(!anchor(&lifecycle).running.load(Ordering::SeqCst));
-        lifecycle.check_open().unwrap();
-        assert_eq!(anchor(&lifecycle).started.load(Ordering::SeqCst), 2);
-        // A closed provider starts nothing and counts nothing.
-        lifecycle.close().await.unwrap();
-        let ops = anchor(&lifecycle).ops.load(Ordering::SeqCst);
-        assert!(lifecycle.check_open().is_err());
-        assert_eq!(anchor(&lifecycle).ops.load(Ordering::SeqCst), ops);
-    }
-
-    #[test]
-    fn outside_a_runtime_the_anchor_starts_nothing() {
-        let lifecycle = Lifecycle::with_timer_anchor();
-        lifecycle.check_open().unwrap();
-        assert!(!anchor(&lifecycle).running.load(Ordering::SeqCst));
-        assert_eq!(anchor(&lifecycle).started.load(Ordering::SeqCst), 0);
-        assert!(Lifecycle::new().anchor.is_none());
     }
 }

@@ -476,7 +476,7 @@ impl RedlockProvider {
         let owner = distlock_core::inspect::owner_identity(options.owner_label.as_deref())
             .or_else(|_| distlock_core::inspect::owner_identity(None))
             .unwrap_or_else(|_| "unknown".to_owned());
-        let lifecycle = Lifecycle::with_timer_anchor();
+        let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         let provider = RedlockProvider {
             shared: Arc::new(Shared {
