@@ -84,8 +84,9 @@ impl Inner {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Handles one push message of the tracking connection.
-    fn pushed(&self, info: &PushInfo) {
+    /// Handles one push message of the tracking connection of
+    /// `generation`.
+    fn pushed(&self, info: &PushInfo, generation: u64) {
         match info.kind {
             PushKind::Invalidate => match info.data.first() {
                 Some(Value::Array(keys)) => {
@@ -101,7 +102,10 @@ impl Inner {
                 // A null list: the server flushed the database.
                 _ => self.all_changed(),
             },
-            PushKind::Disconnection => {
+            // Only the current connection's end matters: a connection
+            // already replaced (one that stopped answering) must not make
+            // the tracker drop its successor.
+            PushKind::Disconnection if self.generation.load(Ordering::SeqCst) == generation => {
                 self.dropped.store(true, Ordering::SeqCst);
                 self.all_changed();
             }
@@ -275,12 +279,15 @@ impl Tracker {
             return None;
         }
         let inner = Arc::downgrade(&self.inner);
+        // The generation this connection gets if it opens (connects are
+        // serialised by `self.conn`).
+        let generation = self.inner.generation.load(Ordering::SeqCst) + 1;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
             .set_push_sender(move |info: PushInfo| {
                 if let Some(inner) = inner.upgrade() {
-                    inner.pushed(&info);
+                    inner.pushed(&info, generation);
                 }
                 Ok::<(), redis::aio::SendError>(())
             });
@@ -305,7 +312,7 @@ impl Tracker {
                 // A new connection tracks nothing yet: no earlier read
                 // counts for new watchers, and those watching through the
                 // one it replaces read again (on it).
-                let generation = self.inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+                self.inner.generation.store(generation, Ordering::SeqCst);
                 if generation > 1 {
                     self.inner.all_changed();
                 }

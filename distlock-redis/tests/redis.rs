@@ -982,6 +982,74 @@ async fn waiters_of_one_key_share_one_tracking_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tracking_connection_that_stops_answering_is_replaced_and_its_watchers_woken() {
+    let redis = RedisServer::start();
+    let proxy = test_support::Proxy::start(redis.addr());
+    // Re-checks far apart: only the tracking connection can wake a waiter
+    // soon.
+    let options = RedisOptions::new()
+        .recheck_interval(Duration::from_secs(30))
+        .response_timeout(Duration::from_millis(300));
+    let locks = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let first = unique_name("tracked-silent-a");
+    let second = unique_name("tracked-silent-b");
+    let a = wait_behind_a_foreign_hold(&redis, &locks, &first).await;
+    let deadline = Instant::now() + SLACK;
+    while command_calls(&redis, "exists") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first waiter never read its key"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let old = tracking_clients(&redis);
+    assert_eq!(old.len(), 1, "one tracking connection");
+    // The tracking connection stops answering: open, but nothing passes
+    // (the commands' connection is untouched).
+    assert_eq!(proxy.silence_connections_that_sent(b"TRACKING"), 1);
+    // A second waiter's read is the first request on it: no answer within
+    // the response timeout, so the tracker replaces it, and the first
+    // waiter, whose watch was on the silent one, is woken to read again on
+    // the new one.
+    let reads = command_calls(&redis, "exists");
+    let b = wait_behind_a_foreign_hold(&redis, &locks, &second).await;
+    let deadline = Instant::now() + SLACK;
+    while command_calls(&redis, "exists") < reads + 2
+        || !tracking_clients(&redis).iter().any(|id| !old.contains(id))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no new tracking connection with both keys read on it"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!a.is_finished() && !b.is_finished(), "took a held lock");
+    // A change reaches the first waiter through the new connection, long
+    // before its 30 s re-check.
+    let key = locks.lock_key(&first).unwrap();
+    let released = Instant::now();
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    let (acquired, guard) = a.await.unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(1),
+        "{:?} from the foreign release to the acquisition",
+        acquired - released
+    );
+    guard.release().await.unwrap();
+    let key = locks.lock_key(&second).unwrap();
+    let released = Instant::now();
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    let (acquired, guard) = b.await.unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(1),
+        "{:?} from the foreign release to the acquisition",
+        acquired - released
+    );
+    guard.release().await.unwrap();
+    locks.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_client_tracking_a_waiter_behind_a_foreign_holder_polls() {
     // An ACL user that may not use CLIENT: no tracking, short re-checks.
     let redis = RedisServer::start_with(&[

@@ -30,7 +30,21 @@ struct Control {
     /// generation `g` or older are swallowed (a reply was lost in `g`).
     swallow: AtomicU64,
     swallowed_bytes: AtomicU64,
+    /// The connections accepted so far (dead ones are pruned at accept).
+    conns: std::sync::Mutex<Vec<std::sync::Weak<Conn>>>,
 }
+
+/// What the proxy keeps about one connection.
+#[derive(Debug, Default)]
+struct Conn {
+    /// The first bytes the client sent (up to [`OPENING`]).
+    opening: std::sync::Mutex<Vec<u8>>,
+    /// Every byte is swallowed, both ways, until the connection closes.
+    silenced: AtomicBool,
+}
+
+/// How much of what a client sends first a connection remembers.
+const OPENING: usize = 4096;
 
 impl Control {
     fn swallows(&self, generation: u64) -> bool {
@@ -215,6 +229,35 @@ impl Proxy {
     pub fn accepted_connections(&self) -> usize {
         self.control.accepted.load(Ordering::SeqCst)
     }
+
+    /// Silences the connections open now whose client sent `marker` among
+    /// its first 4 KiB (say `TRACKING`, to pick a connection by the setup
+    /// command it sent): they stay open, but every byte is swallowed both
+    /// ways until they close, as if only that connection were partitioned.
+    /// Other connections, and those opened later, are not touched (nor
+    /// is a silenced connection by [`Proxy::heal`]). Returns how many were
+    /// silenced.
+    pub fn silence_connections_that_sent(&self, marker: &[u8]) -> usize {
+        let conns = self
+            .control
+            .conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut silenced = 0;
+        for conn in conns.iter().filter_map(std::sync::Weak::upgrade) {
+            let sent = conn
+                .opening
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .windows(marker.len().max(1))
+                .any(|w| w == marker);
+            if sent && !marker.is_empty() {
+                conn.silenced.store(true, Ordering::SeqCst);
+                silenced += 1;
+            }
+        }
+        silenced
+    }
 }
 
 impl Drop for Proxy {
@@ -237,6 +280,15 @@ async fn accept_loop(
         let mut cut = cut.clone();
         cut.mark_unchanged();
         let generation = control.generation.load(Ordering::SeqCst);
+        let conn = Arc::new(Conn::default());
+        {
+            let mut conns = control
+                .conns
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            conns.retain(|c| c.strong_count() > 0);
+            conns.push(Arc::downgrade(&conn));
+        }
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(target).await else {
                 return;
@@ -247,8 +299,8 @@ async fn accept_loop(
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
             tokio::select! {
-                () = pump(cr, sw, &control, Direction::ToServer) => {}
-                () = pump(sr, cw, &control, Direction::ToClient(generation)) => {}
+                () = pump(cr, sw, &control, &conn, Direction::ToServer) => {}
+                () = pump(sr, cw, &control, &conn, Direction::ToClient(generation)) => {}
                 _ = cut.changed() => {}
             }
             control.open.fetch_sub(1, Ordering::SeqCst);
@@ -270,6 +322,7 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     control: &Control,
+    conn: &Conn,
     direction: Direction,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -278,6 +331,17 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if matches!(direction, Direction::ToServer) {
+            let mut opening = conn
+                .opening
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let room = OPENING.saturating_sub(opening.len()).min(n);
+            opening.extend_from_slice(&buf[..room]);
+        }
+        if conn.silenced.load(Ordering::SeqCst) {
+            continue;
+        }
         let delay = control.delay_us.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_micros(delay)).await;
