@@ -18,9 +18,12 @@
 //! tracker answers `None` and waiters fall back to short, growing re-checks.
 //! A dropped tracking connection wakes every watcher (a change may have
 //! been missed) and is reopened by the next watch; one that does not answer
-//! within the response timeout is replaced the same way, and its watchers
-//! are woken when the new one opens. Only the response timeout judges the
-//! connection: a caller whose own deadline comes first just stops waiting.
+//! within the response timeout is let go by the next watch the same way
+//! (its watchers are woken, and read again on a new connection). Only the
+//! current connection's end counts: the late end, failure or timeout of one
+//! already replaced leaves its successor alone. Only the response timeout
+//! judges the connection: a caller whose own deadline comes first just
+//! stops waiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,6 +52,8 @@ pub(crate) struct Tracker {
 #[derive(Debug, Default)]
 struct Connection {
     conn: Option<MultiplexedConnection>,
+    /// A connection was opened before (a new one replaces it).
+    opened: bool,
     /// When the last connect failed for a reason that may pass.
     failed_at: Option<Instant>,
 }
@@ -58,14 +63,19 @@ struct Connection {
 #[derive(Debug, Default)]
 struct Inner {
     keys: Mutex<HashMap<Vec<u8>, Entry>>,
-    /// The connection reported its end: the next watch reconnects.
-    dropped: AtomicBool,
+    /// The latest connection generation found dead (its end reported, a
+    /// read on it failed or went unanswered; 0: none): when it is the
+    /// current one, the next watch reconnects.
+    dead: AtomicU64,
     /// The server refused tracking (or RESP3), or the provider closed:
     /// never again on this provider.
     refused: AtomicBool,
-    /// Bumped at each new tracking connection: a read made on an earlier
-    /// one tracks nothing any more.
+    /// The generation of the current tracking connection (a fresh one
+    /// when it is let go): a read made on an earlier one tracks nothing
+    /// any more.
     generation: AtomicU64,
+    /// Hands out generations, each once.
+    next_generation: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -105,9 +115,15 @@ impl Inner {
             // Only the current connection's end matters: a connection
             // already replaced (one that stopped answering) must not make
             // the tracker drop its successor.
-            PushKind::Disconnection if self.generation.load(Ordering::SeqCst) == generation => {
-                self.dropped.store(true, Ordering::SeqCst);
-                self.all_changed();
+            // Only the current connection's end matters (or that of one
+            // opening, whose generation is not current yet): a connection
+            // already replaced must not make the tracker drop its
+            // successor.
+            PushKind::Disconnection => {
+                self.dead.fetch_max(generation, Ordering::SeqCst);
+                if generation >= self.generation.load(Ordering::SeqCst) {
+                    self.all_changed();
+                }
             }
             _ => {}
         }
@@ -223,18 +239,20 @@ impl Tracker {
         if tracked {
             return Some(watch);
         }
-        let before = *watch.changes.borrow();
         let exchange = async {
             let (mut conn, generation) = self.connection(client).await?;
+            // Changes until now (the wake-up of a reconnect made for this
+            // very read, say) come before the read: the read sees them.
+            let before = *watch.changes.borrow_and_update();
             let mut cmd = redis::cmd("EXISTS");
             cmd.arg(&watch.key);
             let read = tokio::time::timeout(self.timeout, cmd.query_async::<u8>(&mut conn)).await;
-            Some((read, generation))
+            Some((read, generation, before))
         };
         match tokio::time::timeout_at(until, exchange).await {
             // The caller's deadline: nothing is known about the connection.
             Err(_) | Ok(None) => None,
-            Ok(Some((Ok(Ok(exists)), generation))) => {
+            Ok(Some((Ok(Ok(exists)), generation, before))) => {
                 watch.gone = exists == 0;
                 let mut map = self.inner.keys();
                 if let Some(entry) = map.get_mut(watch.key.as_slice()) {
@@ -246,17 +264,17 @@ impl Tracker {
                 }
                 Some(watch)
             }
-            Ok(Some((Ok(Err(e)), _))) => {
+            Ok(Some((Ok(Err(e)), generation, _))) => {
                 if refused(&e) {
                     self.inner.refused.store(true, Ordering::SeqCst);
                 }
-                self.inner.dropped.store(true, Ordering::SeqCst);
+                self.inner.dead.fetch_max(generation, Ordering::SeqCst);
                 None
             }
             // No answer within the response timeout: the connection is
-            // suspect.
-            Ok(Some((Err(_), _))) => {
-                self.inner.dropped.store(true, Ordering::SeqCst);
+            // suspect (unless it was replaced meanwhile).
+            Ok(Some((Err(_), generation, _))) => {
+                self.inner.dead.fetch_max(generation, Ordering::SeqCst);
                 None
             }
         }
@@ -266,8 +284,15 @@ impl Tracker {
     /// turned on) if needed; `None` when it cannot be had now.
     async fn connection(&self, client: &redis::Client) -> Option<(MultiplexedConnection, u64)> {
         let mut state = self.conn.lock().await;
-        if self.inner.dropped.swap(false, Ordering::SeqCst) {
+        let current = self.inner.generation.load(Ordering::SeqCst);
+        if state.conn.is_some() && self.inner.dead.load(Ordering::SeqCst) >= current {
+            // Let go. A fresh generation: reads made on it count no more,
+            // and those watching through it read again (a change may have
+            // gone unannounced).
             state.conn = None;
+            let fresh = self.inner.next_generation.fetch_add(1, Ordering::SeqCst) + 1;
+            self.inner.generation.store(fresh, Ordering::SeqCst);
+            self.inner.all_changed();
         }
         if let Some(conn) = &state.conn {
             return Some((conn.clone(), self.inner.generation.load(Ordering::SeqCst)));
@@ -279,9 +304,8 @@ impl Tracker {
             return None;
         }
         let inner = Arc::downgrade(&self.inner);
-        // The generation this connection gets if it opens (connects are
-        // serialised by `self.conn`).
-        let generation = self.inner.generation.load(Ordering::SeqCst) + 1;
+        // The generation this connection gets if it opens.
+        let generation = self.inner.next_generation.fetch_add(1, Ordering::SeqCst) + 1;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
@@ -313,7 +337,7 @@ impl Tracker {
                 // counts for new watchers, and those watching through the
                 // one it replaces read again (on it).
                 self.inner.generation.store(generation, Ordering::SeqCst);
-                if generation > 1 {
+                if std::mem::replace(&mut state.opened, true) {
                     self.inner.all_changed();
                 }
                 Some((conn, generation))
@@ -350,4 +374,76 @@ fn refused(e: &redis::RedisError) -> bool {
     }
     let text = e.to_string().to_ascii_lowercase();
     text.contains("unknown command") || text.contains("unknown subcommand")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disconnection() -> PushInfo {
+        PushInfo {
+            kind: PushKind::Disconnection,
+            data: Vec::new(),
+        }
+    }
+
+    /// An entry for `key` with one watcher; its change count.
+    fn watched(inner: &Inner, key: &[u8]) -> watch::Receiver<u64> {
+        let (changes, rx) = watch::channel(0);
+        inner.keys().insert(
+            key.to_vec(),
+            Entry {
+                changes,
+                watchers: 1,
+                tracked_at: None,
+            },
+        );
+        rx
+    }
+
+    #[test]
+    fn only_the_current_connections_end_counts() {
+        let inner = Inner::default();
+        let rx = watched(&inner, b"k");
+        inner.generation.store(2, Ordering::SeqCst);
+        // The end of connection 1, replaced by 2: nothing happens.
+        inner.pushed(&disconnection(), 1);
+        assert!(
+            inner.dead.load(Ordering::SeqCst) < 2,
+            "its successor given up"
+        );
+        assert_eq!(*rx.borrow(), 0, "watchers woken by a replaced connection");
+        // The end of connection 2: given up, watchers woken.
+        inner.pushed(&disconnection(), 2);
+        assert_eq!(inner.dead.load(Ordering::SeqCst), 2);
+        assert_eq!(*rx.borrow(), 1);
+        // A late end of 1 cannot hide the end of 2.
+        inner.pushed(&disconnection(), 1);
+        assert_eq!(inner.dead.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn the_end_of_a_connection_still_opening_counts_once_it_is_current() {
+        let inner = Inner::default();
+        inner.generation.store(1, Ordering::SeqCst);
+        // Connection 2 ends before it is made current.
+        inner.pushed(&disconnection(), 2);
+        inner.generation.store(2, Ordering::SeqCst);
+        assert!(inner.dead.load(Ordering::SeqCst) >= inner.generation.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn invalidations_wake_the_watchers_of_their_keys_only() {
+        let inner = Inner::default();
+        let a = watched(&inner, b"a");
+        let b = watched(&inner, b"b");
+        inner.pushed(
+            &PushInfo {
+                kind: PushKind::Invalidate,
+                data: vec![Value::Array(vec![Value::BulkString(b"a".to_vec())])],
+            },
+            1,
+        );
+        assert_eq!((*a.borrow(), *b.borrow()), (1, 0));
+    }
 }

@@ -231,12 +231,14 @@ impl Proxy {
     }
 
     /// Silences the connections open now whose client sent `marker` among
-    /// its first 4 KiB (say `TRACKING`, to pick a connection by the setup
-    /// command it sent): they stay open, but every byte is swallowed both
-    /// ways until they close, as if only that connection were partitioned.
-    /// Other connections, and those opened later, are not touched (nor
-    /// is a silenced connection by [`Proxy::heal`]). Returns how many were
-    /// silenced.
+    /// the first 4 KiB the proxy has read from it (say `TRACKING`, to pick
+    /// a connection by the setup command it sent): they stay open, but
+    /// every byte read from then on is swallowed both ways (a chunk being
+    /// written at that moment still passes), as if only that connection
+    /// were partitioned; a close still goes through. Other connections,
+    /// and those opened later, are not touched (nor is a silenced
+    /// connection by [`Proxy::heal`]; [`Proxy::cut`] closes it). Returns
+    /// how many were silenced.
     pub fn silence_connections_that_sent(&self, marker: &[u8]) -> usize {
         let conns = self
             .control
