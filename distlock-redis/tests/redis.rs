@@ -908,6 +908,22 @@ fn command_calls(redis: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits until the first waiter's read of its key (EXISTS on the tracking
+/// connection) reached the server, then 300 ms more: time for its reply to
+/// come back (through a proxy too) and for the waiter to record that the
+/// read stands.
+async fn first_read_done(redis: &RedisServer) {
+    let deadline = Instant::now() + SLACK;
+    while command_calls(redis, "exists") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first waiter never read its key"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_one_key_share_one_tracking_read() {
     let redis = RedisServer::start();
@@ -916,18 +932,7 @@ async fn waiters_of_one_key_share_one_tracking_read() {
     let name = unique_name("tracked-shared");
     let key = locks.lock_key(&name).unwrap();
     let first = wait_behind_a_foreign_hold(&redis, &locks, &name).await;
-    // The first waiter's read (EXISTS on the tracking connection) is done
-    // once the connection tracks something.
-    let deadline = Instant::now() + SLACK;
-    while command_calls(&redis, "exists") == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the first waiter never read the key"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Time for the first waiter to record that its read stands.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    first_read_done(&redis).await;
     let reads = command_calls(&redis, "exists");
     let attempts = evalsha_calls(&redis);
     let mut waiters = Vec::new();
@@ -994,16 +999,7 @@ async fn a_tracking_connection_that_stops_answering_is_replaced_and_its_watchers
     let first = unique_name("tracked-silent-a");
     let second = unique_name("tracked-silent-b");
     let a = wait_behind_a_foreign_hold(&redis, &locks, &first).await;
-    let deadline = Instant::now() + SLACK;
-    while command_calls(&redis, "exists") == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the first waiter never read its key"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Time for the read's reply to pass the proxy before it goes silent.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    first_read_done(&redis).await;
     let old = tracking_clients(&redis);
     assert_eq!(old.len(), 1, "one tracking connection");
     // The tracking connection stops answering: open, but nothing passes
