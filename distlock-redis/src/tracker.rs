@@ -112,9 +112,6 @@ impl Inner {
                 // A null list: the server flushed the database.
                 _ => self.all_changed(),
             },
-            // Only the current connection's end matters: a connection
-            // already replaced (one that stopped answering) must not make
-            // the tracker drop its successor.
             // Only the current connection's end matters (or that of one
             // opening, whose generation is not current yet): a connection
             // already replaced must not make the tracker drop its
