@@ -15,16 +15,14 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use distlock::redis::RedisProvider;
 use distlock::zk::{ZkOptions, ZkProvider};
 use distlock::{Lock, Provider};
+use distlock_benches::AllPending;
 
 /// Waiting futures per implementation.
 const K: usize = 200;
@@ -97,25 +95,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-/// Polls every future it holds whenever woken; never resolves.
-struct AllPending<F: ?Sized>(Vec<Option<Pin<Box<F>>>>);
-
-impl<F: Future + ?Sized> Future for AllPending<F> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        for slot in &mut self.0 {
-            if slot
-                .as_mut()
-                .is_some_and(|f| f.as_mut().poll(cx).is_ready())
-            {
-                *slot = None;
-            }
-        }
-        Poll::Pending
-    }
-}
 
 /// K waiting futures on `lock` while `holder` (another provider) holds it.
 async fn profile(label: &str, holder: &Arc<dyn Lock>, lock: &Arc<dyn Lock>) {

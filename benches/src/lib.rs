@@ -20,3 +20,28 @@ pub fn monotonic_ns() -> u64 {
     assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
+
+/// Polls every future it holds whenever woken (dropping those that
+/// finished); never resolves. Drives many waiting `lock()` futures from one
+/// task, for the memory figures (the waiters wait on a lock that stays
+/// held).
+pub struct AllPending<F: ?Sized>(pub Vec<Option<std::pin::Pin<Box<F>>>>);
+
+impl<F: std::future::Future + ?Sized> std::future::Future for AllPending<F> {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        for slot in &mut self.0 {
+            if slot
+                .as_mut()
+                .is_some_and(|f| f.as_mut().poll(cx).is_ready())
+            {
+                *slot = None;
+            }
+        }
+        std::task::Poll::Pending
+    }
+}

@@ -38,7 +38,7 @@ use distlock::mem::MemProvider;
 use distlock::redis::RedisProvider;
 use distlock::zk::{ZkOptions, ZkProvider};
 use distlock::{Election, Lock, Provider};
-use distlock_benches::monotonic_ns;
+use distlock_benches::{monotonic_ns, AllPending};
 
 async fn sleep_until_ns(t: u64) {
     let now = monotonic_ns();
@@ -267,30 +267,6 @@ fn rss_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)
-}
-
-/// Polls every future it holds whenever woken (dropping those that
-/// finished); never resolves (the waiters of the memory figure wait on a
-/// lock that stays held).
-struct AllPending<F: ?Sized>(Vec<Option<std::pin::Pin<Box<F>>>>);
-
-impl<F: std::future::Future + ?Sized> std::future::Future for AllPending<F> {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        for slot in &mut self.0 {
-            if slot
-                .as_mut()
-                .is_some_and(|f| f.as_mut().poll(cx).is_ready())
-            {
-                *slot = None;
-            }
-        }
-        std::task::Poll::Pending
-    }
 }
 
 async fn memory(args: &[String]) -> Result<(), String> {
