@@ -578,6 +578,33 @@ async fn acquisitions_cancelled_around_the_write_back_leave_nothing_and_tokens_s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_finishing_in_the_background_reloads_a_lost_script_and_deletes_the_key() {
+    // The release returns once a quorum released; a master that lost its
+    // scripts (a restart, `SCRIPT FLUSH`) answers `NOSCRIPT` and is the
+    // last: loading the script there and sending the release again happens
+    // after the release returned, and must still happen.
+    let m = RedisMasters::start(3);
+    let client = connect(&m, quick()).await;
+    let name = unique_name("release_noscript");
+    let key = client.lock_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let g = lock.lock().await.unwrap();
+    // The straggler's acquire went out with the others.
+    eventually("every master holds the key", Duration::from_secs(2), || {
+        (0..3).all(|i| exists(&m, i, &key))
+    })
+    .await;
+    assert_eq!(m.node(1).cli(&["SCRIPT", "FLUSH"]), "OK");
+    g.release().await.unwrap();
+    eventually(
+        "the master whose scripts were flushed lets the key go",
+        Duration::from_secs(2),
+        || (0..3).all(|i| !exists(&m, i, &key)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_counter_is_a_typed_error_and_takes_nothing() {
     let m = RedisMasters::start(3);
     let client = connect(&m, quick()).await;

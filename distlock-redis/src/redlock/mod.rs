@@ -6,7 +6,6 @@ mod ops;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,17 +40,19 @@ impl Master {
     /// Runs `cmd` (an `EVALSHA` of `script`) on this master, unbounded: the
     /// caller bounds the round it belongs to with one timer for all masters
     /// (`timeout` names that bound in errors). On `NOSCRIPT` (a master that
-    /// restarted) it loads the script and runs it again, unless the round
-    /// was `detached` meanwhile: a detached call runs in the background
-    /// after its caller moved on (to an undo, a release), and a second send
-    /// could land after that; so it only loads the script for next time.
+    /// restarted, or whose scripts were flushed) it loads the script and
+    /// sends the command again, also when the call finishes in the
+    /// background after its caller moved on: only renewals and releases do,
+    /// and both act on our token alone, so landing late is harmless (a
+    /// release that did not send again would leave our key there until its
+    /// TTL). An acquire call is dropped, never finished in the background,
+    /// so it cannot send again after our release or undo.
     async fn eval<T: FromRedisValue>(
         &self,
         operation: &'static str,
         timeout: Duration,
         script: &Script,
         cmd: &Cmd,
-        detached: &AtomicBool,
     ) -> Result<T> {
         let mut conn = self.conn.clone();
         let fail = |e| from_redis(operation, timeout, e);
@@ -62,9 +63,6 @@ impl Master {
                     .load_async(&mut conn)
                     .await
                     .map_err(fail)?;
-                if detached.load(Ordering::SeqCst) {
-                    return Err(fail(e));
-                }
                 cmd.query_async(&mut conn).await.map_err(fail)
             }
             reply => reply.map_err(fail),
@@ -162,8 +160,8 @@ pub(crate) struct Shared {
 /// * **Scripts** run by `EVALSHA`; a master that answers `NOSCRIPT` (it
 ///   restarted) gets `SCRIPT LOAD` and the `EVALSHA` again. Renewals and
 ///   releases also end at a quorum, but their remaining calls finish in the
-///   background (both are compare-and-act on our token: harmless whenever
-///   they land), sending no script twice once detached.
+///   background, within the response timeout, `NOSCRIPT` included (both are
+///   compare-and-act on our token: harmless whenever they land).
 /// * **Fencing token**: `T` = the largest `c` among the masters that took
 ///   the lock. If fewer than `Q` of them returned exactly `T`, the script
 ///   `redlock_raise` (`if GET lock == token then c := max(c, T); return 1
@@ -492,8 +490,9 @@ impl RedlockProvider {
     }
 
     /// Loads the scripts on every master in parallel (which also checks that
-    /// it answers) until a quorum answered, within the connect timeout. A
-    /// master that comes later loads them at first use (`NOSCRIPT`).
+    /// it answers) until a quorum answered, within the connect timeout; the
+    /// others go on loading in the background until that timeout. A master
+    /// that comes later loads them at first use (`NOSCRIPT`).
     async fn wait_for_quorum(&self) -> Result<()> {
         let timeout = self.shared.options.connect_timeout;
         let mut pings: futures::stream::FuturesUnordered<_> = self
@@ -537,6 +536,11 @@ impl RedlockProvider {
                     }));
                 }
             }
+        }
+        if !pings.is_empty() {
+            drop(tokio::spawn(tokio::time::timeout_at(until, async move {
+                while futures::StreamExt::next(&mut pings).await.is_some() {}
+            })));
         }
         Ok(())
     }

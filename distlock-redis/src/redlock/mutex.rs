@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -556,28 +556,21 @@ impl RedlockLease {
         started: Instant,
     ) -> Round<T> {
         let timeout = self.shared.options.response_timeout;
-        let detached = Arc::new(AtomicBool::new(false));
         let cmd = Arc::new(cmd);
         let pending = which
             .iter()
             .map(|&i| {
                 let shared = Arc::clone(&self.shared);
-                let (cmd, detached) = (Arc::clone(&cmd), Arc::clone(&detached));
+                let cmd = Arc::clone(&cmd);
                 let call: BoxFuture<'static, (usize, Result<T>)> = Box::pin(async move {
                     let master = &shared.masters[i];
-                    (
-                        i,
-                        master
-                            .eval(operation, timeout, script, &cmd, &detached)
-                            .await,
-                    )
+                    (i, master.eval(operation, timeout, script, &cmd).await)
                 });
                 call
             })
             .collect();
         Round {
             pending,
-            detached,
             until: Box::pin(sleep_until(started.checked_add(timeout).unwrap_or(started))),
             operation,
             timeout,
@@ -715,9 +708,6 @@ pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
 /// One parallel round of a script on some masters, with one timer.
 pub(crate) struct Round<T> {
     pending: FuturesUnordered<BoxFuture<'static, (usize, Result<T>)>>,
-    /// Set when the round is left to finish in the background: its calls
-    /// then never send their script a second time (see [`Master::eval`]).
-    detached: Arc<AtomicBool>,
     until: Pin<Box<Sleep>>,
     operation: &'static str,
     timeout: Duration,
@@ -758,14 +748,15 @@ impl<T: Send + 'static> Round<T> {
     }
 
     /// Lets the masters that have not answered finish in a background task
-    /// (until the round's time is up), never sending a script twice: their
-    /// commands went out with the round, in order on each master's
-    /// connection, so whatever the caller sends next lands after them.
+    /// (until the round's time is up), a `NOSCRIPT` reload included (see
+    /// [`Master::eval`](super::Master)): their commands went out with the
+    /// round, in order on each master's connection, so whatever the caller
+    /// sends next lands after them (all but a resend after a reload, which
+    /// renewals and releases allow).
     fn detach(self) {
         if self.pending.is_empty() {
             return;
         }
-        self.detached.store(true, Ordering::SeqCst);
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
