@@ -170,10 +170,18 @@ pub(crate) async fn watch_fired(
     watcher: OneshotWatcher,
     deadline: Option<Instant>,
 ) -> Result<bool> {
-    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    // A waiter without a deadline keeps no timer; one with a deadline keeps
+    // it boxed (a waiting future stays small either way).
+    let mut timer = deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
+    let expired = async {
+        match timer.as_mut() {
+            Some(t) => t.as_mut().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = watcher.changed() => {}
-        () = tokio::time::sleep_until(deadline.unwrap_or(far)) => return Ok(false),
+        () = expired => return Ok(false),
         () = shared.lifecycle.closed() => return Err(Error::Closed),
     }
     shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);

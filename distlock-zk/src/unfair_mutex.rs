@@ -105,10 +105,20 @@ async fn inspect(
     }
 }
 
-/// Races for the one ephemeral node of an unfair lock.
+/// What one attempt at the lock node came to.
+enum Step {
+    /// Taken, or given up (`None`: not free and not to wait, or the
+    /// deadline passed).
+    Done(Option<Acquired>),
+    /// Another holds it: wait for this watch, then race again.
+    Wait(OneshotWatcher),
+}
+
+/// Races for the one ephemeral node of an unfair lock: attempts, and waits
+/// for the holder's node to go between them. Each attempt is boxed and
+/// over before the wait, so a waiter keeps only its wait.
 async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>> {
     let deadline = wait.deadline();
-    let timeout = shared.timeout;
     let node = format!("{dir}/{UNFAIR_NODE}");
     // Our identity, and an id that tells this acquisition's node from
     // another's of the same identity.
@@ -118,14 +128,34 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
         uuid::Uuid::new_v4().simple()
     )
     .into_bytes();
+    loop {
+        // Out of the match, so that the step is not kept through the wait.
+        let watcher = match Box::pin(attempt(shared, dir, &node, &owner, wait)).await? {
+            Step::Done(acquired) => return Ok(acquired),
+            Step::Wait(watcher) => watcher,
+        };
+        if wait == Wait::No || passed(deadline) {
+            return Ok(None);
+        }
+        if !watch_fired(shared, watcher, deadline).await? {
+            return Ok(None);
+        }
+    }
+}
+
+/// One attempt: create the node, or learn who holds it (with a watch),
+/// starting over on a new session when ours ends.
+async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wait) -> Result<Step> {
+    let deadline = wait.deadline();
+    let timeout = shared.timeout;
     let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
     'session: loop {
         shared.lifecycle.check_open()?;
-        let session = Box::pin(shared.sessions.get()).await?;
+        let session = shared.sessions.get().await?;
         let cleanup = Arc::new(DeleteIfOurs {
             session: Arc::clone(&session),
-            node: node.clone(),
-            owner: owner.clone(),
+            node: node.to_owned(),
+            owner: owner.to_vec(),
             timeout,
         });
         let mut undo = CleanupGuard::arm("undo unfair create", cleanup)?;
@@ -135,34 +165,32 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
         loop {
             if !unknown {
                 let sent = Instant::now();
-                // Boxed, as every step but the wait: a waiter keeps only the
-                // state of its wait.
-                let created = Box::pin(with_timeout(
+                let created = with_timeout(
                     "create",
                     timeout,
-                    session.client.create(&node, &owner, &create),
-                ))
+                    session.client.create(node, owner, &create),
+                )
                 .await;
                 match created {
                     Ok(Ok((stat, _))) => {
                         undo.disarm();
-                        return Ok(Some(Acquired {
+                        return Ok(Step::Done(Some(Acquired {
                             session,
-                            node,
+                            node: node.to_owned(),
                             czxid: stat.czxid,
                             heard_at: sent,
-                        }));
+                        })));
                     }
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
                         // Someone else's: ours is only created after a
                         // lookup found none.
                         undo.disarm();
-                        return Ok(None);
+                        return Ok(Step::Done(None));
                     }
                     Ok(Err(ZkError::NodeExists)) => {}
                     Ok(Err(ZkError::NoNode)) => {
                         undo.disarm();
-                        Box::pin(make_parents(&session, &node, shared.authenticated, timeout))
+                        Box::pin(make_parents(&session, node, shared.authenticated, timeout))
                             .await?;
                         continue 'session;
                     }
@@ -172,7 +200,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                     }
                     Ok(Err(e)) => match triage("create", timeout, e) {
                         Triage::SessionEnded => {
-                            Box::pin(start_over(shared, &session, &mut undo)).await;
+                            start_over(shared, &session, &mut undo).await;
                             continue 'session;
                         }
                         Triage::Fail(e) => {
@@ -187,33 +215,32 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
             if unknown {
                 // Make sure the server we ask has seen our create, if it
                 // reached the leader at all.
-                let synced =
-                    Box::pin(with_timeout("sync", timeout, session.client.sync(dir))).await;
+                let synced = with_timeout("sync", timeout, session.client.sync(dir)).await;
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
-                            Box::pin(start_over(shared, &session, &mut undo)).await;
+                            start_over(shared, &session, &mut undo).await;
                             continue 'session;
                         }
-                        Triage::Retry if Box::pin(pause_before_retry(deadline)).await => continue,
+                        Triage::Retry if pause_before_retry(deadline).await => continue,
                         Triage::Retry => {
-                            Box::pin(clean_up_now(undo, timeout)).await;
-                            return Ok(None);
+                            clean_up_now(undo, timeout).await;
+                            return Ok(Step::Done(None));
                         }
                         // No directory: the create cannot have happened.
                         Triage::Fail(_) => {}
                     }
                 }
             }
-            match Box::pin(inspect(&session, &node, &owner, timeout)).await {
+            match inspect(&session, node, owner, timeout).await {
                 Ok(Found::Ours(czxid, heard_at)) => {
                     undo.disarm();
-                    return Ok(Some(Acquired {
+                    return Ok(Step::Done(Some(Acquired {
                         session,
-                        node,
+                        node: node.to_owned(),
                         czxid,
                         heard_at,
-                    }));
+                    })));
                 }
                 Ok(Found::Absent) => {
                     // Definitive: ours never landed (or it went); create.
@@ -221,26 +248,20 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
                 }
                 Ok(Found::Theirs(watcher)) => {
                     undo.disarm();
-                    if wait == Wait::No || passed(deadline) {
-                        return Ok(None);
-                    }
-                    if !Box::pin(watch_fired(shared, watcher, deadline)).await? {
-                        return Ok(None);
-                    }
-                    continue 'session;
+                    return Ok(Step::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    Box::pin(start_over(shared, &session, &mut undo)).await;
+                    start_over(shared, &session, &mut undo).await;
                     continue 'session;
                 }
-                Err(Triage::Retry) if Box::pin(pause_before_retry(deadline)).await => {}
+                Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    Box::pin(clean_up_now(undo, timeout)).await;
-                    return Ok(None);
+                    clean_up_now(undo, timeout).await;
+                    return Ok(Step::Done(None));
                 }
                 Err(Triage::Fail(e)) => {
                     if unknown {
-                        Box::pin(clean_up_now(undo, timeout)).await;
+                        clean_up_now(undo, timeout).await;
                     }
                     return Err(e);
                 }

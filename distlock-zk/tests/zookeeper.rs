@@ -551,16 +551,17 @@ fn arbitrary_names_ttls_and_timeouts_give_typed_errors_and_store_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquisition_is_small() {
     // What a waiting task keeps: the acquire future (every step but the
-    // wait is boxed). It was 5.3 KB (fair) and 5.1 KB (unfair).
+    // wait is boxed). It was 5.3 KB (fair) and 5.1 KB (unfair); the unfair
+    // mutex's attempt is now one boxed step that ends before the wait.
     let client = provider(&test_support::zookeeper::shared().connect_string()).await;
     let name = unique_name("size");
-    for lock in [
-        client.fair_mutex(&name).unwrap(),
-        client.mutex(&name).unwrap(),
+    for (lock, bound) in [
+        (client.fair_mutex(&name).unwrap(), 1024),
+        (client.mutex(&name).unwrap(), 640),
     ] {
         let waiting = lock.acquire(distlock_core::Wait::Forever);
         let size = std::mem::size_of_val(&*waiting);
         println!("ZooKeeper acquire future: {size} bytes");
-        assert!(size <= 1024, "{size} bytes");
+        assert!(size <= bound, "{size} bytes");
     }
 }
