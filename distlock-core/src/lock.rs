@@ -4,6 +4,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -85,8 +86,8 @@ pub trait Lock: Send + Sync + Debug {
     /// # Cancellation safety
     ///
     /// As [`Lock::acquire`].
-    async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        measured(self, Wait::No).await
+    fn try_lock(&self) -> BoxFuture<'_, Result<Option<LockGuard>>> {
+        measured(self, Wait::No)
     }
 
     /// Waits until the lock is acquired.
@@ -98,11 +99,14 @@ pub trait Lock: Send + Sync + Debug {
     /// # Cancellation safety
     ///
     /// As [`Lock::acquire`].
-    async fn lock(&self) -> Result<LockGuard> {
-        measured(self, Wait::Forever).await?.ok_or(Error::Closed)
+    fn lock(&self) -> BoxFuture<'_, Result<LockGuard>> {
+        // The acquire future, and a small box around it (not a second
+        // async body holding it): a waiting task keeps this.
+        Box::pin(measured(self, Wait::Forever).map(|r| r?.ok_or(Error::Closed)))
     }
 
-    /// Waits at most `timeout` for the lock; `Ok(None)` when it did not come.
+    /// Waits at most `timeout` for the lock, counted from this call (as
+    /// [`tokio::time::timeout`] counts); `Ok(None)` when it did not come.
     ///
     /// # Errors
     ///
@@ -111,8 +115,8 @@ pub trait Lock: Send + Sync + Debug {
     /// # Cancellation safety
     ///
     /// As [`Lock::acquire`].
-    async fn lock_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        measured(self, Wait::timeout(timeout)).await
+    fn lock_timeout(&self, timeout: Duration) -> BoxFuture<'_, Result<Option<LockGuard>>> {
+        measured(self, Wait::timeout(timeout))
     }
 }
 
@@ -123,13 +127,19 @@ pub trait Lock: Send + Sync + Debug {
 /// this future, and without metrics it is only the backend's (see
 /// `benches/README.md`, memory per waiting contender).
 #[cfg(not(feature = "metrics"))]
-async fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
-    lock.acquire(wait).await
+fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> BoxFuture<'_, Result<Option<LockGuard>>> {
+    lock.acquire(wait)
 }
 
 /// `lock.acquire(wait)`, recorded in the metrics.
 #[cfg(feature = "metrics")]
-async fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
+fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> BoxFuture<'_, Result<Option<LockGuard>>> {
+    Box::pin(measured_body(lock, wait))
+}
+
+/// The body of the metrics' [`measured`].
+#[cfg(feature = "metrics")]
+async fn measured_body<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
     let labels = crate::metrics::Labels {
         backend: lock.backend(),
         primitive: lock.kind(),
