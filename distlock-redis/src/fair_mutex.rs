@@ -36,6 +36,7 @@ use distlock_core::backend::{
     with_timeout, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
 };
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::conn::{Pinned, Sticky};
@@ -91,8 +92,14 @@ impl Lock for RedisFairMutex {
         distlock_core::PrimitiveKind::FairMutex
     }
 
-    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        self.queue.acquire(wait, None).await
+    // Not an `async fn`: the queue's future, boxed as it is, with no
+    // second body around it (a waiting task keeps this future).
+    fn acquire<'a, 'b>(&'a self, wait: Wait) -> BoxFuture<'b, Result<Option<LockGuard>>>
+    where
+        'a: 'b,
+        Self: 'b,
+    {
+        Box::pin(self.queue.acquire(wait, None))
     }
 }
 
@@ -126,7 +133,7 @@ enum Attempt {
 struct LeaveQueue {
     shared: Arc<Shared>,
     keys: Arc<Keys>,
-    id: String,
+    id: Arc<str>,
     conn: Sticky,
     /// When our entry expires by itself (plus a response timeout).
     expires: Mutex<Instant>,
@@ -149,7 +156,7 @@ impl LeaveQueue {
         if let Some(record) = &self.keys.record {
             invocation.key(record);
         }
-        invocation.arg(&self.id).arg("").arg(&self.keys.channel);
+        invocation.arg(&*self.id).arg("").arg(&self.keys.channel);
         let reply: Result<i64> = with_timeout(
             "leave queue",
             timeout,
@@ -389,7 +396,7 @@ impl FairQueue {
         let leave = Arc::new(LeaveQueue {
             shared: Arc::clone(shared),
             keys: Arc::clone(&self.keys),
-            id: new_token(),
+            id: Arc::from(new_token()),
             conn: Sticky::new(None),
             expires: Mutex::new(waited),
         });
@@ -420,12 +427,8 @@ impl FairQueue {
             pause = Duration::from_millis(20);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                if let Some(mut guard) = in_queue.take() {
-                    // If this times out the drop finishes it in the
-                    // background; the entry expires by itself anyway.
-                    let timeout = shared.options.response_timeout;
-                    let _ = Box::pin(with_timeout("leave queue", timeout, guard.run_now())).await;
-                }
+                let timeout = shared.options.response_timeout;
+                Box::pin(leave_now(in_queue.take(), timeout)).await;
                 return Ok(None);
             }
             if subscription.is_none() {
@@ -435,7 +438,7 @@ impl FairQueue {
                     Box::pin(
                         shared
                             .subscriber
-                            .subscribe_as(self.keys.channel.clone(), leave.id.clone()),
+                            .subscribe_as(self.keys.channel.clone(), Arc::clone(&leave.id)),
                     )
                     .await,
                 );
@@ -455,6 +458,16 @@ impl FairQueue {
                 Box::pin(crate::mutex::woken(sub, None, wake, &shared.lifecycle)).await?;
             }
         }
+    }
+}
+
+/// Leaves the queue now, if `in_queue` is armed. If this times out, the
+/// guard's drop finishes it in the background; the entry expires by itself
+/// anyway. A function of its own, so that the waiting future does not keep
+/// room for the guard.
+async fn leave_now(in_queue: Option<CleanupGuard>, timeout: Duration) {
+    if let Some(mut guard) = in_queue {
+        let _ = with_timeout("leave queue", timeout, guard.run_now()).await;
     }
 }
 

@@ -598,6 +598,12 @@ impl Lock for RedisMutex {
 /// Waits for a wake-up on `sub` (`true`), or for a change of the foreign
 /// holder's key or until `wake` (`false`).
 ///
+/// A live subscription is also how the provider's close reaches the waiter:
+/// the close marks the lifecycle closed, then the subscriber wakes every
+/// subscription on its way out. So a waiter keeps no close signal of its
+/// own (96 bytes of every waiting future); only one whose subscription
+/// failed listens to the lifecycle.
+///
 /// # Errors
 ///
 /// [`Error::Closed`] when the provider is closed meanwhile.
@@ -607,18 +613,49 @@ pub(crate) async fn woken(
     wake: Instant,
     lifecycle: &distlock_core::backend::Lifecycle,
 ) -> Result<bool> {
-    // Boxed: only a waiter behind a foreign holder pays for it.
-    let key_changed = async {
-        match key {
-            Some(key) => Box::pin(key.changed()).await,
-            None => std::future::pending().await,
-        }
+    if !sub.is_live() {
+        return Box::pin(woken_without_subscriber(key, wake, lifecycle)).await;
+    }
+    let woke = tokio::select! {
+        // In this order: the subscription registers for a wake-up before
+        // the flag is read, so a close after that wakes it and one before
+        // is seen by the flag.
+        biased;
+        () = sub.changed() => true,
+        () = std::future::poll_fn(|_| {
+            if lifecycle.is_closed() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }) => false,
+        () = key_changed(key) => false,
+        () = sleep_until(wake) => false,
     };
+    lifecycle.check_open()?;
+    Ok(woke)
+}
+
+/// [`woken`] for a waiter whose subscription failed: its timers, and the
+/// provider's close.
+async fn woken_without_subscriber(
+    key: Option<&mut crate::tracker::KeyWatch>,
+    wake: Instant,
+    lifecycle: &distlock_core::backend::Lifecycle,
+) -> Result<bool> {
     tokio::select! {
-        () = sub.changed() => Ok(true),
-        () = key_changed => Ok(false),
+        () = key_changed(key) => Ok(false),
         () = sleep_until(wake) => Ok(false),
         () = lifecycle.closed() => Err(Error::Closed),
+    }
+}
+
+/// Resolves when the foreign holder's key changes; never without a watch.
+async fn key_changed(key: Option<&mut crate::tracker::KeyWatch>) {
+    match key {
+        // Boxed: only a waiter behind a foreign holder pays for it.
+        Some(key) => Box::pin(key.changed()).await,
+        None => std::future::pending().await,
     }
 }
 

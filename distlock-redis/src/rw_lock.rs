@@ -410,7 +410,7 @@ impl Lock for Queued {
                 subscription = Some(
                     shared
                         .subscriber
-                        .subscribe_as(self.recipe.channel.clone(), member.clone())
+                        .subscribe_as(self.recipe.channel.clone(), Arc::from(member.as_str()))
                         .await,
                 );
                 continue;

@@ -51,8 +51,9 @@ use tokio::sync::{mpsc, oneshot, Notify};
 enum Kind {
     /// Any message not addressed to a waiter id: one plain waiter wakes.
     Plain,
-    /// Only `to:<id>` messages for this id.
-    Id(String),
+    /// Only `to:<id>` messages for this id (one copy, shared with the
+    /// waiter's queue entry and the actor's map).
+    Id(Arc<str>),
     /// Every message (observer number, unique per subscriber).
     Observer(u64),
 }
@@ -166,7 +167,8 @@ enum Command {
     Unsubscribe(String, Kind),
     /// A waiter left a plain mutex's line on this channel.
     Leave(String),
-    /// The provider was closed: drop the connection and end.
+    /// The provider was closed: wake every waiter (they see it closed),
+    /// drop the connection and end.
     ShutDown,
 }
 
@@ -207,6 +209,13 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    /// Whether the subscriber answered: a live subscription is woken by
+    /// messages, reconnects and the provider's close; one that is not
+    /// never wakes.
+    pub(crate) fn is_live(&self) -> bool {
+        self.wake.is_some()
+    }
+
     /// Resolves when this waiter is woken (a release message, or a reconnect
     /// that may have lost one); pends forever if the subscriber is gone,
     /// leaving waiters to their timers.
@@ -326,7 +335,7 @@ impl Subscriber {
     /// Registers a waiter known by `id` on `channel`: it is woken only by a
     /// `to:<id>` message (and by a reconnect), and a wake-up that comes while
     /// it is not waiting is kept for its next [`Subscription::changed`].
-    pub(crate) async fn subscribe_as(&self, channel: String, id: String) -> Subscription {
+    pub(crate) async fn subscribe_as(&self, channel: String, id: Arc<str>) -> Subscription {
         self.register(channel, Kind::Id(id)).await
     }
 
@@ -404,7 +413,7 @@ struct Channel {
     /// Plain waiters share one: a message wakes one of them.
     wake: Arc<Notify>,
     /// Waiters by id, each with its own.
-    ids: HashMap<String, Arc<Notify>>,
+    ids: HashMap<Arc<str>, Arc<Notify>>,
     /// Observers, each with its own.
     observers: HashMap<u64, Arc<Notify>>,
 }
@@ -635,7 +644,11 @@ async fn run(
             // request causes (see `Subscriber::start_subscribe`).
             biased;
             command = commands.recv() => match command {
-                None | Some(Command::ShutDown) => return,
+                None => return,
+                Some(Command::ShutDown) => {
+                    actor.wake_all();
+                    return;
+                }
                 Some(Command::Leave(channel)) => {
                     let _ = actor.unclaimed.send(channel);
                 }

@@ -215,3 +215,56 @@ async fn dropping_the_last_handle_closes_the_connections() {
         proxy.wait_closed(SLACK, "after the last handle went").await;
     }
 }
+
+/// `close()` ends every waiting acquisition with `Closed` at once, wherever
+/// it is: waiting on its subscription (woken by the subscriber on its way
+/// out, not by a close signal of its own), in the middle of an attempt, or
+/// subscribing just as the subscriber goes. The re-check interval is
+/// 30 s, so a waiter the close missed would outlive the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_ends_every_waiter_wherever_it_is() {
+    let redis = test_support::redis::shared();
+    let holder = connect(&redis.url(), RedisOptions::new()).await;
+    let mut rng = fastrand::Rng::new();
+    for round in 0..12 {
+        let name = unique_name("close-race");
+        let fair_name = unique_name("close-race-fair");
+        let _held = holder.mutex_with(&name, long()).unwrap().lock().await;
+        let _held_fair = holder
+            .fair_mutex_with(&fair_name, long())
+            .unwrap()
+            .lock()
+            .await;
+        let options = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+        let closing = Arc::new(connect(&redis.url(), options).await);
+        let mut waiters = Vec::new();
+        for i in 0..8 {
+            let lock = if i % 2 == 0 {
+                closing.mutex_with(&name, long()).unwrap()
+            } else {
+                closing.fair_mutex_with(&fair_name, long()).unwrap()
+            };
+            waiters.push(tokio::spawn(async move { lock.lock().await }));
+        }
+        // From "none has started" to "all wait on their subscriptions".
+        let pause = match round {
+            0 => 0,
+            1 => 200_000,
+            _ => rng.u64(0..5_000),
+        };
+        tokio::time::sleep(Duration::from_micros(pause)).await;
+        closing.close().await.unwrap();
+        let closed_at = Instant::now();
+        for (i, waiter) in waiters.into_iter().enumerate() {
+            let r = tokio::time::timeout(SLACK, waiter)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: waiter {i} outlived close()"))
+                .unwrap();
+            assert!(
+                matches!(r, Err(distlock_core::Error::Closed)),
+                "round {round}: waiter {i}: {r:?}"
+            );
+        }
+        assert!(closed_at.elapsed() < SLACK, "round {round}");
+    }
+}
