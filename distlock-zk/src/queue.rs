@@ -113,6 +113,16 @@ pub(crate) trait QueueRules: Sync {
     fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped>;
 }
 
+impl<T: QueueRules + ?Sized> QueueRules for &T {
+    fn node_name(&self) -> String {
+        (**self).node_name()
+    }
+
+    fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
+        (**self).standing(children, own)
+    }
+}
+
 /// A FIFO queue of `marker` nodes: the lowest sequence holds, every other
 /// node waits for its predecessor.
 struct Fifo<'a>(&'a str);
@@ -249,7 +259,9 @@ async fn find_ours(
 pub(crate) struct Withdraw {
     session: Arc<Session>,
     dir: String,
-    prefix: String,
+    /// Shared with the acquisition, which joins again with it on a new
+    /// session.
+    prefix: Arc<str>,
     known: Mutex<Option<String>>,
     timeout: Duration,
 }
@@ -262,10 +274,20 @@ impl Withdraw {
         prefix: &str,
         timeout: Duration,
     ) -> Arc<Self> {
+        Self::with_prefix(session, dir, Arc::from(prefix), timeout)
+    }
+
+    /// As [`Withdraw::new`], sharing the caller's `prefix`.
+    pub(crate) fn with_prefix(
+        session: &Arc<Session>,
+        dir: &str,
+        prefix: Arc<str>,
+        timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Withdraw {
             session: Arc::clone(session),
             dir: dir.to_owned(),
-            prefix: prefix.to_owned(),
+            prefix,
             known: Mutex::new(None),
             timeout,
         })
@@ -485,14 +507,16 @@ pub(crate) async fn join(
 /// Joins the queue of `marker` nodes in `dir` and waits for the head of it.
 ///
 /// Cancellation safe: as [`join_queue`].
-pub(crate) async fn enter_queue(
-    shared: &Shared,
-    dir: &str,
-    marker: &str,
-    data: &[u8],
+pub(crate) fn enter_queue<'a>(
+    shared: &'a Shared,
+    dir: &'a str,
+    marker: &'a str,
+    data: &'a [u8],
     wait: Wait,
-) -> Result<Option<Acquired>> {
-    join_queue(shared, dir, &Fifo(marker), data, wait).await
+) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
+    // Not an `async fn`: [`join_queue`]'s future itself, with no second
+    // body around it (a waiting task keeps this future).
+    join_queue(shared, dir, Fifo(marker), data, wait)
 }
 
 /// A FIFO queue of `marker` nodes whose own nodes carry `tag` in their
@@ -516,133 +540,218 @@ impl QueueRules for Tagged<'_> {
 /// As [`enter_queue`], with `tag` in our node's name.
 ///
 /// Cancellation safe: as [`join_queue`].
-pub(crate) async fn enter_tagged_queue(
-    shared: &Shared,
-    dir: &str,
-    marker: &str,
-    tag: &str,
-    data: &[u8],
+pub(crate) fn enter_tagged_queue<'a>(
+    shared: &'a Shared,
+    dir: &'a str,
+    marker: &'a str,
+    tag: &'a str,
+    data: &'a [u8],
     wait: Wait,
-) -> Result<Option<Acquired>> {
-    join_queue(shared, dir, &Tagged { marker, tag }, data, wait).await
+) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
+    join_queue(shared, dir, Tagged { marker, tag }, data, wait)
+}
+
+/// Our node while it waits in a queue: the session it lives in, its
+/// withdraw (armed until the node is ours to keep), which knows its path.
+struct InQueue {
+    session: Arc<Session>,
+    withdraw: Arc<Withdraw>,
+    undo: CleanupGuard,
+    czxid: i64,
+    /// When the request whose answer last showed the queue was sent.
+    heard_at: Instant,
+}
+
+impl InQueue {
+    /// Our node's path (known to the withdraw since the create answered).
+    fn node(&self) -> String {
+        self.withdraw
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_default()
+    }
+}
+
+/// What one step of [`join_queue`] came to.
+enum QueueStep {
+    /// Our node holds (`Some`), or the wait ended without it (`None`).
+    Done(Option<Acquired>),
+    /// Our node waits for the node this watch is on to go.
+    Wait(OneshotWatcher),
 }
 
 /// Adds our node to the queue in `dir` and waits until `rules` say it holds,
 /// watching only the node they name.
 ///
+/// Each step (join, list, watch) is boxed and over before the wait, so a
+/// waiter keeps only its node's small state and its watch.
+///
 /// Cancellation safe: a withdraw guard is armed before the create is sent
 /// and disarmed only once the node is ours to keep, or known not to exist.
-pub(crate) async fn join_queue(
+pub(crate) async fn join_queue<R: QueueRules>(
     shared: &Shared,
     dir: &str,
-    rules: &dyn QueueRules,
+    rules: R,
     data: &[u8],
     wait: Wait,
 ) -> Result<Option<Acquired>> {
     let deadline = wait.deadline();
+    let prefix: Arc<str> = Arc::from(format!("_c_{}-{}", uuid::Uuid::new_v4(), rules.node_name()));
+    let mut ours: Option<InQueue> = None;
+    loop {
+        let step = queue_step(
+            shared,
+            dir,
+            &rules,
+            data,
+            (wait, deadline),
+            &prefix,
+            &mut ours,
+        );
+        // Out of the match, so that the step is not kept through the wait.
+        let watcher = match Box::pin(step).await? {
+            QueueStep::Done(acquired) => return Ok(acquired),
+            QueueStep::Wait(watcher) => watcher,
+        };
+        if !watch_fired(shared, watcher, deadline).await? {
+            if let Some(waiting) = ours.take() {
+                Box::pin(clean_up_now(waiting.undo, shared.timeout)).await;
+            }
+            return Ok(None);
+        }
+    }
+}
+
+/// One step of [`join_queue`]: our node in the queue (joining, or again on
+/// a new session), then listings until it holds or a watch is set on the
+/// node it waits for. `ours` is our node across steps: taken out here, put
+/// back only with a watch to wait on; dropped with its withdraw armed on
+/// an error or a cancellation.
+async fn queue_step(
+    shared: &Shared,
+    dir: &str,
+    rules: &dyn QueueRules,
+    data: &[u8],
+    (wait, deadline): (Wait, Option<Instant>),
+    prefix: &Arc<str>,
+    ours: &mut Option<InQueue>,
+) -> Result<QueueStep> {
     let timeout = shared.timeout;
-    let prefix = format!("_c_{}-{}", uuid::Uuid::new_v4(), rules.node_name());
+    let mut children = None;
     'session: loop {
-        shared.lifecycle.check_open()?;
-        let session = Box::pin(shared.sessions.get()).await?;
-        let withdraw = Withdraw::new(&session, dir, &prefix, timeout);
-        let mut undo = CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
-        let (node, mut children, mut heard_at, czxid) =
-            match Box::pin(join(shared, &withdraw, &mut undo, data, true, deadline)).await? {
-                Joined::Node {
-                    node,
-                    czxid,
-                    children,
-                    heard_at,
-                } => (node, children, heard_at, czxid),
-                Joined::Again | Joined::SessionEnded => continue 'session,
-                Joined::DeadlinePassed => {
-                    Box::pin(clean_up_now(undo, timeout)).await;
-                    return Ok(None);
+        let mut q = match ours.take() {
+            Some(q) => q,
+            None => {
+                shared.lifecycle.check_open()?;
+                let session = shared.sessions.get().await?;
+                let withdraw = Withdraw::with_prefix(&session, dir, Arc::clone(prefix), timeout);
+                let mut undo =
+                    CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
+                match join(shared, &withdraw, &mut undo, data, true, deadline).await? {
+                    Joined::Node {
+                        czxid,
+                        children: listed,
+                        heard_at,
+                        ..
+                    } => {
+                        children = listed;
+                        InQueue {
+                            session,
+                            withdraw,
+                            undo,
+                            czxid,
+                            heard_at,
+                        }
+                    }
+                    Joined::Again | Joined::SessionEnded => continue 'session,
+                    Joined::DeadlinePassed => {
+                        clean_up_now(undo, timeout).await;
+                        return Ok(QueueStep::Done(None));
+                    }
                 }
-            };
-        let own_name = node.rsplit('/').next().unwrap_or_default().to_owned();
+            }
+        };
         loop {
             let names = match children.take() {
                 Some(names) => names,
                 None => {
                     let list_sent = Instant::now();
-                    let listed = with_timeout("list", timeout, session.client.list_children(dir));
-                    match triage_timed("list", timeout, Box::pin(listed).await) {
+                    let listed =
+                        with_timeout("list", timeout, q.session.client.list_children(dir)).await;
+                    match triage_timed("list", timeout, listed) {
                         Ok(names) => {
-                            heard_at = list_sent;
+                            q.heard_at = list_sent;
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            Box::pin(start_over(shared, &session, &mut undo)).await;
+                            start_over(shared, &q.session, &mut q.undo).await;
                             continue 'session;
                         }
-                        Err(Triage::Retry) if Box::pin(pause_before_retry(deadline)).await => {
-                            continue
-                        }
+                        Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                         Err(Triage::Retry) => {
-                            Box::pin(clean_up_now(undo, timeout)).await;
-                            return Ok(None);
+                            clean_up_now(q.undo, timeout).await;
+                            return Ok(QueueStep::Done(None));
                         }
                         Err(Triage::Fail(e)) => return Err(e),
                     }
                 }
             };
-            let standing = match rules.standing(names, &own_name) {
+            let node = q.node();
+            let own_name = node.rsplit('/').next().unwrap_or_default();
+            let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
-                    Box::pin(clean_up_now(undo, timeout)).await;
+                    clean_up_now(q.undo, timeout).await;
                     return Err(wrapped(dir));
                 }
             };
             let predecessor = match standing {
                 Standing::Missing => {
                     // Our node is gone (deleted by someone): queue again.
-                    undo.disarm();
+                    q.undo.disarm();
                     if passed(deadline) {
-                        return Ok(None);
+                        return Ok(QueueStep::Done(None));
                     }
                     continue 'session;
                 }
                 Standing::Holds => {
-                    undo.disarm();
-                    return Ok(Some(Acquired {
-                        session,
+                    q.undo.disarm();
+                    return Ok(QueueStep::Done(Some(Acquired {
+                        session: q.session,
                         node,
-                        czxid,
-                        heard_at,
-                    }));
+                        czxid: q.czxid,
+                        heard_at: q.heard_at,
+                    })));
                 }
                 Standing::Behind(child) => format!("{dir}/{child}"),
             };
             if wait == Wait::No || passed(deadline) {
-                Box::pin(clean_up_now(undo, timeout)).await;
-                return Ok(None);
+                clean_up_now(q.undo, timeout).await;
+                return Ok(QueueStep::Done(None));
             }
-            // Boxed, as every step but the wait: a waiter keeps only the
-            // state of its wait.
-            let watched = Box::pin(with_timeout(
+            let watched = with_timeout(
                 "watch",
                 timeout,
-                session.client.check_and_watch_stat(&predecessor),
-            ))
+                q.session.client.check_and_watch_stat(&predecessor),
+            )
             .await;
             match triage_timed("watch", timeout, watched) {
+                // Gone already: list again.
                 Ok((None, _)) => {}
                 Ok((Some(_), watcher)) => {
-                    if !Box::pin(watch_fired(shared, watcher, deadline)).await? {
-                        Box::pin(clean_up_now(undo, timeout)).await;
-                        return Ok(None);
-                    }
+                    *ours = Some(q);
+                    return Ok(QueueStep::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    Box::pin(start_over(shared, &session, &mut undo)).await;
+                    start_over(shared, &q.session, &mut q.undo).await;
                     continue 'session;
                 }
-                Err(Triage::Retry) if Box::pin(pause_before_retry(deadline)).await => {}
+                Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    Box::pin(clean_up_now(undo, timeout)).await;
-                    return Ok(None);
+                    clean_up_now(q.undo, timeout).await;
+                    return Ok(QueueStep::Done(None));
                 }
                 Err(Triage::Fail(e)) => return Err(e),
             }
