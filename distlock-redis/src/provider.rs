@@ -390,13 +390,10 @@ impl Provider for RedisProvider {
     }
 
     async fn close(&self) -> Result<()> {
-        // Waiters wake and leave (the subscriber wakes them on its way out:
-        // they listen to it, not to the lifecycle, and see it closed), held
-        // leases are reported lost and released while the connection is
-        // still there; then it goes.
-        self.shared.lifecycle.mark_closed();
-        self.shared.subscriber.shut_down();
+        // Waiters wake and leave, held leases are reported lost and released
+        // while the connection is still there; then it goes.
         let released = self.shared.lifecycle.close().await;
+        self.shared.subscriber.shut_down();
         self.shared.tracker.shut_down();
         let conn = self
             .shared

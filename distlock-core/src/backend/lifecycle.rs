@@ -114,16 +114,6 @@ impl Lifecycle {
         self.lock().len()
     }
 
-    /// Marks the provider closed and wakes [`closed`](Self::closed), without
-    /// touching the leases; [`close`](Self::close) does this first. A backend
-    /// whose waiters listen for wake-ups of their own calls it, wakes them,
-    /// then calls `close()`: a waiter woken after this sees the provider
-    /// closed.
-    pub fn mark_closed(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.on_close.notify_waiters();
-    }
-
     /// Marks the provider closed, fires `lost()` of every lease still held
     /// and releases each.
     ///
@@ -138,7 +128,8 @@ impl Lifecycle {
     /// lost; the releases not yet done are left to the TTL or session.
     pub async fn close(&self) -> Result<()> {
         let _one_at_a_time = self.closing.lock().await;
-        self.mark_closed();
+        self.closed.store(true, Ordering::SeqCst);
+        self.on_close.notify_waiters();
         let held: Vec<Held> = self.lock().drain().map(|(_, h)| h).collect();
         for h in &held {
             h.signal.lose(LostReason::ProviderClosed);

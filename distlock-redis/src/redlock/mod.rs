@@ -6,6 +6,7 @@ mod ops;
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,18 +42,20 @@ impl Master {
     /// caller bounds the round it belongs to with one timer for all masters
     /// (`timeout` names that bound in errors). On `NOSCRIPT` (a master that
     /// restarted, or whose scripts were flushed) it loads the script and
-    /// sends the command again, also when the call finishes in the
-    /// background after its caller moved on: only renewals and releases do,
-    /// and both act on our token alone, so landing late is harmless (a
-    /// release that did not send again would leave our key there until its
-    /// TTL). An acquire call is dropped, never finished in the background,
-    /// so it cannot send again after our release or undo.
+    /// sends the command again, unless `once` was set meanwhile: a renewal
+    /// finishing in the background after its caller moved on must not send
+    /// again, since its second send could land after the next renewal and
+    /// shorten the key below the guard's deadline. A release sends again
+    /// (it acts on our unique token alone: landing late is harmless, and
+    /// not sending would leave our key there until its TTL). An acquire
+    /// call is dropped, never finished in the background.
     async fn eval<T: FromRedisValue>(
         &self,
         operation: &'static str,
         timeout: Duration,
         script: &Script,
         cmd: &Cmd,
+        once: &AtomicBool,
     ) -> Result<T> {
         let mut conn = self.conn.clone();
         let fail = |e| from_redis(operation, timeout, e);
@@ -63,6 +66,9 @@ impl Master {
                     .load_async(&mut conn)
                     .await
                     .map_err(fail)?;
+                if once.load(Ordering::SeqCst) {
+                    return Err(fail(e));
+                }
                 cmd.query_async(&mut conn).await.map_err(fail)
             }
             reply => reply.map_err(fail),
@@ -160,8 +166,10 @@ pub(crate) struct Shared {
 /// * **Scripts** run by `EVALSHA`; a master that answers `NOSCRIPT` (it
 ///   restarted) gets `SCRIPT LOAD` and the `EVALSHA` again. Renewals and
 ///   releases also end at a quorum, but their remaining calls finish in the
-///   background, within the response timeout, `NOSCRIPT` included (both are
-///   compare-and-act on our token: harmless whenever they land).
+///   background, within the response timeout (both are compare-and-act on
+///   our token). A release there still sends again after `NOSCRIPT` (late
+///   is harmless); a renewal does not (late, it could land after the next
+///   renewal and shorten the key below the guard's deadline).
 /// * **Fencing token**: `T` = the largest `c` among the masters that took
 ///   the lock. If fewer than `Q` of them returned exactly `T`, the script
 ///   `redlock_raise` (`if GET lock == token then c := max(c, T); return 1

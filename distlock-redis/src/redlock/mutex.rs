@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -556,21 +556,24 @@ impl RedlockLease {
         started: Instant,
     ) -> Round<T> {
         let timeout = self.shared.options.response_timeout;
+        let once = Arc::new(AtomicBool::new(false));
         let cmd = Arc::new(cmd);
         let pending = which
             .iter()
             .map(|&i| {
                 let shared = Arc::clone(&self.shared);
-                let cmd = Arc::clone(&cmd);
+                let (cmd, once) = (Arc::clone(&cmd), Arc::clone(&once));
                 let call: BoxFuture<'static, (usize, Result<T>)> = Box::pin(async move {
                     let master = &shared.masters[i];
-                    (i, master.eval(operation, timeout, script, &cmd).await)
+                    let reply = master.eval(operation, timeout, script, &cmd, &once);
+                    (i, reply.await)
                 });
                 call
             })
             .collect();
         Round {
             pending,
+            once,
             until: Box::pin(sleep_until(started.checked_add(timeout).unwrap_or(started))),
             operation,
             timeout,
@@ -681,7 +684,7 @@ impl LeaseBackend for RedlockLease {
                 }
             }
         }
-        round.detach();
+        round.detach_resending();
         if released >= quorum {
             return Ok(());
         }
@@ -708,6 +711,10 @@ pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
 /// One parallel round of a script on some masters, with one timer.
 pub(crate) struct Round<T> {
     pending: FuturesUnordered<BoxFuture<'static, (usize, Result<T>)>>,
+    /// Set when a renewal round is left to finish in the background: its
+    /// calls then never send their script a second time (see
+    /// [`Master::eval`](super::Master)).
+    once: Arc<AtomicBool>,
     until: Pin<Box<Sleep>>,
     operation: &'static str,
     timeout: Duration,
@@ -748,12 +755,25 @@ impl<T: Send + 'static> Round<T> {
     }
 
     /// Lets the masters that have not answered finish in a background task
-    /// (until the round's time is up), a `NOSCRIPT` reload included (see
-    /// [`Master::eval`](super::Master)): their commands went out with the
-    /// round, in order on each master's connection, so whatever the caller
-    /// sends next lands after them (all but a resend after a reload, which
-    /// renewals and releases allow).
+    /// (until the round's time is up), never sending a script twice: their
+    /// commands went out with the round, in order on each master's
+    /// connection, so whatever the caller sends next lands after them. For
+    /// renewals.
     fn detach(self) {
+        self.once.store(true, Ordering::SeqCst);
+        self.finish_in_background();
+    }
+
+    /// As [`Round::detach`], but a call that meets `NOSCRIPT` still loads
+    /// the script and sends again: for releases, which must land (else our
+    /// key stays until its TTL) and are harmless late.
+    fn detach_resending(self) {
+        self.finish_in_background();
+    }
+
+    /// Drains the calls still waiting in a spawned task, until the round's
+    /// time is up.
+    fn finish_in_background(self) {
         if self.pending.is_empty() {
             return;
         }

@@ -8,6 +8,7 @@
 //! value, and its fencing counter; the client groups the masters by value.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{
@@ -49,11 +50,12 @@ async fn on_all(
     cmd: &Cmd,
 ) -> Vec<Result<Value>> {
     let timeout = shared.options.response_timeout;
+    let once = AtomicBool::new(false);
     futures::future::join_all(shared.masters.iter().map(|m| async {
         distlock_core::backend::with_timeout(
             operation,
             timeout,
-            m.eval::<Value>(operation, timeout, script, cmd),
+            m.eval::<Value>(operation, timeout, script, cmd, &once),
         )
         .await
         .and_then(|r| r)
