@@ -304,20 +304,22 @@ pub(crate) fn not_replicated(what: String, acked: u32, wait: WaitReplicas) -> Er
 /// found dead. Nothing more can land from a dead connection, so the
 /// sequence still reaches the server in the order it was sent.
 pub(crate) struct Sticky {
-    conn: Mutex<Option<Pinned>>,
+    /// Boxed: a fair waiter lets it go while it waits, and then keeps only
+    /// the pointer's room.
+    conn: Mutex<Option<Box<Pinned>>>,
 }
 
 impl Sticky {
     /// Keeps `conn`, or pins one at the first command.
     pub(crate) fn new(conn: Option<&Pinned>) -> Self {
         Sticky {
-            conn: Mutex::new(conn.cloned()),
+            conn: Mutex::new(conn.map(|c| Box::new(c.clone()))),
         }
     }
 
     /// Keeps `conn` from now on.
     pub(crate) fn keep(&self, conn: &Pinned) {
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(conn.clone()));
     }
 
     /// Lets the kept connection go (the next command pins another).
@@ -331,7 +333,8 @@ impl Sticky {
             .conn
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+            .as_deref()
+            .cloned();
         match current {
             Some(pinned) => Ok(pinned),
             None => {

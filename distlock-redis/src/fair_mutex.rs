@@ -425,6 +425,11 @@ impl FairQueue {
                 Step::Waiting(remaining) => remaining,
             };
             pause = Duration::from_millis(20);
+            // The attempt answered: nothing of ours is in flight, so the
+            // leave need not follow it on its connection. Let it go while
+            // waiting (the next attempt keeps its own); a leave from the
+            // wait pins one.
+            leave.conn.let_go();
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 let timeout = shared.options.response_timeout;
@@ -455,7 +460,8 @@ impl FairQueue {
                 wake = wake.min(d);
             }
             if let Some(sub) = &mut subscription {
-                Box::pin(crate::mutex::woken(sub, None, wake, &shared.lifecycle)).await?;
+                let never = std::future::pending();
+                Box::pin(crate::mutex::woken_or(sub, never, wake, &shared.lifecycle)).await?;
             }
         }
     }

@@ -598,53 +598,34 @@ impl Lock for RedisMutex {
 /// Waits for a wake-up on `sub` (`true`), or for a change of the foreign
 /// holder's key or until `wake` (`false`).
 ///
-/// A live subscription is also how the provider's close reaches the waiter:
-/// the close marks the lifecycle closed, then the subscriber wakes every
-/// subscription on its way out. So a waiter keeps no close signal of its
-/// own (96 bytes of every waiting future); only one whose subscription
-/// failed listens to the lifecycle.
+/// # Errors
+///
+/// [`Error::Closed`] when the provider is closed meanwhile.
+pub(crate) fn woken<'a>(
+    sub: &'a mut crate::subscriber::Subscription,
+    key: Option<&'a mut crate::tracker::KeyWatch>,
+    wake: Instant,
+    lifecycle: &'a distlock_core::backend::Lifecycle,
+) -> impl std::future::Future<Output = Result<bool>> + Send + 'a {
+    woken_or(sub, key_changed(key), wake, lifecycle)
+}
+
+/// [`woken`] with `other` for the foreign holder's key change: the fair
+/// mutex's waiters pass one that never resolves, and keep no room for a
+/// key watch.
 ///
 /// # Errors
 ///
 /// [`Error::Closed`] when the provider is closed meanwhile.
-pub(crate) async fn woken(
+pub(crate) async fn woken_or<F: std::future::Future<Output = ()> + Send>(
     sub: &mut crate::subscriber::Subscription,
-    key: Option<&mut crate::tracker::KeyWatch>,
-    wake: Instant,
-    lifecycle: &distlock_core::backend::Lifecycle,
-) -> Result<bool> {
-    if !sub.is_live() {
-        return Box::pin(woken_without_subscriber(key, wake, lifecycle)).await;
-    }
-    let woke = tokio::select! {
-        // In this order: the subscription registers for a wake-up before
-        // the flag is read, so a close after that wakes it and one before
-        // is seen by the flag.
-        biased;
-        () = sub.changed() => true,
-        () = std::future::poll_fn(|_| {
-            if lifecycle.is_closed() {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        }) => false,
-        () = key_changed(key) => false,
-        () = sleep_until(wake) => false,
-    };
-    lifecycle.check_open()?;
-    Ok(woke)
-}
-
-/// [`woken`] for a waiter whose subscription failed: its timers, and the
-/// provider's close.
-async fn woken_without_subscriber(
-    key: Option<&mut crate::tracker::KeyWatch>,
+    other: F,
     wake: Instant,
     lifecycle: &distlock_core::backend::Lifecycle,
 ) -> Result<bool> {
     tokio::select! {
-        () = key_changed(key) => Ok(false),
+        () = sub.changed() => Ok(true),
+        () = other => Ok(false),
         () = sleep_until(wake) => Ok(false),
         () = lifecycle.closed() => Err(Error::Closed),
     }

@@ -167,8 +167,7 @@ enum Command {
     Unsubscribe(String, Kind),
     /// A waiter left a plain mutex's line on this channel.
     Leave(String),
-    /// The provider was closed: wake every waiter (they see it closed),
-    /// drop the connection and end.
+    /// The provider was closed: drop the connection and end.
     ShutDown,
 }
 
@@ -209,13 +208,6 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Whether the subscriber answered: a live subscription is woken by
-    /// messages, reconnects and the provider's close; one that is not
-    /// never wakes.
-    pub(crate) fn is_live(&self) -> bool {
-        self.wake.is_some()
-    }
-
     /// Resolves when this waiter is woken (a release message, or a reconnect
     /// that may have lost one); pends forever if the subscriber is gone,
     /// leaving waiters to their timers.
@@ -644,11 +636,7 @@ async fn run(
             // request causes (see `Subscriber::start_subscribe`).
             biased;
             command = commands.recv() => match command {
-                None => return,
-                Some(Command::ShutDown) => {
-                    actor.wake_all();
-                    return;
-                }
+                None | Some(Command::ShutDown) => return,
                 Some(Command::Leave(channel)) => {
                     let _ = actor.unclaimed.send(channel);
                 }

@@ -6,10 +6,11 @@
 //! releases it, so the holders stop before anybody else can get in.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-
-use tokio::sync::Notify;
+use std::task::{Context, Poll, Waker};
 
 use super::{LeaseBackend, LeaseSignal};
 use crate::error::{Error, Result};
@@ -23,9 +24,10 @@ struct Held {
 /// The open or closed state of one provider and the leases it holds.
 pub struct Lifecycle {
     closed: AtomicBool,
-    /// Wakes [`Lifecycle::closed`] waiters (a `Notify` rather than a
-    /// `watch`: every waiting acquisition keeps this future).
-    on_close: Notify,
+    /// The wakers of the [`Closed`] futures pending now, woken by the close.
+    /// Kept here, not in the futures: every waiting acquisition keeps one,
+    /// and a slot here is 16 bytes where a `Notify`'s `Notified` is 64.
+    on_close: Mutex<Wakers>,
     /// Held through a whole `close()`: a second caller waits for the first
     /// to finish rather than return while leases are still being released.
     closing: tokio::sync::Mutex<()>,
@@ -50,7 +52,7 @@ impl Lifecycle {
     pub fn new() -> Arc<Self> {
         Arc::new(Lifecycle {
             closed: AtomicBool::new(false),
-            on_close: Notify::new(),
+            on_close: Mutex::new(Wakers::default()),
             closing: tokio::sync::Mutex::new(()),
             held: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -95,17 +97,13 @@ impl Lifecycle {
     ///
     /// # Cancellation safety
     ///
-    /// Cancellation safe: it only observes.
-    pub async fn closed(&self) {
-        let notified = self.on_close.notified();
-        tokio::pin!(notified);
-        // Registered before the flag is read: a close in between is not
-        // missed.
-        notified.as_mut().enable();
-        if self.is_closed() {
-            return;
+    /// Cancellation safe: it only observes (dropped, it gives back its
+    /// waker's slot).
+    pub fn closed(&self) -> Closed<'_> {
+        Closed {
+            lifecycle: self,
+            slot: None,
         }
-        notified.await;
     }
 
     /// Leases held right now.
@@ -129,7 +127,12 @@ impl Lifecycle {
     pub async fn close(&self) -> Result<()> {
         let _one_at_a_time = self.closing.lock().await;
         self.closed.store(true, Ordering::SeqCst);
-        self.on_close.notify_waiters();
+        // The flag is set before the wakers are taken, and a `Closed` reads
+        // it with the wakers locked after storing its own: none is missed.
+        let wakers = std::mem::take(&mut *self.wakers());
+        for waker in wakers.slots.into_iter().flatten() {
+            waker.wake();
+        }
         let held: Vec<Held> = self.lock().drain().map(|(_, h)| h).collect();
         for h in &held {
             h.signal.lose(LostReason::ProviderClosed);
@@ -157,8 +160,131 @@ impl Lifecycle {
         self.lock().remove(&id);
     }
 
+    fn wakers(&self) -> std::sync::MutexGuard<'_, Wakers> {
+        self.on_close.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
         // Nothing panics while the map is locked; recover it if it ever did.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The wakers of pending [`Closed`] futures: a slot each, reused.
+#[derive(Default)]
+struct Wakers {
+    slots: Vec<Option<Waker>>,
+    free: Vec<usize>,
+}
+
+/// The future of [`Lifecycle::closed`]: resolves once the provider is
+/// closed. It keeps a reference and a slot number; its waker lives in the
+/// lifecycle while it is pending.
+#[must_use = "futures do nothing unless polled"]
+pub struct Closed<'a> {
+    lifecycle: &'a Lifecycle,
+    slot: Option<usize>,
+}
+
+impl std::fmt::Debug for Closed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closed")
+            .field("closed", &self.lifecycle.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for Closed<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let lifecycle = self.lifecycle;
+        if lifecycle.is_closed() {
+            return Poll::Ready(());
+        }
+        let mut wakers = lifecycle.wakers();
+        // Read again under the lock: the close sets the flag before it
+        // takes the wakers, so either it sees this waker or this sees it.
+        if lifecycle.is_closed() {
+            return Poll::Ready(());
+        }
+        let waker = cx.waker();
+        match self.slot {
+            Some(i) => {
+                if let Some(slot) = wakers.slots.get_mut(i) {
+                    if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                        *slot = Some(waker.clone());
+                    }
+                }
+            }
+            None => {
+                let i = if let Some(i) = wakers.free.pop() {
+                    wakers.slots[i] = Some(waker.clone());
+                    i
+                } else {
+                    wakers.slots.push(Some(waker.clone()));
+                    wakers.slots.len() - 1
+                };
+                drop(wakers);
+                self.slot = Some(i);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        let Some(i) = self.slot else {
+            return;
+        };
+        let mut wakers = self.lifecycle.wakers();
+        // After a close the slots were taken: nothing to give back.
+        if wakers.slots.get_mut(i).and_then(Option::take).is_some() {
+            wakers.free.push(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn close_wakes_every_pending_closed_and_gives_back_dropped_slots() {
+        let lifecycle = Lifecycle::new();
+        let mut pending: Vec<_> = (0..8).map(|_| Box::pin(lifecycle.closed())).collect();
+        for c in &mut pending {
+            assert!(futures::poll!(c.as_mut()).is_pending());
+        }
+        assert_eq!(lifecycle.wakers().slots.len(), 8);
+        // Dropped futures give their slots back; new ones reuse them.
+        pending.truncate(5);
+        assert_eq!(lifecycle.wakers().free.len(), 3);
+        let mut again = Box::pin(lifecycle.closed());
+        assert!(futures::poll!(again.as_mut()).is_pending());
+        assert_eq!(lifecycle.wakers().slots.len(), 8);
+        assert_eq!(lifecycle.wakers().free.len(), 2);
+        // A future that was never polled holds no slot.
+        let never_polled = lifecycle.closed();
+        let waiting = tokio::spawn({
+            let lifecycle = Arc::clone(&lifecycle);
+            async move { lifecycle.closed().await }
+        });
+        tokio::task::yield_now().await;
+        lifecycle.close().await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("a pending closed() was not woken by close()")
+            .unwrap();
+        for c in &mut pending {
+            assert!(futures::poll!(c.as_mut()).is_ready());
+        }
+        assert!(futures::poll!(again.as_mut()).is_ready());
+        never_polled.await;
+        // Polled for the first time after the close: ready at once.
+        lifecycle.closed().await;
+        drop(pending);
+        assert!(lifecycle.wakers().slots.is_empty());
     }
 }
