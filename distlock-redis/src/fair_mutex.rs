@@ -28,6 +28,7 @@
 //!   and keeps waiting.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -165,6 +166,16 @@ impl LeaveQueue {
         .await
         .and_then(|r| r);
         reply.map(drop)
+    }
+}
+
+impl Drop for LeaveQueue {
+    fn drop(&mut self) {
+        // Counted from its creation in `FairQueue::acquire`: gone once the
+        // acquisition and its cleanup are both over.
+        if self.shared.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.shared.queued_gone.notify_waiters();
+        }
     }
 }
 
@@ -393,6 +404,7 @@ impl FairQueue {
         let deadline = wait.deadline();
         let queue = wait != Wait::No;
         let waited = Instant::now();
+        shared.queued.fetch_add(1, Ordering::SeqCst);
         let leave = Arc::new(LeaveQueue {
             shared: Arc::clone(shared),
             keys: Arc::clone(&self.keys),

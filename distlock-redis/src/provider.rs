@@ -35,9 +35,33 @@ pub(crate) struct Shared {
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The owner identity stored with every hold (`label@host:pid`).
     pub(crate) owner: String,
+    /// Fair waiters whose leave-the-queue cleanup still lives (counted by
+    /// `fair_mutex::LeaveQueue`): `close()` lets them leave before the
+    /// connection goes. A waiter keeps no connection while it waits, so
+    /// its leave needs the provider's.
+    pub(crate) queued: std::sync::atomic::AtomicUsize,
+    /// Woken when `queued` drops to zero.
+    pub(crate) queued_gone: tokio::sync::Notify,
 }
 
 impl Shared {
+    /// Waits until every fair waiter's leave-the-queue cleanup is over, for
+    /// at most `within`.
+    async fn queued_left(&self, within: std::time::Duration) {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let gone = self.queued_gone.notified();
+            tokio::pin!(gone);
+            gone.as_mut().enable();
+            if self.queued.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(until, gone).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// The command connection.
     ///
     /// # Errors
@@ -330,6 +354,8 @@ impl RedisProvider {
             options,
             lifecycle,
             owner,
+            queued: std::sync::atomic::AtomicUsize::new(0),
+            queued_gone: tokio::sync::Notify::new(),
         });
         if let Some(unclaimed) = unclaimed {
             tokio::spawn(pass_unclaimed(Arc::downgrade(&shared), unclaimed));
@@ -393,6 +419,11 @@ impl Provider for RedisProvider {
         // Waiters wake and leave, held leases are reported lost and released
         // while the connection is still there; then it goes.
         let released = self.shared.lifecycle.close().await;
+        // The fair waiters woken by the close leave their queues on this
+        // connection (bounded: a leave gives up after a response timeout,
+        // and the entry expires by itself anyway).
+        let leaves = self.shared.options.response_timeout;
+        self.shared.queued_left(leaves).await;
         self.shared.subscriber.shut_down();
         self.shared.tracker.shut_down();
         let conn = self
