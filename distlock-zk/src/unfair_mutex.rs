@@ -190,8 +190,7 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
                     Ok(Err(ZkError::NodeExists)) => {}
                     Ok(Err(ZkError::NoNode)) => {
                         undo.disarm();
-                        Box::pin(make_parents(&session, node, shared.authenticated, timeout))
-                            .await?;
+                        make_parents(&session, node, shared.authenticated, timeout).await?;
                         continue 'session;
                     }
                     Ok(Err(ZkError::NoChildrenForEphemerals)) => {
