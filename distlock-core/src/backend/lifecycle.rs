@@ -211,11 +211,16 @@ impl Future for Closed<'_> {
         let waker = cx.waker();
         match self.slot {
             Some(i) => {
+                let mut replaced = None;
                 if let Some(slot) = wakers.slots.get_mut(i) {
                     if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                        *slot = Some(waker.clone());
+                        replaced = slot.replace(waker.clone());
                     }
                 }
+                // A waker's drop may run anything (even drop another
+                // `Closed` of this lifecycle): never under the lock.
+                drop(wakers);
+                drop(replaced);
             }
             None => {
                 let i = if let Some(i) = wakers.free.pop() {
@@ -240,9 +245,13 @@ impl Drop for Closed<'_> {
         };
         let mut wakers = self.lifecycle.wakers();
         // After a close the slots were taken: nothing to give back.
-        if wakers.slots.get_mut(i).and_then(Option::take).is_some() {
+        let ours = wakers.slots.get_mut(i).and_then(Option::take);
+        if ours.is_some() {
             wakers.free.push(i);
         }
+        // Dropped outside the lock, as in `poll`.
+        drop(wakers);
+        drop(ours);
     }
 }
 
@@ -286,5 +295,54 @@ mod tests {
         lifecycle.closed().await;
         drop(pending);
         assert!(lifecycle.wakers().slots.is_empty());
+    }
+
+    /// A waker whose drop drops a `Closed` of the same lifecycle: the
+    /// lifecycle's lock must not be held when `poll` replaces a waker or
+    /// `drop` gives one back, or this deadlocks.
+    #[test]
+    fn a_waker_dropped_by_closed_may_drop_another_closed_of_the_same_lifecycle() {
+        /// Kept only to be dropped with the waker.
+        struct Keeps(#[allow(dead_code)] Mutex<Option<Pin<Box<Closed<'static>>>>>);
+        impl std::task::Wake for Keeps {
+            fn wake(self: Arc<Self>) {}
+        }
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let lifecycle: &'static Lifecycle = Box::leak(Box::new(Lifecycle::new()));
+            let mut noop = Context::from_waker(Waker::noop());
+            let keeping = |lifecycle: &'static Lifecycle| {
+                let mut inner = Box::pin(lifecycle.closed());
+                assert!(inner
+                    .as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop()))
+                    .is_pending());
+                Waker::from(Arc::new(Keeps(Mutex::new(Some(inner)))))
+            };
+            // Replaced in `poll`.
+            let mut outer = Box::pin(lifecycle.closed());
+            let waker = keeping(lifecycle);
+            assert!(outer
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+            drop(waker);
+            assert!(outer.as_mut().poll(&mut noop).is_pending());
+            // Given back in `drop`.
+            let waker = keeping(lifecycle);
+            assert!(outer
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+            drop(waker);
+            drop(outer);
+            let wakers = lifecycle.wakers();
+            done.send((wakers.slots.iter().flatten().count(), wakers.free.len()))
+                .unwrap();
+        });
+        let (pending, free) = finished
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a waker's drop deadlocked on the lifecycle's lock");
+        assert_eq!((pending, free), (0, 2));
     }
 }
