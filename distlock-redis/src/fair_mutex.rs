@@ -28,7 +28,6 @@
 //!   and keeps waiting.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -173,9 +172,7 @@ impl Drop for LeaveQueue {
     fn drop(&mut self) {
         // Counted from its creation in `FairQueue::acquire`: gone once the
         // acquisition and its cleanup are both over.
-        if self.shared.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.shared.queued_gone.notify_waiters();
-        }
+        self.shared.subscriber.outstanding.exit();
     }
 }
 
@@ -404,7 +401,7 @@ impl FairQueue {
         let deadline = wait.deadline();
         let queue = wait != Wait::No;
         let waited = Instant::now();
-        shared.queued.fetch_add(1, Ordering::SeqCst);
+        shared.subscriber.outstanding.enter();
         let leave = Arc::new(LeaveQueue {
             shared: Arc::clone(shared),
             keys: Arc::clone(&self.keys),

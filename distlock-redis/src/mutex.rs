@@ -479,11 +479,7 @@ impl Lock for RedisMutex {
         let channel = &self.keys.channel;
         // Declared before the subscription: dropped after it, so it counts
         // the waiters that are left without this one.
-        let mut line = InLine {
-            subscriber,
-            channel,
-            armed: false,
-        };
+        let mut line = InLine::new(subscriber, channel);
         let mut queue = if wait == Wait::No {
             Queue::No
         } else {
@@ -651,11 +647,27 @@ struct InLine<'a> {
     armed: bool,
 }
 
+impl<'a> InLine<'a> {
+    /// Counted as outstanding work of the provider while it lives, so that
+    /// a `close()` lets the waiter it wakes leave the line before the
+    /// connection goes.
+    fn new(subscriber: &'a crate::subscriber::Subscriber, channel: &'a str) -> Self {
+        subscriber.outstanding.enter();
+        InLine {
+            subscriber,
+            channel,
+            armed: false,
+        }
+    }
+}
+
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
         if self.armed && self.subscriber.plain_waiters(self.channel) == 0 {
             self.subscriber.leave_line(self.channel);
         }
+        // After the leave was counted: never zero in between.
+        self.subscriber.outstanding.exit();
     }
 }
 

@@ -35,33 +35,9 @@ pub(crate) struct Shared {
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The owner identity stored with every hold (`label@host:pid`).
     pub(crate) owner: String,
-    /// Fair waiters whose leave-the-queue cleanup still lives (counted by
-    /// `fair_mutex::LeaveQueue`): `close()` lets them leave before the
-    /// connection goes. A waiter keeps no connection while it waits, so
-    /// its leave needs the provider's.
-    pub(crate) queued: std::sync::atomic::AtomicUsize,
-    /// Woken when `queued` drops to zero.
-    pub(crate) queued_gone: tokio::sync::Notify,
 }
 
 impl Shared {
-    /// Waits until every fair waiter's leave-the-queue cleanup is over, for
-    /// at most `within`.
-    async fn queued_left(&self, within: std::time::Duration) {
-        let until = tokio::time::Instant::now() + within;
-        loop {
-            let gone = self.queued_gone.notified();
-            tokio::pin!(gone);
-            gone.as_mut().enable();
-            if self.queued.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(until, gone).await.is_err() {
-                return;
-            }
-        }
-    }
-
     /// The command connection.
     ///
     /// # Errors
@@ -354,8 +330,6 @@ impl RedisProvider {
             options,
             lifecycle,
             owner,
-            queued: std::sync::atomic::AtomicUsize::new(0),
-            queued_gone: tokio::sync::Notify::new(),
         });
         if let Some(unclaimed) = unclaimed {
             tokio::spawn(pass_unclaimed(Arc::downgrade(&shared), unclaimed));
@@ -419,11 +393,13 @@ impl Provider for RedisProvider {
         // Waiters wake and leave, held leases are reported lost and released
         // while the connection is still there; then it goes.
         let released = self.shared.lifecycle.close().await;
-        // The fair waiters woken by the close leave their queues on this
-        // connection (bounded: a leave gives up after a response timeout,
-        // and the entry expires by itself anyway).
+        // The waiters woken by the close leave their lines and queues on
+        // this connection (a waiting fair waiter keeps none of its own, and
+        // a plain waiter's line leave goes through the pass task): bounded,
+        // a leave gives up after a response timeout, and an entry expires
+        // by itself anyway.
         let leaves = self.shared.options.response_timeout;
-        self.shared.queued_left(leaves).await;
+        self.shared.subscriber.outstanding.drained(leaves).await;
         self.shared.subscriber.shut_down();
         self.shared.tracker.shut_down();
         let conn = self
@@ -516,6 +492,16 @@ impl Provider for RedisProvider {
 /// reservation if a release made one for it (`mutex_pass.lua`), for each
 /// channel the subscriber reports: a hand-over nobody here claimed, or the
 /// last waiter here gave up. Ends with the provider.
+/// Marks one piece of [`Outstanding`](crate::subscriber::Outstanding) work
+/// over when dropped.
+struct Done<'a>(&'a crate::subscriber::Outstanding);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.exit();
+    }
+}
+
 async fn pass_unclaimed(
     shared: std::sync::Weak<Shared>,
     mut channels: tokio::sync::mpsc::UnboundedReceiver<String>,
@@ -524,6 +510,9 @@ async fn pass_unclaimed(
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        // Each channel received is outstanding work (see `Passes`) until
+        // this pass is over, whatever its outcome.
+        let _done = Done(&shared.subscriber.outstanding);
         let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
             continue;
         };

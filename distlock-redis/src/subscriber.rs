@@ -38,7 +38,7 @@
 //! expiry and at a bounded interval.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -165,8 +165,6 @@ enum Command {
         reply: oneshot::Sender<Arc<Notify>>,
     },
     Unsubscribe(String, Kind),
-    /// A waiter left a plain mutex's line on this channel.
-    Leave(String),
     /// The provider was closed: drop the connection and end.
     ShutDown,
 }
@@ -190,6 +188,69 @@ pub(crate) struct Subscriber {
     board: Arc<Board>,
     id: Arc<str>,
     unclaimed: Arc<Mutex<Option<mpsc::UnboundedReceiver<String>>>>,
+    /// Where unclaimed hand-overs and line leaves go (see
+    /// [`Subscriber::take_unclaimed`]).
+    passes: Passes,
+    /// What `close()` lets finish before the connection goes.
+    pub(crate) outstanding: Arc<Outstanding>,
+}
+
+/// Work a provider's `close()` lets finish before its command connection
+/// goes: acquisitions that may have put the provider in a line or a
+/// queue, and the leaves they asked for. Counted up when it starts, down
+/// when it is over.
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+impl Outstanding {
+    /// One more piece of work.
+    pub(crate) fn enter(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One piece of work is over.
+    pub(crate) fn exit(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no work is left, for at most `within`.
+    pub(crate) async fn drained(&self, within: Duration) {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(until, idle).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The sending side of the unclaimed hand-overs: each channel sent is
+/// [`Outstanding`] work until the provider's pass task is done with it.
+#[derive(Clone, Debug)]
+struct Passes {
+    tx: mpsc::UnboundedSender<String>,
+    outstanding: Arc<Outstanding>,
+}
+
+impl Passes {
+    fn send(&self, channel: String) {
+        self.outstanding.enter();
+        if self.tx.send(channel).is_err() {
+            // No pass task (the provider is gone): nothing to wait for.
+            self.outstanding.exit();
+        }
+    }
 }
 
 /// A waiter's interest in one channel; unsubscribes when dropped.
@@ -242,6 +303,11 @@ impl Subscriber {
     pub(crate) fn spawn(client: Source, timeout: Duration) -> Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
         let (unclaimed_tx, unclaimed_rx) = mpsc::unbounded_channel();
+        let outstanding = Arc::new(Outstanding::default());
+        let passes = Passes {
+            tx: unclaimed_tx,
+            outstanding: Arc::clone(&outstanding),
+        };
         let stats = Arc::new(Stats::default());
         let board = Arc::new(Board::default());
         let id: Arc<str> = Arc::from(format!("p{}", uuid::Uuid::new_v4().simple()));
@@ -252,7 +318,7 @@ impl Subscriber {
             Arc::clone(&stats),
             Arc::clone(&board),
             Arc::clone(&id),
-            unclaimed_tx,
+            passes.clone(),
         ));
         Subscriber {
             tx,
@@ -261,6 +327,8 @@ impl Subscriber {
             board,
             id,
             unclaimed: Arc::new(Mutex::new(Some(unclaimed_rx))),
+            passes,
+            outstanding,
         }
     }
 
@@ -269,8 +337,10 @@ impl Subscriber {
         &self.id
     }
 
-    /// The channels of unclaimed hand-overs (see the module docs), once:
-    /// the provider passes them on.
+    /// The channels of unclaimed hand-overs and line leaves (see the module
+    /// docs), once: the provider passes them on, and calls
+    /// [`Outstanding::exit`] on [`Subscriber::outstanding`] once done with
+    /// each.
     pub(crate) fn take_unclaimed(&self) -> Option<mpsc::UnboundedReceiver<String>> {
         self.unclaimed
             .lock()
@@ -282,7 +352,7 @@ impl Subscriber {
     /// the line): the provider passes it on.
     pub(crate) fn leave_line(&self, channel: &str) {
         // Same path as the actor's: the receiver runs the pass script.
-        let _ = self.tx.send(Command::Leave(channel.to_owned()));
+        self.passes.send(channel.to_owned());
     }
 
     /// How many plain waiters of this provider wait on `channel` now.
@@ -416,7 +486,7 @@ struct Actor {
     channels: HashMap<String, Channel>,
     board: Arc<Board>,
     id: Arc<str>,
-    unclaimed: mpsc::UnboundedSender<String>,
+    unclaimed: Passes,
     conn: Option<(PubSubSink, PubSubStream)>,
     /// The address `conn` is connected to.
     connected_to: Option<String>,
@@ -585,7 +655,7 @@ impl Actor {
                     self.stats.messages.fetch_add(1, Ordering::Relaxed);
                     ch.wake.notify_one();
                 } else {
-                    let _ = self.unclaimed.send(msg.get_channel_name().to_owned());
+                    self.unclaimed.send(msg.get_channel_name().to_owned());
                 }
             }
             return;
@@ -612,7 +682,7 @@ async fn run(
     stats: Arc<Stats>,
     board: Arc<Board>,
     id: Arc<str>,
-    unclaimed: mpsc::UnboundedSender<String>,
+    unclaimed: Passes,
 ) {
     let mut actor = Actor {
         client,
@@ -637,9 +707,6 @@ async fn run(
             biased;
             command = commands.recv() => match command {
                 None | Some(Command::ShutDown) => return,
-                Some(Command::Leave(channel)) => {
-                    let _ = actor.unclaimed.send(channel);
-                }
                 Some(Command::Subscribe { channel, kind, reply }) => {
                     let wake = actor.subscribe(channel, kind).await;
                     // A waiter cancelled meanwhile unsubscribes on its own.

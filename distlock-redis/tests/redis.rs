@@ -678,6 +678,87 @@ async fn a_hand_over_nobody_claims_is_passed_on_and_a_leaving_waiter_leaves_the_
     assert_eq!(redis.cli(&["EXISTS", &waiting]), "0", "the line is empty");
 }
 
+/// A provider closed while its plain waiters wait, holding nothing itself
+/// (so its close has no release to wait for): the waiters it wakes leave
+/// the line before the connection goes, and the next release goes straight
+/// to the waiter of another provider, not to a reservation for the closed
+/// one (which would keep it out for 50 ms, or until its re-check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_holding_nothing_takes_the_provider_out_of_the_line() {
+    let redis = test_support::redis::shared();
+    let slow = RedisOptions::new().recheck_interval(Duration::from_secs(30));
+    for round in 0..5 {
+        let holding = connect(&redis.url(), slow.clone()).await;
+        let closing = connect(&redis.url(), slow.clone()).await;
+        let other = connect(&redis.url(), slow.clone()).await;
+        let name = unique_name("close-line");
+        let key = holding.lock_key(&name).unwrap();
+        let waiting = format!("{{{key}}}:waiting");
+        let held = holding
+            .mutex_with(&name, long())
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let mut closed_waiters = Vec::new();
+        for _ in 0..3 {
+            let lock = closing.mutex_with(&name, long()).unwrap();
+            closed_waiters.push(tokio::spawn(async move { lock.lock().await }));
+        }
+        let deadline = Instant::now() + SLACK;
+        while redis
+            .cli(&["ZSCORE", &waiting, closing.line_id()])
+            .is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the closing provider never joined the line"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The other provider's waiter is in line behind it.
+        let lock = other.mutex_with(&name, long()).unwrap();
+        let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
+        let deadline = Instant::now() + SLACK;
+        while redis.cli(&["ZSCORE", &waiting, other.line_id()]).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the other provider never joined the line"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        closing.close().await.unwrap();
+        assert!(
+            redis
+                .cli(&["ZSCORE", &waiting, closing.line_id()])
+                .is_empty(),
+            "round {round}: the closed provider is still in line when close() returns"
+        );
+        for waiter in closed_waiters {
+            let r = tokio::time::timeout(SLACK, waiter).await.unwrap().unwrap();
+            assert!(matches!(r, Err(distlock_core::Error::Closed)), "{r:?}");
+        }
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let (acquired, g) = tokio::time::timeout(SLACK, task)
+            .await
+            .expect("the other waiter was not handed the lock")
+            .unwrap()
+            .unwrap();
+        // Straight to it: not through a reservation for the closed
+        // provider, which nobody would pass on (the other waiter would
+        // then wait for a re-check).
+        let after = acquired.duration_since(released);
+        assert!(
+            after < Duration::from_secs(1),
+            "round {round}: {after:?} from the release to the other waiter"
+        );
+        g.release().await.unwrap();
+        holding.close().await.unwrap();
+        other.close().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_behind_redis_py_rechecks_soon_after_it_releases() {
     let redis = test_support::redis::shared();
