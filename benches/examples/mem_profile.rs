@@ -7,7 +7,7 @@
 //!
 //! ```sh
 //! cargo run --release -p distlock-benches --example mem_profile
-//! # only some, and where the allocations of one size come from:
+//! # only some, and where the live allocations of one size come from:
 //! DISTLOCK_MEM_ONLY=redis-fair DISTLOCK_MEM_TRACE=184 \
 //!     CARGO_PROFILE_RELEASE_DEBUG=1 \
 //!     cargo run --release -p distlock-benches --example mem_profile
@@ -32,7 +32,6 @@ const MAX: usize = 16384;
 static COUNTS: [AtomicI64; MAX + 1] = [const { AtomicI64::new(0) }; MAX + 1];
 static ON: AtomicBool = AtomicBool::new(false);
 static TRACE: AtomicUsize = AtomicUsize::new(0);
-static TRACED: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static TRACING: Cell<bool> = const { Cell::new(false) };
@@ -41,55 +40,88 @@ thread_local! {
 /// Counts live allocations by size while `ON`.
 struct Counting;
 
-fn counted(size: usize, delta: i64) {
+fn counted(size: usize, delta: i64, ptr: *mut u8) {
     if ON.load(Ordering::Relaxed) {
         COUNTS[size.min(MAX)].fetch_add(delta, Ordering::Relaxed);
-        if delta > 0 && size == TRACE.load(Ordering::Relaxed) {
-            trace(size);
+        if size == TRACE.load(Ordering::Relaxed) {
+            trace(delta, ptr as usize);
         }
     }
 }
 
-/// Prints where the first two allocations of the traced size come from.
-fn trace(size: usize) {
-    if TRACED.fetch_add(1, Ordering::Relaxed) >= 2 {
-        return;
-    }
+/// The allocations of the traced size made while counting, with where they
+/// were made (resolved only when printed): those still live at the count
+/// are the ones a waiter keeps.
+static TRACES: std::sync::Mutex<Vec<(usize, std::backtrace::Backtrace)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn trace(delta: i64, ptr: usize) {
     TRACING.with(|busy| {
         if busy.replace(true) {
             return;
         }
-        let trace = std::backtrace::Backtrace::force_capture().to_string();
-        let ours: Vec<&str> = trace
-            .lines()
-            .filter(|l| l.contains("distlock") || l.contains("zookeeper") || l.contains("redis::"))
-            .take(16)
-            .collect();
-        eprintln!("--- an allocation of {size} B:\n{}", ours.join("\n"));
+        let mut traces = TRACES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if delta > 0 {
+            if traces.len() < 4 * K {
+                traces.push((ptr, std::backtrace::Backtrace::force_capture()));
+            }
+        } else if let Some(i) = traces.iter().position(|(p, _)| *p == ptr) {
+            drop(traces.swap_remove(i));
+        }
+        drop(traces);
         busy.set(false);
     });
 }
 
+/// Prints where two of the traced allocations still live were made.
+fn print_traces(size: usize) {
+    let traces = std::mem::take(
+        &mut *TRACES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    eprintln!("{} live allocations of {size} B traced", traces.len());
+    for (_, trace) in traces.iter().take(2) {
+        let trace = trace.to_string();
+        let ours: Vec<&str> = trace
+            .lines()
+            .filter(|l| {
+                l.contains("distlock")
+                    || l.contains("zookeeper")
+                    || l.contains("redis::")
+                    || l.contains("asyncs")
+            })
+            .take(16)
+            .collect();
+        eprintln!("--- a live allocation of {size} B:\n{}", ours.join("\n"));
+    }
+}
+
 // SAFETY: every call is forwarded to the system allocator unchanged; the
-// counting touches only atomics.
+// counting touches only atomics (and, tracing one size, a mutex guarded
+// against re-entry).
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        counted(layout.size(), 1);
         // SAFETY: the caller's contract for `alloc`, passed on.
-        unsafe { System.alloc(layout) }
+        let ptr = unsafe { System.alloc(layout) };
+        counted(layout.size(), 1, ptr);
+        ptr
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        counted(layout.size(), -1);
+        counted(layout.size(), -1, ptr);
         // SAFETY: the caller's contract for `dealloc`, passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        counted(layout.size(), -1);
-        counted(new_size, 1);
+        counted(layout.size(), -1, ptr);
         // SAFETY: the caller's contract for `realloc`, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        counted(new_size, 1, new);
+        new
     }
 }
 
@@ -97,6 +129,15 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// K waiting futures on `lock` while `holder` (another provider) holds it.
+/// How long the waiters get to reach their wait before the count:
+/// `DISTLOCK_MEM_SETTLE_SECS`, 2 s by default.
+fn settle() -> Duration {
+    std::env::var("DISTLOCK_MEM_SETTLE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(2), Duration::from_secs_f64)
+}
+
 async fn profile(label: &str, holder: &Arc<dyn Lock>, lock: &Arc<dyn Lock>) {
     let held = holder.lock().await.expect("hold");
     // One waiter first: the per-provider machinery is not per waiter.
@@ -116,9 +157,13 @@ async fn profile(label: &str, holder: &Arc<dyn Lock>, lock: &Arc<dyn Lock>) {
     let mut all = AllPending(slots);
     tokio::select! {
         () = &mut all => {}
-        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+        () = tokio::time::sleep(settle()) => {}
     }
     ON.store(false, Ordering::SeqCst);
+    let traced = TRACE.load(Ordering::SeqCst);
+    if traced != 0 {
+        print_traces(traced);
+    }
     let waiters = K as f64;
     let mut total = 0.0;
     let mut lines = Vec::new();

@@ -25,9 +25,9 @@ pub fn monotonic_ns() -> u64 {
 /// finished); never resolves. Drives many waiting `lock()` futures from one
 /// task, for the memory figures (the waiters wait on a lock that stays
 /// held).
-pub struct AllPending<F: ?Sized>(pub Vec<Option<std::pin::Pin<Box<F>>>>);
+pub struct AllPending<F>(pub Vec<Option<F>>);
 
-impl<F: std::future::Future + ?Sized> std::future::Future for AllPending<F> {
+impl<F: std::future::Future + Unpin> std::future::Future for AllPending<F> {
     type Output = ();
 
     fn poll(
@@ -37,7 +37,7 @@ impl<F: std::future::Future + ?Sized> std::future::Future for AllPending<F> {
         for slot in &mut self.0 {
             if slot
                 .as_mut()
-                .is_some_and(|f| f.as_mut().poll(cx).is_ready())
+                .is_some_and(|f| std::pin::Pin::new(f).poll(cx).is_ready())
             {
                 *slot = None;
             }

@@ -95,7 +95,7 @@ pub use guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
 pub use ids::IdGenerator;
 pub use inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapshot, Waiters};
 pub use lease::{LeaseOptions, Renewal};
-pub use lock::{Lock, Wait};
+pub use lock::{Lock, LockFuture, Wait};
 pub use name::Name;
 pub use provider::{ForceReleased, Provider};
 pub use rwlock::ReadWriteLock;

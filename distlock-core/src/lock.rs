@@ -4,7 +4,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::future::{BoxFuture, FutureExt};
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -99,10 +99,8 @@ pub trait Lock: Send + Sync + Debug {
     /// # Cancellation safety
     ///
     /// As [`Lock::acquire`].
-    fn lock(&self) -> BoxFuture<'_, Result<LockGuard>> {
-        // The acquire future, and a small box around it (not a second
-        // async body holding it): a waiting task keeps this.
-        Box::pin(measured(self, Wait::Forever).map(|r| r?.ok_or(Error::Closed)))
+    fn lock(&self) -> LockFuture<'_> {
+        LockFuture(measured(self, Wait::Forever))
     }
 
     /// Waits at most `timeout` for the lock, counted from this call (as
@@ -117,6 +115,31 @@ pub trait Lock: Send + Sync + Debug {
     /// As [`Lock::acquire`].
     fn lock_timeout(&self, timeout: Duration) -> BoxFuture<'_, Result<Option<LockGuard>>> {
         measured(self, Wait::timeout(timeout))
+    }
+}
+
+/// The future of [`Lock::lock`]: the backend's acquire future itself,
+/// read as "the lock, or why not" (no second box or async body around it:
+/// a waiting task keeps this).
+#[must_use = "futures do nothing unless polled"]
+pub struct LockFuture<'a>(BoxFuture<'a, Result<Option<LockGuard>>>);
+
+impl std::fmt::Debug for LockFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockFuture").finish_non_exhaustive()
+    }
+}
+
+impl std::future::Future for LockFuture<'_> {
+    type Output = Result<LockGuard>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<LockGuard>> {
+        // A wait without a deadline ends without the lock only when the
+        // provider closes.
+        self.0.as_mut().poll(cx).map(|r| r?.ok_or(Error::Closed))
     }
 }
 

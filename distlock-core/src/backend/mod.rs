@@ -25,7 +25,7 @@ pub use crate::lease::{check_setting, clock_drift};
 use crate::name::Name;
 pub use cleanup::{Cleanup, CleanupGuard};
 pub use ids::{BlockIds, IdSource};
-pub use lifecycle::Lifecycle;
+pub use lifecycle::{Closed, Lifecycle};
 pub use signal::LeaseSignal;
 pub(crate) use signal::State as SignalState;
 pub use timeout::with_timeout;
