@@ -25,7 +25,8 @@ use crate::queue::{enter_tagged_queue, sorted_queue};
 pub(crate) struct ZkElection {
     pub(crate) shared: Arc<Shared>,
     pub(crate) name: Name,
-    pub(crate) dir: String,
+    /// Shared by every acquisition's withdraw.
+    pub(crate) dir: Arc<str>,
     /// The lease's `max_hold`, if any.
     pub(crate) hold: Option<std::time::Duration>,
 }
@@ -137,7 +138,7 @@ impl Election for ZkElection {
         }
         let state = State {
             shared: Arc::clone(&self.shared),
-            dir: self.dir.clone(),
+            dir: self.dir.to_string(),
             last: None,
             watcher: None,
         };

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 
 use crate::lease::guard;
-use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::enter_queue;
 
@@ -16,7 +15,8 @@ use crate::queue::enter_queue;
 pub(crate) struct FairMutex {
     pub(crate) shared: Arc<Shared>,
     pub(crate) name: Name,
-    pub(crate) dir: String,
+    /// Shared by every acquisition's withdraw (one copy, not one each).
+    pub(crate) dir: Arc<str>,
     /// The lease's `max_hold`, if any.
     pub(crate) hold: Option<std::time::Duration>,
 }
@@ -49,7 +49,7 @@ impl Lock for FairMutex {
             &self.shared,
             &self.dir,
             "lock",
-            &owner_data(&self.shared.owner),
+            &self.shared.owner_data,
             wait,
         )
         .await?;

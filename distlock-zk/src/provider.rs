@@ -37,6 +37,9 @@ pub(crate) struct Shared {
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The owner identity stored with every hold (`label@host:pid`).
     pub(crate) owner: String,
+    /// The data of our lock nodes (`ops::owner_data` of `owner`), made
+    /// once: a waiting acquisition borrows it.
+    pub(crate) owner_data: Vec<u8>,
 }
 
 /// A connected ZooKeeper backend.
@@ -99,6 +102,7 @@ impl ZkProvider {
                 sessions: Sessions::new(options, first),
                 stats: Stats::default(),
                 lifecycle,
+                owner_data: crate::ops::owner_data(&owner),
                 owner,
             }),
         })
@@ -260,7 +264,7 @@ impl Provider for ZkProvider {
         Ok(Arc::new(FairMutex {
             shared: Arc::clone(&self.shared),
             name,
-            dir,
+            dir: Arc::from(dir),
             hold,
         }))
     }
@@ -270,7 +274,7 @@ impl Provider for ZkProvider {
         Ok(Arc::new(ZkElection {
             shared: Arc::clone(&self.shared),
             name,
-            dir,
+            dir: Arc::from(dir),
             hold,
         }))
     }

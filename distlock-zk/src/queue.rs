@@ -10,15 +10,20 @@
 //! it; every child with our `_c_<uuid>-` prefix and our session as owner is
 //! ours: the lowest is kept, the rest are deleted.
 
+use std::borrow::Cow;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
 use distlock_core::{Error, Result, Wait};
 use tokio::time::Instant;
-use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
+use zookeeper_client::{
+    CreateMode, CreateSequence, Error as ZkError, OneshotWatcher, WatchedEvent,
+};
 
 use crate::error::{triage, triage_timed, Triage};
 use crate::node::{acls, delete_retrying, make_parents};
@@ -105,7 +110,7 @@ pub(crate) enum Standing {
 pub(crate) trait QueueRules: Sync {
     /// What Curator calls the lock name: our node is `_c_<uuid>-`, this and
     /// the server's sequence (`lock-`, `latch-`, `__READ__`).
-    fn node_name(&self) -> String;
+    fn node_name(&self) -> Cow<'static, str>;
 
     /// Where `own` stands among `children`. Only the name of the child to
     /// watch outlives the call: a waiter must not keep the whole listing
@@ -114,7 +119,7 @@ pub(crate) trait QueueRules: Sync {
 }
 
 impl<T: QueueRules + ?Sized> QueueRules for &T {
-    fn node_name(&self) -> String {
+    fn node_name(&self) -> Cow<'static, str> {
         (**self).node_name()
     }
 
@@ -128,8 +133,13 @@ impl<T: QueueRules + ?Sized> QueueRules for &T {
 struct Fifo<'a>(&'a str);
 
 impl QueueRules for Fifo<'_> {
-    fn node_name(&self) -> String {
-        format!("{}-", self.0)
+    fn node_name(&self) -> Cow<'static, str> {
+        match self.0 {
+            // The markers in use: no copy per acquisition.
+            "lock" => Cow::Borrowed("lock-"),
+            "latch" => Cow::Borrowed("latch-"),
+            marker => Cow::Owned(format!("{marker}-")),
+        }
     }
 
     fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
@@ -175,28 +185,59 @@ pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
 /// # Errors
 ///
 /// [`Error::Closed`] when the provider is closed meanwhile.
-pub(crate) async fn watch_fired(
+///
+/// Not an `async fn`: a small future of its own (the watcher's, the close
+/// signal, and a deadline timer only with a deadline, boxed), since every
+/// waiting acquisition keeps one for as long as it waits.
+pub(crate) fn watch_fired(
     shared: &Shared,
     watcher: OneshotWatcher,
     deadline: Option<Instant>,
-) -> Result<bool> {
-    // A waiter without a deadline keeps no timer; one with a deadline keeps
-    // it boxed (a waiting future stays small either way).
-    let mut timer = deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
-    let expired = async {
-        match timer.as_mut() {
-            Some(t) => t.as_mut().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = watcher.changed() => {}
-        () = expired => return Ok(false),
-        () = shared.lifecycle.closed() => return Err(Error::Closed),
+) -> WatchFired<'_, impl std::future::Future<Output = WatchedEvent> + Send> {
+    WatchFired {
+        changed: watcher.changed(),
+        closed: shared.lifecycle.closed(),
+        timer: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+        shared,
     }
-    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
-    distlock_core::backend::woke();
-    Ok(true)
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`watch_fired`].
+    pub(crate) struct WatchFired<'a, F> {
+        #[pin]
+        changed: F,
+        closed: distlock_core::backend::Closed<'a>,
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
+        shared: &'a Shared,
+    }
+}
+
+impl<F: std::future::Future<Output = WatchedEvent>> std::future::Future for WatchFired<'_, F> {
+    type Output = Result<bool>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<bool>> {
+        let this = self.project();
+        // Closed first: a closed provider's waiter ends with `Closed`
+        // whatever else happened meanwhile.
+        if Pin::new(this.closed).poll(cx).is_ready() {
+            return Poll::Ready(Err(Error::Closed));
+        }
+        if this.changed.poll(cx).is_ready() {
+            this.shared
+                .stats
+                .watch_events
+                .fetch_add(1, Ordering::Relaxed);
+            distlock_core::backend::woke();
+            return Poll::Ready(Ok(true));
+        }
+        if let Some(timer) = this.timer {
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(false));
+            }
+        }
+        Poll::Pending
+    }
 }
 
 /// The session ended and took every ephemeral node of ours with it:
@@ -258,50 +299,91 @@ async fn find_ours(
 /// children with its prefix in its session.
 pub(crate) struct Withdraw {
     session: Arc<Session>,
-    dir: String,
-    /// Shared with the acquisition, which joins again with it on a new
-    /// session.
-    prefix: Arc<str>,
-    known: Mutex<Option<String>>,
-    timeout: Duration,
+    /// The queue's directory (the primitive's, shared).
+    dir: Arc<str>,
+    /// Our nodes are `_c_<uuid>-<name><seq>` (Curator's protected names),
+    /// kept as their parts rather than as a string: a waiting acquisition
+    /// keeps this for as long as it waits.
+    uuid: uuid::Uuid,
+    name: Cow<'static, str>,
+    known: Mutex<Known>,
+    /// The operation timeout, in nanoseconds (8 bytes, not a 16-byte
+    /// `Duration`: see `known`).
+    timeout_ns: u64,
+}
+
+/// The node a [`Withdraw`] deletes, once known.
+enum Known {
+    /// Not known: every node of ours with the prefix.
+    Nothing,
+    /// `dir/prefix<seq>`: kept as its sequence, not a second copy of the
+    /// path (a waiting acquisition keeps this for as long as it waits).
+    Seq(CreateSequence),
+    /// Any other node.
+    Path(Box<str>),
 }
 
 impl Withdraw {
-    /// Withdraws the nodes of `prefix` in `dir` made in `session`.
+    /// Withdraws the nodes `_c_<uuid>-<name>…` in `dir` made in `session`.
     pub(crate) fn new(
         session: &Arc<Session>,
-        dir: &str,
-        prefix: &str,
-        timeout: Duration,
-    ) -> Arc<Self> {
-        Self::with_prefix(session, dir, Arc::from(prefix), timeout)
-    }
-
-    /// As [`Withdraw::new`], sharing the caller's `prefix`.
-    pub(crate) fn with_prefix(
-        session: &Arc<Session>,
-        dir: &str,
-        prefix: Arc<str>,
+        dir: Arc<str>,
+        (uuid, name): (uuid::Uuid, Cow<'static, str>),
         timeout: Duration,
     ) -> Arc<Self> {
         Arc::new(Withdraw {
             session: Arc::clone(session),
-            dir: dir.to_owned(),
-            prefix,
-            known: Mutex::new(None),
-            timeout,
+            dir,
+            uuid,
+            name,
+            known: Mutex::new(Known::Nothing),
+            timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         })
+    }
+
+    /// The operation timeout.
+    fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout_ns)
+    }
+
+    /// The prefix of our nodes' names: `_c_<uuid>-<name>`.
+    fn prefix(&self) -> String {
+        format!("_c_{}-{}", self.uuid, self.name)
+    }
+
+    /// `dir/` and the prefix.
+    fn path_prefix(&self) -> String {
+        format!("{}/{}", self.dir, self.prefix())
     }
 
     /// Deletes the one known `node` of `session`.
     pub(crate) fn node(session: &Arc<Session>, node: &str, timeout: Duration) -> Arc<Self> {
-        let withdraw = Self::new(session, "", "", timeout);
+        let withdraw = Self::new(
+            session,
+            Arc::from(""),
+            (uuid::Uuid::nil(), Cow::Borrowed("")),
+            timeout,
+        );
         withdraw.know(node);
         withdraw
     }
 
     fn know(&self, node: &str) {
-        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Some(node.to_owned());
+        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Known::Path(node.into());
+    }
+
+    /// Our node is `dir/prefix<seq>`.
+    fn know_seq(&self, seq: CreateSequence) {
+        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Known::Seq(seq);
+    }
+
+    /// The known node's path, if any.
+    fn known(&self) -> Option<String> {
+        match &*self.known.lock().unwrap_or_else(PoisonError::into_inner) {
+            Known::Nothing => None,
+            Known::Seq(seq) => Some(format!("{}{seq}", self.path_prefix())),
+            Known::Path(path) => Some(path.to_string()),
+        }
     }
 }
 
@@ -312,12 +394,7 @@ impl Cleanup for Withdraw {
         // would stay (and block the queue) until the session ends.
         let budget = self.session.timeout() * 2;
         let deadline = Instant::now() + budget;
-        let known = self
-            .known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(node) = known {
+        if let Some(node) = self.known() {
             delete_retrying(&self.session, &node, None, budget).await?;
             return Ok(());
         }
@@ -325,7 +402,7 @@ impl Cleanup for Withdraw {
             if self.session.is_dead() {
                 return Ok(());
             }
-            match find_ours(&self.session, &self.dir, &self.prefix, self.timeout).await {
+            match find_ours(&self.session, &self.dir, &self.prefix(), self.timeout()).await {
                 Ok(nodes) => {
                     for (node, _) in nodes {
                         let left = deadline.saturating_duration_since(Instant::now());
@@ -367,7 +444,14 @@ async fn look_for_ours(
 ) -> Lookup {
     loop {
         let sent = Instant::now();
-        match find_ours(session, &withdraw.dir, &withdraw.prefix, withdraw.timeout).await {
+        match find_ours(
+            session,
+            &withdraw.dir,
+            &withdraw.prefix(),
+            withdraw.timeout(),
+        )
+        .await
+        {
             Ok(nodes) => {
                 let mut nodes = nodes.into_iter();
                 let Some((node, czxid)) = nodes.next() else {
@@ -376,7 +460,7 @@ async fn look_for_ours(
                 for (extra, _) in nodes {
                     // A second node of ours would queue behind us and block
                     // the queue after our release: delete it for sure.
-                    let extra = Withdraw::node(session, &extra, withdraw.timeout);
+                    let extra = Withdraw::node(session, &extra, withdraw.timeout());
                     if let Ok(mut undo) = CleanupGuard::arm("extra queue node", extra) {
                         undo.run_in_background();
                     }
@@ -437,8 +521,8 @@ pub(crate) async fn join(
 ) -> Result<Joined> {
     let timeout = shared.timeout;
     let session = &withdraw.session;
-    let dir = withdraw.dir.as_str();
-    let path_prefix = format!("{dir}/{}", withdraw.prefix);
+    let dir = &*withdraw.dir;
+    let path_prefix = withdraw.path_prefix();
     let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
     // Pipelined: both requests leave now, and ZooKeeper answers a session's
     // requests in order, so the listing includes our node.
@@ -460,7 +544,10 @@ pub(crate) async fn join(
         Err(_) => (Err(ZkError::Timeout), None),
     };
     let (node, czxid, children, heard_at) = match created {
-        Ok((stat, seq)) => (format!("{path_prefix}{seq}"), stat.czxid, children, sent),
+        Ok((stat, seq)) => {
+            withdraw.know_seq(seq);
+            (format!("{path_prefix}{seq}"), stat.czxid, children, sent)
+        }
         Err(ZkError::NoNode) => {
             undo.disarm();
             make_parents(session, &path_prefix, shared.authenticated, timeout).await?;
@@ -481,7 +568,10 @@ pub(crate) async fn join(
             }
             // The create may have happened: look, never create twice.
             Triage::Retry => match look_for_ours(session, withdraw, deadline).await {
-                Lookup::Found(node, czxid, heard_at) => (node, czxid, None, heard_at),
+                Lookup::Found(node, czxid, heard_at) => {
+                    withdraw.know(&node);
+                    (node, czxid, None, heard_at)
+                }
                 Lookup::Absent => {
                     undo.disarm();
                     return Ok(Joined::Again);
@@ -495,7 +585,6 @@ pub(crate) async fn join(
             },
         },
     };
-    withdraw.know(&node);
     Ok(Joined::Node {
         node,
         czxid,
@@ -509,7 +598,7 @@ pub(crate) async fn join(
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_queue<'a>(
     shared: &'a Shared,
-    dir: &'a str,
+    dir: &'a Arc<str>,
     marker: &'a str,
     data: &'a [u8],
     wait: Wait,
@@ -528,8 +617,8 @@ struct Tagged<'a> {
 }
 
 impl QueueRules for Tagged<'_> {
-    fn node_name(&self) -> String {
-        format!("{}-{}-", self.tag, self.marker)
+    fn node_name(&self) -> Cow<'static, str> {
+        Cow::Owned(format!("{}-{}-", self.tag, self.marker))
     }
 
     fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
@@ -542,7 +631,7 @@ impl QueueRules for Tagged<'_> {
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_tagged_queue<'a>(
     shared: &'a Shared,
-    dir: &'a str,
+    dir: &'a Arc<str>,
     marker: &'a str,
     tag: &'a str,
     data: &'a [u8],
@@ -554,7 +643,7 @@ pub(crate) fn enter_tagged_queue<'a>(
 /// Our node while it waits in a queue: the session it lives in, its
 /// withdraw (armed until the node is ours to keep), which knows its path.
 struct InQueue {
-    session: Arc<Session>,
+    /// Knows the session and our node's path.
     withdraw: Arc<Withdraw>,
     undo: CleanupGuard,
     czxid: i64,
@@ -563,14 +652,14 @@ struct InQueue {
 }
 
 impl InQueue {
+    /// The session our node lives in.
+    fn session(&self) -> &Arc<Session> {
+        &self.withdraw.session
+    }
+
     /// Our node's path (known to the withdraw since the create answered).
     fn node(&self) -> String {
-        self.withdraw
-            .known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .unwrap_or_default()
+        self.withdraw.known().unwrap_or_default()
     }
 }
 
@@ -590,36 +679,35 @@ enum QueueStep {
 ///
 /// Cancellation safe: a withdraw guard is armed before the create is sent
 /// and disarmed only once the node is ours to keep, or known not to exist.
-pub(crate) async fn join_queue<R: QueueRules>(
-    shared: &Shared,
-    dir: &str,
+// An `async fn` would keep its arguments twice (see below).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
+    shared: &'a Shared,
+    dir: &'a Arc<str>,
     rules: R,
-    data: &[u8],
+    data: &'a [u8],
     wait: Wait,
-) -> Result<Option<Acquired>> {
-    let deadline = wait.deadline();
-    let prefix: Arc<str> = Arc::from(format!("_c_{}-{}", uuid::Uuid::new_v4(), rules.node_name()));
-    let mut ours: Option<InQueue> = None;
-    loop {
-        let step = queue_step(
-            shared,
-            dir,
-            &rules,
-            data,
-            (wait, deadline),
-            &prefix,
-            &mut ours,
-        );
-        // Out of the match, so that the step is not kept through the wait.
-        let watcher = match Box::pin(step).await? {
-            QueueStep::Done(acquired) => return Ok(acquired),
-            QueueStep::Wait(watcher) => watcher,
-        };
-        if !watch_fired(shared, watcher, deadline).await? {
-            if let Some(waiting) = ours.take() {
-                Box::pin(clean_up_now(waiting.undo, shared.timeout)).await;
+) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
+    // Not an `async fn`, whose arguments would be kept twice (as the
+    // future's captures and as its locals) through the wait. The deadline
+    // is read from `wait` where needed, not kept beside it.
+    async move {
+        // Our nodes' names: `_c_<uuid>-<name>`, the same on every session.
+        let uuid = uuid::Uuid::new_v4();
+        let mut ours: Option<InQueue> = None;
+        loop {
+            let step = queue_step(shared, dir, &rules, data, wait, uuid, &mut ours);
+            // Out of the match, so that the step is not kept through the wait.
+            let watcher = match Box::pin(step).await? {
+                QueueStep::Done(acquired) => return Ok(acquired),
+                QueueStep::Wait(watcher) => watcher,
+            };
+            if !watch_fired(shared, watcher, wait.deadline()).await? {
+                if let Some(waiting) = ours.take() {
+                    Box::pin(clean_up_now(waiting.undo, shared.timeout)).await;
+                }
+                return Ok(None);
             }
-            return Ok(None);
         }
     }
 }
@@ -631,14 +719,15 @@ pub(crate) async fn join_queue<R: QueueRules>(
 /// an error or a cancellation.
 async fn queue_step(
     shared: &Shared,
-    dir: &str,
+    dir: &Arc<str>,
     rules: &dyn QueueRules,
     data: &[u8],
-    (wait, deadline): (Wait, Option<Instant>),
-    prefix: &Arc<str>,
+    wait: Wait,
+    uuid: uuid::Uuid,
     ours: &mut Option<InQueue>,
 ) -> Result<QueueStep> {
     let timeout = shared.timeout;
+    let deadline = wait.deadline();
     let mut children = None;
     'session: loop {
         let mut q = match ours.take() {
@@ -646,7 +735,8 @@ async fn queue_step(
             None => {
                 shared.lifecycle.check_open()?;
                 let session = shared.sessions.get().await?;
-                let withdraw = Withdraw::with_prefix(&session, dir, Arc::clone(prefix), timeout);
+                let naming = (uuid, rules.node_name());
+                let withdraw = Withdraw::new(&session, Arc::clone(dir), naming, timeout);
                 let mut undo =
                     CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
                 match join(shared, &withdraw, &mut undo, data, true, deadline).await? {
@@ -658,7 +748,6 @@ async fn queue_step(
                     } => {
                         children = listed;
                         InQueue {
-                            session,
                             withdraw,
                             undo,
                             czxid,
@@ -679,14 +768,14 @@ async fn queue_step(
                 None => {
                     let list_sent = Instant::now();
                     let listed =
-                        with_timeout("list", timeout, q.session.client.list_children(dir)).await;
+                        with_timeout("list", timeout, q.session().client.list_children(dir)).await;
                     match triage_timed("list", timeout, listed) {
                         Ok(names) => {
                             q.heard_at = list_sent;
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            start_over(shared, &q.session, &mut q.undo).await;
+                            start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
                             continue 'session;
                         }
                         Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
@@ -719,7 +808,7 @@ async fn queue_step(
                 Standing::Holds => {
                     q.undo.disarm();
                     return Ok(QueueStep::Done(Some(Acquired {
-                        session: q.session,
+                        session: Arc::clone(q.session()),
                         node,
                         czxid: q.czxid,
                         heard_at: q.heard_at,
@@ -734,7 +823,7 @@ async fn queue_step(
             let watched = with_timeout(
                 "watch",
                 timeout,
-                q.session.client.check_and_watch_stat(&predecessor),
+                q.session().client.check_and_watch_stat(&predecessor),
             )
             .await;
             match triage_timed("watch", timeout, watched) {
@@ -745,7 +834,7 @@ async fn queue_step(
                     return Ok(QueueStep::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &q.session, &mut q.undo).await;
+                    start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}

@@ -45,6 +45,7 @@
 //! counts as ended when its node went, which is when the next hold could
 //! begin.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -52,7 +53,6 @@ use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
 use crate::lease::guard;
-use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
 
@@ -90,8 +90,8 @@ struct Side {
 }
 
 impl QueueRules for Side {
-    fn node_name(&self) -> String {
-        (if self.write { WRITE } else { READ }).to_owned()
+    fn node_name(&self) -> Cow<'static, str> {
+        Cow::Borrowed(if self.write { WRITE } else { READ })
     }
 
     fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
@@ -115,7 +115,7 @@ impl QueueRules for Side {
 struct RwSide {
     shared: Arc<Shared>,
     name: Name,
-    dir: String,
+    dir: Arc<str>,
     side: Side,
     hold: Option<std::time::Duration>,
 }
@@ -152,7 +152,7 @@ impl Lock for RwSide {
             &self.shared,
             &self.dir,
             &self.side,
-            &owner_data(&self.shared.owner),
+            &self.shared.owner_data,
             wait,
         )
         .await?;
@@ -203,7 +203,8 @@ pub(crate) fn rw_lock(
     dir: String,
     hold: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ReadWriteLock>> {
-    let side = |write: bool, dir: String| -> Arc<dyn Lock> {
+    let dir: Arc<str> = Arc::from(dir);
+    let side = |write: bool, dir: Arc<str>| -> Arc<dyn Lock> {
         Arc::new(RwSide {
             shared: Arc::clone(shared),
             name: name.clone(),

@@ -267,9 +267,9 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
     let shared = sem.shared.as_ref();
     let deadline = wait.deadline();
     let timeout = shared.timeout;
-    let locks = format!("{}/{LOCKS}", sem.dir);
-    let leases = format!("{}/{LEASES}", sem.dir);
-    let prefix = format!("_c_{}-lease-", uuid::Uuid::new_v4());
+    let locks: Arc<str> = Arc::from(format!("{}/{LOCKS}", sem.dir));
+    let leases: Arc<str> = Arc::from(format!("{}/{LEASES}", sem.dir));
+    let lease_uuid = uuid::Uuid::new_v4();
     let data = lease_data(sem.permits, &shared.owner);
     let lock_data = owner_data(&shared.owner);
     let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
@@ -286,7 +286,8 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
         // Our lease node, in the session that holds the internal lock.
         let (own, czxid, mut undo) = loop {
             shared.lifecycle.check_open()?;
-            let withdraw = Withdraw::new(&session, &leases, &prefix, timeout);
+            let naming = (lease_uuid, std::borrow::Cow::Borrowed("lease-"));
+            let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
             let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
             match join(shared, &withdraw, &mut undo, &data, false, deadline).await? {
                 Joined::Node { node, czxid, .. } => break (node, czxid, undo),
