@@ -157,7 +157,9 @@ impl Lifecycle {
     }
 
     pub(crate) fn unregister(&self, id: u64) {
-        self.lock().remove(&id);
+        // Dropped after the lock is released (its drop may run anything).
+        let removed = self.lock().remove(&id);
+        drop(removed);
     }
 
     fn wakers(&self) -> std::sync::MutexGuard<'_, Wakers> {
