@@ -47,7 +47,10 @@
 //!   free lock with nobody in line goes to whoever asks, and within a
 //!   provider any of its waiters may be the one woken. A provider whose last
 //!   waiter leaves (timeout, cancellation) takes itself off the line and
-//!   passes a reservation made for it on (`mutex_pass`); a provider that
+//!   passes a reservation made for it on (`mutex_pass`); so does a
+//!   provider being closed: `close()` wakes its waiters and waits, at most
+//!   one response timeout, until they have left the lines (and the fair
+//!   mutex's queues) before its connection goes. A provider that
 //!   died costs the waiters behind it the reservation (50 ms: a waiter
 //!   refused by a reservation looks again when it expires) or, if nobody
 //!   was refused, one re-check interval. `try_lock` ignores reservations: a

@@ -502,11 +502,15 @@ impl Lock for RedisMutex {
             // its wait between attempts (see `benches/README.md`, memory
             // per waiting contender).
             let counted = subscription.is_some();
+            let in_line = line.armed;
+            // Armed before the attempt: one that may queue us and whose
+            // answer is lost (an error, a cancellation) leaves the line too.
+            line.armed |= queue != Queue::No;
             let step = self.step(
                 wait,
                 deadline,
                 queue,
-                (counted, line.armed),
+                (counted, in_line),
                 &mut pause,
                 waited,
             );
@@ -519,10 +523,7 @@ impl Lock for RedisMutex {
                     return result;
                 }
                 Step::Again => continue,
-                Step::Held(remaining, publishes) => {
-                    line.armed |= queue != Queue::No;
-                    (remaining, publishes)
-                }
+                Step::Held(remaining, publishes) => (remaining, publishes),
             };
             let (remaining, publishes) = remaining;
             pause = Duration::from_millis(20);

@@ -488,10 +488,6 @@ impl Provider for RedisProvider {
     }
 }
 
-/// Takes this provider out of a plain mutex's line, passing on the lock's
-/// reservation if a release made one for it (`mutex_pass.lua`), for each
-/// channel the subscriber reports: a hand-over nobody here claimed, or the
-/// last waiter here gave up. Ends with the provider.
 /// Marks one piece of [`Outstanding`](crate::subscriber::Outstanding) work
 /// over when dropped.
 struct Done<'a>(&'a crate::subscriber::Outstanding);
@@ -502,6 +498,10 @@ impl Drop for Done<'_> {
     }
 }
 
+/// Takes this provider out of a plain mutex's line, passing on the lock's
+/// reservation if a release made one for it (`mutex_pass.lua`), for each
+/// channel the subscriber reports: a hand-over nobody here claimed, or the
+/// last waiter here gave up. Ends with the provider.
 async fn pass_unclaimed(
     shared: std::sync::Weak<Shared>,
     mut channels: tokio::sync::mpsc::UnboundedReceiver<String>,

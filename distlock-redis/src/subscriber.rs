@@ -165,6 +165,11 @@ enum Command {
         reply: oneshot::Sender<Arc<Notify>>,
     },
     Unsubscribe(String, Kind),
+    /// The last plain waiter on this channel left the line (counted as
+    /// outstanding work already): passed on after the commands before it,
+    /// its waiter's unsubscribe among them, so the wake-up the pass may
+    /// publish is not given to that waiter.
+    Leave(String),
     /// The provider was closed: drop the connection and end.
     ShutDown,
 }
@@ -246,6 +251,11 @@ struct Passes {
 impl Passes {
     fn send(&self, channel: String) {
         self.outstanding.enter();
+        self.forward(channel);
+    }
+
+    /// Sends a channel counted as outstanding already.
+    fn forward(&self, channel: String) {
         if self.tx.send(channel).is_err() {
             // No pass task (the provider is gone): nothing to wait for.
             self.outstanding.exit();
@@ -351,8 +361,14 @@ impl Subscriber {
     /// Announces an unclaimed hand-over on `channel` (a waiter that left
     /// the line): the provider passes it on.
     pub(crate) fn leave_line(&self, channel: &str) {
-        // Same path as the actor's: the receiver runs the pass script.
-        self.passes.send(channel.to_owned());
+        // Through the actor (see `Command::Leave`), then the same path as
+        // the actor's own: the receiver runs the pass script. `close()`
+        // waits for it before it shuts the actor down.
+        self.outstanding.enter();
+        if self.tx.send(Command::Leave(channel.to_owned())).is_err() {
+            // The actor has ended: pass it on directly.
+            self.passes.forward(channel.to_owned());
+        }
     }
 
     /// How many plain waiters of this provider wait on `channel` now.
@@ -706,7 +722,16 @@ async fn run(
             // request causes (see `Subscriber::start_subscribe`).
             biased;
             command = commands.recv() => match command {
-                None | Some(Command::ShutDown) => return,
+                None => return,
+                Some(Command::ShutDown) => {
+                    // Leaves queued behind it still reach the pass task.
+                    while let Ok(command) = commands.try_recv() {
+                        if let Command::Leave(channel) = command {
+                            actor.unclaimed.forward(channel);
+                        }
+                    }
+                    return;
+                }
                 Some(Command::Subscribe { channel, kind, reply }) => {
                     let wake = actor.subscribe(channel, kind).await;
                     // A waiter cancelled meanwhile unsubscribes on its own.
@@ -715,6 +740,7 @@ async fn run(
                 Some(Command::Unsubscribe(channel, kind)) => {
                     actor.unsubscribe(channel, kind).await;
                 }
+                Some(Command::Leave(channel)) => actor.unclaimed.forward(channel),
             },
             msg = next_message(&mut actor.conn) => match msg {
                 Some(msg) => actor.deliver(&msg),
