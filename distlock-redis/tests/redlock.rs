@@ -604,6 +604,63 @@ async fn a_release_finishing_in_the_background_reloads_a_lost_script_and_deletes
     .await;
 }
 
+/// A renewal left to finish in the background can reach a master after a
+/// later renewal of the same guard (its connection was re-established in
+/// between). Played here by sending that straggler's script call by hand
+/// after a later `extend()`: it must not cut the TTL the later one set,
+/// and a renewal after both still applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_landing_after_a_later_one_changes_nothing() {
+    const EXTEND: &str = include_str!("../src/scripts/redlock_extend.lua");
+    let m = three();
+    let client = connect(m, quick()).await;
+    let name = unique_name("late_renewal");
+    let key = client.lock_key(&name).unwrap();
+    let holder = format!("{{{key}}}:holder");
+    let manual = LeaseOptions::manual(Duration::from_secs(5)).unwrap();
+    let lock = client.mutex_with(&name, manual).unwrap();
+    let g = lock.lock().await.unwrap();
+    eventually("every master holds the key", Duration::from_secs(2), || {
+        (0..3).all(|i| exists(m, i, &key))
+    })
+    .await;
+    // Round 1: a short extension; round 2: a long one.
+    g.extend(Duration::from_secs(2)).await.unwrap();
+    g.extend(Duration::from_secs(60)).await.unwrap();
+    let node = m.node(2);
+    eventually(
+        "round 2 reached the last master",
+        Duration::from_secs(2),
+        || node.cli(&["HGET", &holder, "round"]) == "2",
+    )
+    .await;
+    let token = node.cli(&["GET", &key]);
+    let fence = node.cli(&["HGET", &holder, "fence"]);
+    let pttl = |node: &test_support::RedisServer| node.cli(&["PTTL", &key]).parse::<i64>().unwrap();
+    // Round 1 again, late: "renewed" (a later round was), and nothing cut.
+    let late = node.cli(&[
+        "EVAL", EXTEND, "2", &key, &holder, &token, "2000", &fence, "1",
+    ]);
+    assert_eq!(late, "1");
+    assert!(
+        pttl(node) > 30_000,
+        "a late renewal cut the TTL to {} ms",
+        pttl(node)
+    );
+    assert!(node.cli(&["PTTL", &holder]).parse::<i64>().unwrap() > 30_000);
+    // A later round applies.
+    let next = node.cli(&[
+        "EVAL", EXTEND, "2", &key, &holder, &token, "3000", &fence, "3",
+    ]);
+    assert_eq!(next, "1");
+    assert!(
+        pttl(node) <= 3000,
+        "round 3 did not apply: {} ms",
+        pttl(node)
+    );
+    g.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_counter_is_a_typed_error_and_takes_nothing() {
     let m = RedisMasters::start(3);

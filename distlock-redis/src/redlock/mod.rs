@@ -217,6 +217,11 @@ pub(crate) struct Shared {
 ///   `lost()` fires at once; any other shortfall is the first error, the
 ///   lease is suspended, retried, and `lost()` fires at the deadline.
 ///   Renewal never re-takes a master that lost the key (a restarted one).
+///   Each renewal carries its number and a master keeps the latest in the
+///   holder record: a renewal finishing in the background that reaches a
+///   master after a later one (its connection re-established meanwhile)
+///   changes nothing there, so it cannot cut the TTL a later `extend()`
+///   set.
 /// * **Release**: compare-and-delete plus `PUBLISH` on every master in
 ///   parallel; done once a quorum had our token (the lock was ours and is
 ///   now free on a quorum; the others finish in the background). `NotHeld`
@@ -499,7 +504,8 @@ impl RedlockProvider {
 
     /// Loads the scripts on every master in parallel (which also checks that
     /// it answers) until a quorum answered, within the connect timeout; the
-    /// others go on loading in the background until that timeout. A master
+    /// others go on loading in the background until that timeout or the
+    /// provider's close, whichever comes first. A master
     /// that comes later loads them at first use (`NOSCRIPT`).
     async fn wait_for_quorum(&self) -> Result<()> {
         let timeout = self.shared.options.connect_timeout;
@@ -546,9 +552,17 @@ impl RedlockProvider {
             }
         }
         if !pings.is_empty() {
-            drop(tokio::spawn(tokio::time::timeout_at(until, async move {
-                while futures::StreamExt::next(&mut pings).await.is_some() {}
-            })));
+            // Until the connect timeout, or a `close()` (which must not find
+            // connections still kept open by this task).
+            let lifecycle = Arc::clone(&self.shared.lifecycle);
+            drop(tokio::spawn(async move {
+                let loading =
+                    async { while futures::StreamExt::next(&mut pings).await.is_some() {} };
+                tokio::select! {
+                    _ = tokio::time::timeout_at(until, loading) => {}
+                    () = lifecycle.closed() => {}
+                }
+            }));
         }
         Ok(())
     }

@@ -411,6 +411,7 @@ impl Lock for RedlockMutex {
                 token: new_token(),
                 name: self.name.clone(),
                 fence: std::sync::atomic::AtomicU64::new(0),
+                rounds: std::sync::atomic::AtomicU64::new(0),
             });
             let expires = started
                 .checked_add(self.lease.ttl() + timeout)
@@ -541,6 +542,10 @@ pub(crate) struct RedlockLease {
     /// The guard's fencing token once decided (0 before), which renewals
     /// write into the holder records.
     fence: std::sync::atomic::AtomicU64,
+    /// Renewals sent so far: each carries its number, and a master keeps
+    /// the latest, so a straggler that lands after a later renewal changes
+    /// nothing (`redlock_extend.lua`).
+    rounds: std::sync::atomic::AtomicU64,
 }
 
 impl RedlockLease {
@@ -619,7 +624,8 @@ impl LeaseBackend for RedlockLease {
         let mut cmd = evalsha(&REDLOCK_EXTEND, &[&self.keys.lock, &self.keys.holder]);
         cmd.arg(&self.token)
             .arg(ms)
-            .arg(self.fence.load(Ordering::SeqCst));
+            .arg(self.fence.load(Ordering::SeqCst))
+            .arg(self.rounds.fetch_add(1, Ordering::SeqCst) + 1);
         let n = self.shared.masters.len();
         let quorum = self.shared.quorum;
         let mut round = self.round("renew", &self.all(), &REDLOCK_EXTEND, cmd, started);
