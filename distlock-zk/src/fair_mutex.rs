@@ -2,10 +2,13 @@
 //! `InterProcessMutex` names), each waiter watching only its predecessor.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
+use futures::FutureExt;
 
 use crate::lease::guard;
 use crate::provider::Shared;
@@ -43,18 +46,30 @@ impl Lock for FairMutex {
         distlock_core::PrimitiveKind::FairMutex
     }
 
-    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = enter_queue(
+    // Not an `async fn`: the queue's future with the guard made in place
+    // (`map`), no async body around it (a waiting task keeps this).
+    fn acquire<'life0, 'async_trait>(
+        &'life0 self,
+        wait: Wait,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<LockGuard>>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Box::pin(std::future::ready(Err(Error::NoRuntime)));
+        }
+        let queued = enter_queue(
             &self.shared,
             &self.dir,
             "lock",
             &self.shared.owner_data,
             wait,
-        )
-        .await?;
-        acquired
-            .map(|a| guard(&self.shared, &self.name, a, true, self.hold))
-            .transpose()
+        );
+        Box::pin(queued.map(move |acquired| {
+            acquired?
+                .map(|a| guard(&self.shared, &self.name, a, true, self.hold))
+                .transpose()
+        }))
     }
 }

@@ -180,7 +180,8 @@ pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
     true
 }
 
-/// Waits for a watch to fire; `false` when the deadline came first.
+/// Waits for a watch to fire; `false` when the deadline came first. The
+/// caller counts a fired watch with [`watch_noticed`].
 ///
 /// # Errors
 ///
@@ -198,8 +199,14 @@ pub(crate) fn watch_fired(
         changed: watcher.changed(),
         closed: shared.lifecycle.closed(),
         timer: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
-        shared,
     }
+}
+
+/// Counts a watch that fired for a waiter (stats, and the core's wake-up
+/// count).
+pub(crate) fn watch_noticed(shared: &Shared) {
+    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+    distlock_core::backend::woke();
 }
 
 pin_project_lite::pin_project! {
@@ -209,7 +216,6 @@ pin_project_lite::pin_project! {
         changed: F,
         closed: distlock_core::backend::Closed<'a>,
         timer: Option<Pin<Box<tokio::time::Sleep>>>,
-        shared: &'a Shared,
     }
 }
 
@@ -224,11 +230,6 @@ impl<F: std::future::Future<Output = WatchedEvent>> std::future::Future for Watc
             return Poll::Ready(Err(Error::Closed));
         }
         if this.changed.poll(cx).is_ready() {
-            this.shared
-                .stats
-                .watch_events
-                .fetch_add(1, Ordering::Relaxed);
-            distlock_core::backend::woke();
             return Poll::Ready(Ok(true));
         }
         if let Some(timer) = this.timer {
@@ -708,6 +709,7 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
                 }
                 return Ok(None);
             }
+            watch_noticed(shared);
         }
     }
 }

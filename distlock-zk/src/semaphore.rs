@@ -38,8 +38,8 @@ use crate::lease::guard;
 use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, enter_queue, join, passed, pause_before_retry, start_over, watch_fired, Acquired,
-    Joined, Withdraw,
+    clean_up_now, enter_queue, join, passed, pause_before_retry, start_over, watch_fired,
+    watch_noticed, Acquired, Joined, Withdraw,
 };
 use crate::session::Session;
 
@@ -374,6 +374,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 give_up(undo, unlock, timeout).await;
                 return Ok(None);
             }
+            watch_noticed(shared);
         }
     }
 }

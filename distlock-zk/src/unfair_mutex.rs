@@ -22,7 +22,8 @@ use crate::lease::guard;
 use crate::node::{acls, delete_if_ours, make_parents};
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired, Acquired,
+    clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired, watch_noticed,
+    Acquired,
 };
 use crate::session::Session;
 
@@ -140,6 +141,7 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
         if !watch_fired(shared, watcher, deadline).await? {
             return Ok(None);
         }
+        watch_noticed(shared);
     }
 }
 
