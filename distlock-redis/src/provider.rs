@@ -392,6 +392,7 @@ impl Provider for RedisProvider {
     async fn close(&self) -> Result<()> {
         // Waiters wake and leave, held leases are reported lost and released
         // while the connection is still there; then it goes.
+        self.shared.subscriber.closing();
         let released = self.shared.lifecycle.close().await;
         // The waiters woken by the close leave their lines and queues on
         // this connection (a waiting fair waiter keeps none of its own, and

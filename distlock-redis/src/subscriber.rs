@@ -190,6 +190,10 @@ pub(crate) struct Subscriber {
     tx: mpsc::UnboundedSender<Command>,
     pub(crate) stats: Arc<Stats>,
     observers: Arc<AtomicU64>,
+    /// Set by the provider's `close()` before it wakes its waiters: their
+    /// leaves then go straight to the pass task, not behind the actor's
+    /// work (a reconnect may keep it busy for a connect timeout).
+    closing: Arc<std::sync::atomic::AtomicBool>,
     board: Arc<Board>,
     id: Arc<str>,
     unclaimed: Arc<Mutex<Option<mpsc::UnboundedReceiver<String>>>>,
@@ -334,6 +338,7 @@ impl Subscriber {
             tx,
             stats,
             observers: Arc::new(AtomicU64::new(0)),
+            closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             board,
             id,
             unclaimed: Arc::new(Mutex::new(Some(unclaimed_rx))),
@@ -365,10 +370,18 @@ impl Subscriber {
         // the actor's own: the receiver runs the pass script. `close()`
         // waits for it before it shuts the actor down.
         self.outstanding.enter();
-        if self.tx.send(Command::Leave(channel.to_owned())).is_err() {
+        if self.closing.load(Ordering::SeqCst) {
+            // Every waiter here is ending: no wake-up to keep from them.
+            self.passes.forward(channel.to_owned());
+        } else if self.tx.send(Command::Leave(channel.to_owned())).is_err() {
             // The actor has ended: pass it on directly.
             self.passes.forward(channel.to_owned());
         }
+    }
+
+    /// The provider is closing: line leaves from now on skip the actor.
+    pub(crate) fn closing(&self) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     /// How many plain waiters of this provider wait on `channel` now.
@@ -724,7 +737,10 @@ async fn run(
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::ShutDown) => {
-                    // Leaves queued behind it still reach the pass task.
+                    // Leaves queued behind it still reach the pass task;
+                    // closed first, so a leave sent meanwhile is refused
+                    // (and goes there directly) rather than dropped unread.
+                    commands.close();
                     while let Ok(command) = commands.try_recv() {
                         if let Command::Leave(channel) = command {
                             actor.unclaimed.forward(channel);

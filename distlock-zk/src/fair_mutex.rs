@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
+use distlock_core::{Lock, LockGuard, Name, Result, Wait};
 use futures::FutureExt;
 
 use crate::lease::guard;
@@ -56,9 +56,8 @@ impl Lock for FairMutex {
         'life0: 'async_trait,
         Self: 'async_trait,
     {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Box::pin(std::future::ready(Err(Error::NoRuntime)));
-        }
+        // The queue checks for a runtime at its first poll (a future made
+        // outside one and run inside one, `block_on(lock.lock())`, works).
         let queued = enter_queue(
             &self.shared,
             &self.dir,

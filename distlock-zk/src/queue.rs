@@ -693,6 +693,7 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
     // future's captures and as its locals) through the wait. The deadline
     // is read from `wait` where needed, not kept beside it.
     async move {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         // Our nodes' names: `_c_<uuid>-<name>`, the same on every session.
         let uuid = uuid::Uuid::new_v4();
         let mut ours: Option<InQueue> = None;

@@ -548,6 +548,30 @@ fn arbitrary_names_ttls_and_timeouts_give_typed_errors_and_store_nothing() {
     });
 }
 
+/// `block_on(lock.lock())`: the future is made before the runtime is
+/// entered, and runs inside it.
+#[test]
+fn a_lock_future_made_outside_the_runtime_runs_inside_it() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(provider(
+        &test_support::zookeeper::shared().connect_string(),
+    ));
+    let name = unique_name("outside");
+    for lock in [
+        client.fair_mutex(&name).unwrap(),
+        client.mutex(&name).unwrap(),
+    ] {
+        let locking = lock.lock();
+        let guard = rt.block_on(locking).unwrap();
+        rt.block_on(guard.release()).unwrap();
+    }
+    rt.block_on(client.close()).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquisition_is_small() {
     // What a waiting task keeps: the acquire future (every step but the
