@@ -309,7 +309,8 @@ pub(crate) struct Withdraw {
     name: Cow<'static, str>,
     known: Mutex<Known>,
     /// The operation timeout, in nanoseconds (8 bytes, not a 16-byte
-    /// `Duration`: see `known`).
+    /// `Duration`: a waiting acquisition keeps this withdraw for as long
+    /// as it waits).
     timeout_ns: u64,
 }
 
