@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use zookeeper_client::EventType;
 
 use crate::error::{from_zk, session_ended};
-use crate::node::{delete_if_ours, delete_retrying, token};
+use crate::node::{delete_if_ours, delete_retrying, token, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::Acquired;
 use crate::session::{Session, Status};
@@ -177,7 +177,7 @@ impl LeaseBackend for ZkLease {
                 // Keep trying in the background while the session may live:
                 // a node left behind would hold the lock until it ends.
                 let (node, own_path, czxid) = (self.node.clone(), self.own_path, self.czxid);
-                let budget = session.timeout() * 2;
+                let budget = WHILE_SESSION_LIVES;
                 tokio::spawn(async move {
                     if own_path {
                         delete_retrying(&session, &node, None, budget).await

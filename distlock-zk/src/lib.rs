@@ -131,13 +131,37 @@
 //!   (`provider.default_lease().max_hold(d)`): the hold ends at the limit,
 //!   `lost()` fires with `LostReason::MaxHold` and the node is deleted. The provider opens a new session at the next operation after
 //!   one expires.
-//! * **Unknown outcomes** — after a create whose reply was lost, only the
-//!   lookup is retried (after a `sync`, so a server we reconnected to has
-//!   seen our create), never the create: a node with our owner id or
-//!   `_c_<uuid>-` prefix in our session is ours; of several, the lowest is
-//!   kept and the rest deleted. An acquisition that ends without the lock
-//!   deletes what it may have created, finishing in the background if it is
-//!   cancelled midway.
+//! * **Unknown outcomes** — a request may take effect without its reply
+//!   coming back. zookeeper-client says so in several ways: a connection
+//!   loss, a socket error such as `ECONNRESET` or `EPIPE` and its own
+//!   no-response timeout (2/5 of the session timeout: shorter than the
+//!   operation timeout with the defaults) as `Error::Custom`, a reply it
+//!   cannot read, `SessionMoved`, `Throttled`, and our own operation
+//!   timeout. All of these are **unknown outcomes**, never refusals: only
+//!   the server's definitive answers (`NoNode`, `NodeExists`,
+//!   `BadVersion`, `NoAuth`, …) are, and the session's end. After a
+//!   create of unknown outcome, only the lookup is retried (after a
+//!   `sync`, so a server we reconnected to has seen our create), never
+//!   the create: a node with our owner id or `_c_<uuid>-` prefix in our
+//!   session is ours; of several, the lowest is kept and the rest
+//!   deleted. An acquisition that ends without the lock deletes what it
+//!   may have created, finishing in the background if it is cancelled
+//!   midway. A failed operation maps to a retryable error
+//!   (`Error::Connection` or `Error::Timeout`) unless the server refused.
+//! * **Cleanup bounds** — a delete of our own node (a release, a
+//!   withdraw) is retried after every unknown outcome, with a pause that
+//!   doubles from 20 ms to 500 ms, **for as long as the session lives**
+//!   (until the delete is answered, or the session expires or closes and
+//!   its ephemeral nodes go with it): a node of a live session would
+//!   block its lock for as long as the process lives. `release()` and a
+//!   waiter that gives up wait for that delete for one operation timeout
+//!   at most, then leave it to a background task: so `lock_timeout(d)`
+//!   returns within `d` and one operation timeout, and `release()`
+//!   completes or fails with a retryable error (never a plain server
+//!   error). While the connection works, the node is gone as soon as the
+//!   client has reconnected and the delete is answered; while it does
+//!   not, the node stays at most until the server expires the session
+//!   (the session timeout after it last heard the client).
 //! * **Closing** — `close()` reports every held lease lost, deletes its
 //!   node and closes the session; dropping the last handle closes the
 //!   session too (zookeeper-client sends `closeSession`), so a process that

@@ -26,7 +26,7 @@ use zookeeper_client::{
 };
 
 use crate::error::{triage, triage_timed, Triage};
-use crate::node::{acls, delete_retrying, make_parents};
+use crate::node::{acls, delete_retrying, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::session::Session;
 
@@ -394,10 +394,8 @@ impl Cleanup for Withdraw {
     async fn clean_up(&self) -> Result<()> {
         // Retry for as long as the session may live: a node left behind
         // would stay (and block the queue) until the session ends.
-        let budget = self.session.timeout() * 2;
-        let deadline = Instant::now() + budget;
         if let Some(node) = self.known() {
-            delete_retrying(&self.session, &node, None, budget).await?;
+            delete_retrying(&self.session, &node, None, WHILE_SESSION_LIVES).await?;
             return Ok(());
         }
         loop {
@@ -407,22 +405,13 @@ impl Cleanup for Withdraw {
             match find_ours(&self.session, &self.dir, &self.prefix(), self.timeout()).await {
                 Ok(nodes) => {
                     for (node, _) in nodes {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        delete_retrying(&self.session, &node, None, left).await?;
+                        delete_retrying(&self.session, &node, None, WHILE_SESSION_LIVES).await?;
                     }
                     return Ok(());
                 }
                 Err(Triage::SessionEnded) => return Ok(()),
                 Err(Triage::Fail(e)) => return Err(e),
-                Err(Triage::Retry) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(Triage::Retry) => {
-                    return Err(Error::Timeout {
-                        operation: "withdraw from queue",
-                        after: budget,
-                    })
-                }
+                Err(Triage::Retry) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
     }

@@ -19,7 +19,7 @@ use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage, triage_timed, Triage};
 use crate::lease::guard;
-use crate::node::{acls, delete_if_ours, make_parents};
+use crate::node::{acls, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
     clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired, watch_noticed,
@@ -60,7 +60,7 @@ impl Cleanup for DeleteIfOurs {
     async fn clean_up(&self) -> Result<()> {
         // Retry for as long as the session may live: a node left behind
         // would hold the lock until the session ends.
-        let budget = self.session.timeout() * 2;
+        let budget = WHILE_SESSION_LIVES;
         let owner = self.session.id;
         let is_ours = |data: &[u8], stat: &zookeeper_client::Stat| {
             data == self.owner.as_slice() && stat.ephemeral_owner == owner
