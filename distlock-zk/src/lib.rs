@@ -144,9 +144,15 @@
 //!   `sync`, so a server we reconnected to has seen our create), never
 //!   the create: a node with our owner id or `_c_<uuid>-` prefix in our
 //!   session is ours; of several, the lowest is kept and the rest
-//!   deleted. An acquisition that ends without the lock deletes what it
-//!   may have created, finishing in the background if it is cancelled
-//!   midway. A failed operation maps to a retryable error
+//!   deleted. A late create (one the server read but ran only after our
+//!   lookup answered) is covered the same way: every listing of a queue
+//!   counts each node with our prefix as ours (the lowest of our session
+//!   is kept, the others deleted, so an acquisition never waits behind its
+//!   own node), and an acquisition that had a create of unknown outcome
+//!   deletes every node with its prefix in its session when it gives up,
+//!   and in the background after its release. An acquisition that ends
+//!   without the lock deletes what it may have created, finishing in the
+//!   background if it is cancelled midway. A failed operation maps to a retryable error
 //!   (`Error::Connection` or `Error::Timeout`) unless the server refused.
 //! * **Cleanup bounds** — a delete of our own node (a release, a
 //!   withdraw) is retried after every unknown outcome, with a pause that
@@ -162,6 +168,21 @@
 //!   client has reconnected and the delete is answered; while it does
 //!   not, the node stays at most until the server expires the session
 //!   (the session timeout after it last heard the client).
+//! * **Bad input is refused, never waited for** — a node in a queue
+//!   that no session owns (persistent, container or TTL) would never go:
+//!   a waiter whose predecessor it is fails with `Error::Conflict` (its
+//!   `Stat` comes with the watch, no extra request), and withdraws its
+//!   node. A name whose node holds data (an id counter) or is ephemeral
+//!   is no lock's directory: every lock on it fails with `Error::Conflict`
+//!   and leaves nothing under it. The check rides along with the create,
+//!   pipelined: the listing that goes with a queue node's create returns
+//!   the directory's stat; a semaphore's internal-lock create takes the
+//!   semaphore directory's stat along (and reads it before making any
+//!   missing `locks` directory); the unfair mutex takes it along with the
+//!   first create of each handle only (so later acquisitions cost no
+//!   request: a name turned into an id counter while a handle that has
+//!   already locked it lives is not seen by that handle). A node created
+//!   before the refusal is deleted before the error is returned.
 //! * **Closing** — `close()` reports every held lease lost, deletes its
 //!   node and closes the session; dropping the last handle closes the
 //!   session too (zookeeper-client sends `closeSession`), so a process that

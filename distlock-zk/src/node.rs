@@ -13,6 +13,38 @@ use crate::session::Session;
 /// ZooKeeper marks container nodes with this `ephemeralOwner`.
 pub(crate) const CONTAINER_OWNER: i64 = i64::MIN;
 
+/// Whether a node's `ephemeralOwner` is a session: not 0 (persistent), not
+/// a container's, not a TTL node's (the high byte all ones). Only a node a
+/// session owns is a lock holder or waiter: any other never goes by itself.
+pub(crate) fn session_owned(ephemeral_owner: i64) -> bool {
+    ephemeral_owner != 0
+        && ephemeral_owner != CONTAINER_OWNER
+        && (ephemeral_owner.to_be_bytes()[0]) != 0xFF
+}
+
+/// Checks that `dir`, with `stat`, can be a lock's directory: no data (an
+/// id counter holds 8 bytes) and not ephemeral (an ephemeral node has no
+/// children).
+///
+/// # Errors
+///
+/// [`Error::Conflict`] otherwise.
+pub(crate) fn check_lock_dir(dir: &str, stat: &Stat) -> Result<()> {
+    if stat.ephemeral_owner != 0 && stat.ephemeral_owner != CONTAINER_OWNER {
+        return Err(Error::Conflict {
+            what: format!("zookeeper node {dir:?}"),
+            expected: "lock directory (it is an ephemeral node)",
+        });
+    }
+    if stat.data_length > 0 {
+        return Err(Error::Conflict {
+            what: format!("zookeeper node {dir:?}"),
+            expected: "lock directory without data (it holds data: an id counter or another client's node)",
+        });
+    }
+    Ok(())
+}
+
 /// The directory of a primitive: root + `/` + name.
 pub(crate) fn dir(root: &str, name: &Name) -> String {
     format!("{root}/{name}")

@@ -38,7 +38,7 @@ use crate::lease::guard;
 use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, enter_queue, join, passed, pause_before_retry, start_over, watch_fired,
+    clean_up_now, enter_queue_below, join, passed, pause_before_retry, start_over, watch_fired,
     watch_noticed, Acquired, Joined, Withdraw,
 };
 use crate::session::Session;
@@ -275,22 +275,24 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
     let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
     'attempt: loop {
         // The internal lock; Wait::No takes it only if nobody is ahead.
-        let Some(lock) = enter_queue(shared, &locks, "lock", &lock_data, wait).await? else {
+        let internal = enter_queue_below(shared, &locks, &sem.dir, "lock", &lock_data, wait);
+        let Some(lock) = internal.await? else {
             return Ok(None);
         };
-        let session = lock.session;
         let mut unlock = CleanupGuard::arm(
             "release the semaphore's internal lock",
-            Withdraw::node(&session, &lock.node, timeout),
+            Withdraw::acquired(&lock, timeout),
         )?;
+        let session = lock.session;
         // Our lease node, in the session that holds the internal lock.
-        let (own, czxid, mut undo) = loop {
+        let (own, czxid, mut undo, lease_unsure) = loop {
             shared.lifecycle.check_open()?;
             let naming = (lease_uuid, std::borrow::Cow::Borrowed("lease-"));
             let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
             let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
-            match join(shared, &withdraw, &mut undo, &data, false, deadline).await? {
-                Joined::Node { node, czxid, .. } => break (node, czxid, undo),
+            // The internal lock's join checked the semaphore's directory.
+            match join(shared, &withdraw, &mut undo, (&data, false, None), deadline).await? {
+                Joined::Node { node, czxid, .. } => break (node, czxid, undo, withdraw.unsure()),
                 Joined::Again => {}
                 Joined::SessionEnded => {
                     // The internal lock node went with the session.
@@ -353,6 +355,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                     node: own,
                     czxid,
                     heard_at: counted.sent,
+                    sweep: lease_unsure,
                 };
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).

@@ -8,6 +8,7 @@
 //! ours; another's means we wait; none means we may create again.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +20,11 @@ use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage, triage_timed, Triage};
 use crate::lease::guard;
-use crate::node::{acls, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
+use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired, watch_noticed,
-    Acquired,
+    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired,
+    watch_noticed, Acquired,
 };
 use crate::session::Session;
 
@@ -37,6 +38,10 @@ pub(crate) struct UnfairMutex {
     pub(crate) dir: String,
     /// The lease's `max_hold`, if any.
     pub(crate) hold: Option<std::time::Duration>,
+    /// The directory was seen to be a lock's (not an id counter): checked
+    /// by this handle's first create, pipelined with it, so that later
+    /// acquisitions cost no request for it.
+    pub(crate) dir_checked: AtomicBool,
 }
 
 impl fmt::Debug for UnfairMutex {
@@ -118,7 +123,12 @@ enum Step {
 /// Races for the one ephemeral node of an unfair lock: attempts, and waits
 /// for the holder's node to go between them. Each attempt is boxed and
 /// over before the wait, so a waiter keeps only its wait.
-async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>> {
+async fn take(
+    shared: &Shared,
+    dir: &str,
+    dir_checked: &AtomicBool,
+    wait: Wait,
+) -> Result<Option<Acquired>> {
     let deadline = wait.deadline();
     let node = format!("{dir}/{UNFAIR_NODE}");
     // Our identity, and an id that tells this acquisition's node from
@@ -131,7 +141,8 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
     .into_bytes();
     loop {
         // Out of the match, so that the step is not kept through the wait.
-        let watcher = match Box::pin(attempt(shared, dir, &node, &owner, wait)).await? {
+        let attempt = attempt(shared, (dir, dir_checked), &node, &owner, wait);
+        let watcher = match Box::pin(attempt).await? {
             Step::Done(acquired) => return Ok(acquired),
             Step::Wait(watcher) => watcher,
         };
@@ -147,7 +158,13 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
 
 /// One attempt: create the node, or learn who holds it (with a watch),
 /// starting over on a new session when ours ends.
-async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wait) -> Result<Step> {
+async fn attempt(
+    shared: &Shared,
+    (dir, dir_checked): (&str, &AtomicBool),
+    node: &str,
+    owner: &[u8],
+    wait: Wait,
+) -> Result<Step> {
     let deadline = wait.deadline();
     let timeout = shared.timeout;
     let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
@@ -167,12 +184,43 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
         loop {
             if !unknown {
                 let sent = Instant::now();
-                let created = with_timeout(
-                    "create",
-                    timeout,
-                    session.client.create(node, owner, &create),
-                )
+                // The first create of this handle takes the directory's
+                // stat along (pipelined): a name whose node is an id
+                // counter is refused, not locked.
+                let check = !dir_checked.load(Ordering::Relaxed);
+                let asked = with_timeout("create", timeout, async {
+                    let stat = check.then(|| session.client.check_stat(dir));
+                    futures::join!(
+                        session.client.create(node, owner, &create),
+                        futures::future::OptionFuture::from(stat)
+                    )
+                })
                 .await;
+                let (created, dir_stat) = match asked {
+                    Ok((created, dir_stat)) => (Ok(created), dir_stat.and_then(Result::ok)),
+                    Err(e) => (Err(e), None),
+                };
+                let verdict = match (&created, &dir_stat) {
+                    (_, Some(Some(stat))) => check_lock_dir(dir, stat),
+                    (Ok(Ok(_)), None) if check => {
+                        check_dir_again(&session, dir, None, timeout).await
+                    }
+                    _ => Ok(()),
+                };
+                if verdict.is_ok() && dir_stat.is_some() {
+                    dir_checked.store(true, Ordering::Relaxed);
+                }
+                if let Err(e) = verdict {
+                    let refused = matches!(&created, Ok(Err(e)) if !crate::error::unknown(e));
+                    if refused {
+                        undo.disarm();
+                    } else {
+                        // Ours may be there: nothing may stay under a name
+                        // that is refused.
+                        clean_up_now(undo, timeout).await;
+                    }
+                    return Err(e);
+                }
                 match created {
                     Ok(Ok((stat, _))) => {
                         undo.disarm();
@@ -181,6 +229,7 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
                             node: node.to_owned(),
                             czxid: stat.czxid,
                             heard_at: sent,
+                            sweep: false,
                         })));
                     }
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
@@ -241,6 +290,7 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
                         node: node.to_owned(),
                         czxid,
                         heard_at,
+                        sweep: false,
                     })));
                 }
                 Ok(Found::Absent) => {
@@ -287,7 +337,7 @@ impl Lock for UnfairMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.shared, &self.dir, wait).await?;
+        let acquired = take(&self.shared, &self.dir, &self.dir_checked, wait).await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
             .transpose()

@@ -4,15 +4,16 @@
 //! The request ran; its reply is lost. Such an outcome is looked up or
 //! retried, never taken for a refusal: no node of ours is left to block
 //! the lock, a release completes, and a waiter that times out still
-//! withdraws within its deadline.
+//! withdraws within its deadline. And bad input that used to wait: a
+//! persistent node in a queue, locks on an id counter.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{Lock, Provider};
-use distlock_zk::zookeeper_client;
+use distlock_core::{Error, Lock, Provider};
+use distlock_zk::zookeeper_client::{self, Acls, CreateMode};
 use distlock_zk::{ZkOptions, ZkProvider};
 use test_support::{unique_name, Proxy};
 
@@ -307,4 +308,114 @@ async fn a_timed_out_waiter_whose_delete_is_reset_still_withdraws() {
         taken.release().await.unwrap();
         nothing_under(&operator, &dir, &format!("{kind:?}")).await;
     }
+}
+
+/// A persistent node with a lock's name at the head of a queue never goes:
+/// `lock()` is refused with `Error::Conflict` instead of waiting for it
+/// forever, and leaves no node of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_node_at_the_head_of_a_queue_is_a_conflict() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let locks = provider(&zk.connect_string()).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let sequential = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+    for kind in [Kind::Fair, Kind::Write, Kind::Read, Kind::Semaphore] {
+        let name = unique_name("persistent-head");
+        let dir = locks.path(&name).unwrap();
+        let (sub, stuck) = match kind {
+            Kind::Fair => (dir.clone(), "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-lock-"),
+            Kind::Write | Kind::Read => (
+                dir.clone(),
+                "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-__WRIT__",
+            ),
+            // A persistent internal-lock node: every acquisition queues
+            // behind it.
+            _ => (
+                format!("{dir}/locks"),
+                "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-lock-",
+            ),
+        };
+        operator.mkdir(&sub, &open).await.unwrap();
+        let (_, seq) = operator
+            .create(&format!("{sub}/{stuck}"), b"stuck", &sequential)
+            .await
+            .unwrap();
+        let stuck = format!("{stuck}{seq}");
+        let r = tokio::time::timeout(SLACK, kind.lock(&locks, &name).lock())
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?}: lock() waits for a persistent node"));
+        assert!(matches!(r, Err(Error::Conflict { .. })), "{kind:?}: {r:?}");
+        assert_eq!(children(&operator, &sub).await, vec![stuck], "{kind:?}");
+    }
+    // An election queue with a persistent latch node at its head.
+    let name = unique_name("persistent-latch");
+    let dir = locks.path(&name).unwrap();
+    operator.mkdir(&dir, &open).await.unwrap();
+    operator
+        .create(
+            &format!("{dir}/_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-latch-"),
+            b"stuck",
+            &sequential,
+        )
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(SLACK, locks.election(&name).unwrap().campaign("c"))
+        .await
+        .expect("campaign waits for a persistent node");
+    assert!(
+        matches!(r, Err(Error::Conflict { .. })),
+        "{:?}",
+        r.map(|_| ())
+    );
+    assert_eq!(children(&operator, &dir).await.len(), 1);
+}
+
+/// Every kind of lock on a name whose node is an id counter is refused
+/// with `Error::Conflict`, and leaves the counter as it was: no child under
+/// it, its count unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_an_id_counter_are_a_conflict_and_add_nothing() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let locks = provider(&zk.connect_string()).await;
+    let name = unique_name("counter");
+    let counter = locks.path(&name).unwrap();
+    let ids = locks.id_generator(&name, 1).unwrap();
+    let first = ids.next().await.unwrap();
+    let (data, _) = operator.get_data(&counter).await.unwrap();
+    for kind in ALL {
+        let lock = kind.lock(&locks, &name);
+        for attempt in ["try_lock", "lock"] {
+            let r = tokio::time::timeout(SLACK, async {
+                if attempt == "lock" {
+                    lock.lock().await.map(Some)
+                } else {
+                    lock.try_lock().await
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?} {attempt}: waits on an id counter"));
+            assert!(
+                matches!(r, Err(Error::Conflict { .. })),
+                "{kind:?} {attempt}: {r:?}"
+            );
+            assert_eq!(
+                children(&operator, &counter).await,
+                Vec::<String>::new(),
+                "{kind:?} {attempt}: left a node under the counter"
+            );
+        }
+    }
+    let r = tokio::time::timeout(SLACK, locks.election(&name).unwrap().campaign("c"))
+        .await
+        .expect("campaign waits on an id counter");
+    assert!(
+        matches!(r, Err(Error::Conflict { .. })),
+        "{:?}",
+        r.map(|_| ())
+    );
+    assert!(children(&operator, &counter).await.is_empty());
+    assert_eq!(operator.get_data(&counter).await.unwrap().0, data);
+    assert_eq!(ids.next().await.unwrap(), first + 1);
 }
