@@ -130,7 +130,11 @@
 //!   instead. The one exception is `LeaseOptions::max_hold`
 //!   (`provider.default_lease().max_hold(d)`): the hold ends at the limit,
 //!   `lost()` fires with `LostReason::MaxHold` and the node is deleted. The provider opens a new session at the next operation after
-//!   one expires.
+//!   one expires. A waiting acquisition whose session ended while the
+//!   ensemble is out of reach keeps trying to open the next one (a pause
+//!   doubling from 50 ms to 1 s between attempts, each bounded by the
+//!   connect timeout and by the caller's deadline) until its deadline, as
+//!   for any retryable error while waiting; a try fails at once.
 //! * **Unknown outcomes** — a request may take effect without its reply
 //!   coming back. zookeeper-client says so in several ways: a connection
 //!   loss, a socket error such as `ECONNRESET` or `EPIPE` and its own

@@ -223,6 +223,49 @@ pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
     true
 }
 
+/// The provider's live session, for an acquisition that may wait: a
+/// retryable failure to open one (the ensemble unreachable for now, after
+/// our last session expired) is retried, with a pause that doubles from
+/// 50 ms to 1 s, until the deadline, like any other retryable error while
+/// waiting; opening is bounded by the deadline too. `Ok(None)`: the
+/// deadline passed. A try ([`Wait::No`]) fails at once.
+///
+/// # Errors
+///
+/// [`Error::Closed`], a non-retryable error, or any error for a try.
+pub(crate) async fn session_for(shared: &Shared, wait: Wait) -> Result<Option<Arc<Session>>> {
+    // A try opens a session as it must: its "deadline" is now.
+    let deadline = match wait {
+        Wait::No => None,
+        other => other.deadline(),
+    };
+    let mut pause = Duration::from_millis(50);
+    loop {
+        shared.lifecycle.check_open()?;
+        let opening = shared.sessions.get();
+        let opened = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, opening).await {
+                Ok(opened) => opened,
+                Err(_) => return Ok(None),
+            },
+            None => opening.await,
+        };
+        match opened {
+            Ok(session) => return Ok(Some(session)),
+            Err(e) if wait != Wait::No && e.is_retryable() => {
+                tracing::debug!(error = %e, "distlock zookeeper: no session yet; retrying");
+                let until = Instant::now() + pause;
+                if deadline.is_some_and(|d| d <= until) {
+                    return Ok(None);
+                }
+                tokio::time::sleep_until(until).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Waits for a watch to fire; `false` when the deadline came first. The
 /// caller counts a fired watch with [`watch_noticed`].
 ///
@@ -969,8 +1012,9 @@ async fn queue_step(
         let mut q = match ours.take() {
             Some(q) => q,
             None => {
-                shared.lifecycle.check_open()?;
-                let session = shared.sessions.get().await?;
+                let Some(session) = session_for(shared, wait).await? else {
+                    return Ok(QueueStep::Done(None));
+                };
                 let naming = (uuid, rules.node_name());
                 let withdraw = Withdraw::new(&session, Arc::clone(dir), naming, timeout);
                 let mut undo =

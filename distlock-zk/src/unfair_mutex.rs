@@ -23,8 +23,8 @@ use crate::lease::guard;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
-    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired,
-    watch_noticed, Acquired,
+    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, start_over,
+    watch_fired, watch_noticed, Acquired,
 };
 use crate::session::Session;
 
@@ -169,8 +169,9 @@ async fn attempt(
     let timeout = shared.timeout;
     let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
     'session: loop {
-        shared.lifecycle.check_open()?;
-        let session = shared.sessions.get().await?;
+        let Some(session) = session_for(shared, wait).await? else {
+            return Ok(Step::Done(None));
+        };
         let cleanup = Arc::new(DeleteIfOurs {
             session: Arc::clone(&session),
             node: node.to_owned(),
