@@ -165,8 +165,12 @@
 //!   its ephemeral nodes go with it): a node of a live session would
 //!   block its lock for as long as the process lives. `release()` and a
 //!   waiter that gives up wait for that delete for one operation timeout
-//!   at most, then leave it to a background task: so `lock_timeout(d)`
-//!   returns within `d` and one operation timeout, and `release()`
+//!   at most, then leave it to a background task; and every request a
+//!   waiter sends after its create (listings, watches, lookups) is cut
+//!   short at the deadline. So `lock_timeout(d)` returns within `d` and
+//!   one operation timeout (a create keeps its whole operation timeout,
+//!   so that a free lock is taken with any timeout: one sent again near
+//!   the deadline, after a session ended, can add one more), and `release()`
 //!   completes or fails with a retryable error (never a plain server
 //!   error). While the connection works, the node is gone as soon as the
 //!   client has reconnected and the delete is answered; while it does

@@ -209,6 +209,21 @@ pub(crate) fn conflict(dir: &str) -> Error {
     }
 }
 
+/// How long a request of an acquisition that waits until `deadline` may
+/// take: the operation timeout, but not past the deadline, so that the
+/// deadline's only slack is the cleanup's own operation timeout. A try
+/// (`deadline` now) and a wait without a deadline get the operation
+/// timeout, and so does a create (every acquisition makes one whole
+/// attempt: a free lock is taken with any timeout).
+pub(crate) fn within(timeout: Duration, wait: Wait) -> Duration {
+    match wait {
+        Wait::Until(d) => timeout
+            .min(d.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1)),
+        Wait::No | Wait::Forever => timeout,
+    }
+}
+
 pub(crate) fn passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
@@ -596,21 +611,12 @@ enum Lookup {
     Failed(Error),
 }
 
-async fn look_for_ours(
-    session: &Arc<Session>,
-    withdraw: &Withdraw,
-    deadline: Option<Instant>,
-) -> Lookup {
+async fn look_for_ours(session: &Arc<Session>, withdraw: &Withdraw, wait: Wait) -> Lookup {
+    let deadline = wait.deadline();
     loop {
         let sent = Instant::now();
-        match find_ours(
-            session,
-            &withdraw.dir,
-            &withdraw.prefix(),
-            withdraw.timeout(),
-        )
-        .await
-        {
+        let ask = within(withdraw.timeout(), wait);
+        match find_ours(session, &withdraw.dir, &withdraw.prefix(), ask).await {
             Ok(nodes) => {
                 let mut nodes = nodes.into_iter();
                 let Some((node, czxid)) = nodes.next() else {
@@ -680,7 +686,7 @@ pub(crate) async fn join(
     withdraw: &Withdraw,
     undo: &mut CleanupGuard,
     (data, list, under): (&[u8], bool, Option<&str>),
-    deadline: Option<Instant>,
+    wait: Wait,
 ) -> Result<Joined> {
     let timeout = shared.timeout;
     let session = &withdraw.session;
@@ -696,6 +702,9 @@ pub(crate) async fn join(
         let created = session.client.create(&path_prefix, data, &create);
         let listed = list.then(|| session.client.get_children(dir));
         let checked = under.map(|p| session.client.check_stat(p));
+        // The full operation timeout, even near the deadline: every
+        // acquisition makes one whole attempt (a free lock is taken with
+        // any timeout).
         let outcome = with_timeout("create", timeout, async {
             let (created, listed, checked) = futures::join!(
                 created,
@@ -757,7 +766,7 @@ pub(crate) async fn join(
                     return Err(e);
                 }
                 // The create may have happened: look, never create twice.
-                Triage::Retry => match look_for_ours(session, withdraw, deadline).await {
+                Triage::Retry => match look_for_ours(session, withdraw, wait).await {
                     Lookup::Found(node, czxid, heard_at) => {
                         withdraw.know(&node);
                         if let Err(e) = check_dir_again(session, dir, under, timeout).await {
@@ -1020,7 +1029,7 @@ async fn queue_step(
                 let mut undo =
                     CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
                 let asks = (data, true, rules.primitive_dir());
-                match join(shared, &withdraw, &mut undo, asks, deadline).await? {
+                match join(shared, &withdraw, &mut undo, asks, wait).await? {
                     Joined::Node {
                         czxid,
                         children: listed,
@@ -1048,8 +1057,9 @@ async fn queue_step(
                 Some(names) => names,
                 None => {
                     let list_sent = Instant::now();
+                    let ask = within(timeout, wait);
                     let listed =
-                        with_timeout("list", timeout, q.session().client.list_children(dir)).await;
+                        with_timeout("list", ask, q.session().client.list_children(dir)).await;
                     match triage_timed("list", timeout, listed) {
                         Ok(names) => {
                             q.heard_at = list_sent;
@@ -1128,7 +1138,7 @@ async fn queue_step(
             }
             let watched = with_timeout(
                 "watch",
-                timeout,
+                within(timeout, wait),
                 q.session().client.check_and_watch_stat(&predecessor),
             )
             .await;

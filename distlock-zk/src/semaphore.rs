@@ -39,7 +39,7 @@ use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
     clean_up_now, enter_queue_below, join, passed, pause_before_retry, start_over, watch_fired,
-    watch_noticed, Acquired, Joined, Withdraw,
+    watch_noticed, within, Acquired, Joined, Withdraw,
 };
 use crate::session::Session;
 
@@ -255,10 +255,16 @@ async fn count_leases(
     })
 }
 
-/// Deletes the lease node (if any) and then the internal lock node.
-async fn give_up(lease: CleanupGuard, lock: CleanupGuard, timeout: std::time::Duration) {
-    clean_up_now(lease, timeout).await;
-    clean_up_now(lock, timeout).await;
+/// Deletes the lease node (if any) and then the internal lock node, both
+/// within one operation timeout (what is left then finishes in the
+/// background), so that a wait that gives up overruns its deadline by one
+/// operation timeout at most.
+async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, timeout: std::time::Duration) {
+    let _ = with_timeout("withdraw", timeout, async {
+        let _ = lease.run_now().await;
+        let _ = lock.run_now().await;
+    })
+    .await;
 }
 
 /// Curator's `internalAcquire1Lease`, with distlock's care for unknown
@@ -291,7 +297,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
             let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
             let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
             // The internal lock's join checked the semaphore's directory.
-            match join(shared, &withdraw, &mut undo, (&data, false, None), deadline).await? {
+            match join(shared, &withdraw, &mut undo, (&data, false, None), wait).await? {
                 Joined::Node { node, czxid, .. } => break (node, czxid, undo, withdraw.unsure()),
                 Joined::Again => {}
                 Joined::SessionEnded => {
@@ -314,7 +320,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 &own_name,
                 sem.permits,
                 &mut checked,
-                timeout,
+                within(timeout, wait),
             )
             .await;
             let counted = match counted {

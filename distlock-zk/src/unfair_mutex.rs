@@ -24,7 +24,7 @@ use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESS
 use crate::provider::Shared;
 use crate::queue::{
     check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, start_over,
-    watch_fired, watch_noticed, Acquired,
+    watch_fired, watch_noticed, within, Acquired,
 };
 use crate::session::Session;
 
@@ -189,6 +189,8 @@ async fn attempt(
                 // stat along (pipelined): a name whose node is an id
                 // counter is refused, not locked.
                 let check = !dir_checked.load(Ordering::Relaxed);
+                // The full operation timeout, even near the deadline: a
+                // free lock is taken with any timeout.
                 let asked = with_timeout("create", timeout, async {
                     let stat = check.then(|| session.client.check_stat(dir));
                     futures::join!(
@@ -266,7 +268,8 @@ async fn attempt(
             if unknown {
                 // Make sure the server we ask has seen our create, if it
                 // reached the leader at all.
-                let synced = with_timeout("sync", timeout, session.client.sync(dir)).await;
+                let ask = within(timeout, wait);
+                let synced = with_timeout("sync", ask, session.client.sync(dir)).await;
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
@@ -283,7 +286,7 @@ async fn attempt(
                     }
                 }
             }
-            match inspect(&session, node, owner, timeout).await {
+            match inspect(&session, node, owner, within(timeout, wait)).await {
                 Ok(Found::Ours(czxid, heard_at)) => {
                     undo.disarm();
                     return Ok(Step::Done(Some(Acquired {

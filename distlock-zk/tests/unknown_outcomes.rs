@@ -136,7 +136,17 @@ async fn nodes_under(client: &zookeeper_client::Client, dir: &str) -> Vec<String
 
 /// Waits until nothing is left under `dir`.
 async fn nothing_under(client: &zookeeper_client::Client, dir: &str, what: &str) {
-    let deadline = Instant::now() + SLACK;
+    nothing_under_within(client, dir, what, SLACK).await;
+}
+
+/// Waits until nothing is left under `dir`, for up to `within`.
+async fn nothing_under_within(
+    client: &zookeeper_client::Client,
+    dir: &str,
+    what: &str,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
     loop {
         let left = nodes_under(client, dir).await;
         if left.is_empty() {
@@ -418,4 +428,56 @@ async fn locks_on_an_id_counter_are_a_conflict_and_add_nothing() {
     assert!(children(&operator, &counter).await.is_empty());
     assert_eq!(operator.get_data(&counter).await.unwrap().0, data);
     assert_eq!(ids.next().await.unwrap(), first + 1);
+}
+
+/// `lock_timeout(1 s)` on every lock primitive, partitioned (blackhole and
+/// cut) 200 ms into its wait: it returns within its deadline and one
+/// operation timeout (700 ms here), without the lock and with at most a
+/// retryable error; once the partition heals, its node goes and the lock
+/// passes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_wait_keeps_its_deadline_through_a_partition() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let holder = provider(&zk.connect_string()).await;
+    let next = provider(&zk.connect_string()).await;
+    for kind in [
+        Kind::Fair,
+        Kind::Unfair,
+        Kind::Write,
+        Kind::Read,
+        Kind::Semaphore,
+    ] {
+        let proxy = Proxy::start(zk.addr(0));
+        let locks = ZkProvider::connect_with(
+            ZkOptions::new(proxy.addr().to_string())
+                .session_timeout(Duration::from_secs(20))
+                .operation_timeout(Duration::from_millis(700)),
+        )
+        .await
+        .unwrap();
+        let name = unique_name("partitioned-wait");
+        let dir = locks.path(&name).unwrap();
+        let guard = kind.blocker(&holder, &name).lock().await.unwrap();
+        let what = format!("{kind:?}");
+        test_support::proxy::wait_keeps_its_deadline_through_a_partition(
+            &proxy,
+            kind.lock(&locks, &name),
+            &what,
+        )
+        .await;
+        let lock = kind.lock(&next, &name);
+        let taking = tokio::spawn(async move { lock.lock_timeout(SLACK * 2).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard.release().await.unwrap();
+        let taken =
+            taking.await.unwrap().unwrap().unwrap_or_else(|| {
+                panic!("{kind:?}: the partitioned waiter's node blocks the lock")
+            });
+        taken.release().await.unwrap();
+        // The victim's node goes once its client is back: a connection
+        // attempt made during the partition may take the connect timeout
+        // (5 s) to give up before the next one gets through.
+        nothing_under_within(&operator, &dir, &what, Duration::from_secs(5) + SLACK * 2).await;
+    }
 }
