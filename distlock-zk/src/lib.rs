@@ -156,9 +156,14 @@
 //!   deletes every node with its prefix in its session when it gives up,
 //!   and in the background after its release. An acquisition that ends
 //!   without the lock deletes what it may have created, finishing in the
-//!   background if it is cancelled midway. A failed operation maps to a retryable error
-//!   (`Error::Connection` or `Error::Timeout`) unless the server refused.
-//! * **Cleanup bounds** — a delete of our own node (a release, a
+//!   background if it is cancelled midway. A failed operation maps to a
+//!   retryable error (`Error::Connection` or `Error::Timeout`) unless the
+//!   server refused.
+//! * **Cleanup bounds** — a node whose create had an unknown outcome
+//!   holds its lock up only until the client has reconnected (within its
+//!   connect timeout once the server is reachable) and one lookup (`sync`,
+//!   list, stat) has answered: the acquisition then holds with it, or
+//!   deletes it if it gives up. A delete of our own node (a release, a
 //!   withdraw) is retried after every unknown outcome, with a pause that
 //!   doubles from 20 ms to 500 ms, **for as long as the session lives**
 //!   (until the delete is answered, or the session expires or closes and
@@ -170,9 +175,9 @@
 //!   short at the deadline. So `lock_timeout(d)` returns within `d` and
 //!   one operation timeout (a create keeps its whole operation timeout,
 //!   so that a free lock is taken with any timeout: one sent again near
-//!   the deadline, after a session ended, can add one more), and `release()`
-//!   completes or fails with a retryable error (never a plain server
-//!   error). While the connection works, the node is gone as soon as the
+//!   the deadline, after a session ended, can add one more), and
+//!   `release()` completes or fails with a retryable error (never a plain
+//!   server error). While the connection works, the node is gone as soon as the
 //!   client has reconnected and the delete is answered; while it does
 //!   not, the node stays at most until the server expires the session
 //!   (the session timeout after it last heard the client).
