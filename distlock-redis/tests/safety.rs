@@ -225,21 +225,32 @@ test_support::every_shape!(holder_stalled_past_its_ttl_with_the_watchdog_starved
 /// trip or two), so a waiter that had to fall back on it shows.
 const RECHECK: Duration = Duration::from_secs(1);
 const LIVE_TTL: Duration = Duration::from_secs(1);
-/// Stalls longer than half a re-check are counted: a hand-over whose
-/// wake-up was lost is found at the next re-check, spread over the interval.
-const THRESHOLD: Duration = Duration::from_millis(500);
+/// Stalls longer than a quarter of the re-check are counted: twice the
+/// slowest hand-over with working wake-ups measured in these scenarios
+/// beside two busy loops and other builds (112 ms), and below what a lost
+/// wake-up costs today (330-2700 ms with silent subscribers).
+const THRESHOLD: Duration = Duration::from_millis(250);
+/// A member pauses up to this long between a release and its next attempt.
+const PAUSE: Duration = Duration::from_millis(500);
 
-/// Five providers, each through its own proxy, run the primitive while
+/// `members_n` providers (the first `spared` never faulted), each through
+/// its own proxy, run the primitive while
 /// `fault` repeats; the longest time the lock sat free with a live waiter
 /// must be within one re-check interval of the fault (plus 1 s of slack),
 /// with at most one stall over [`THRESHOLD`] per fault.
-async fn liveness(shape: LiveShape, fault: LiveFault, base: &str, every: Duration, spared: usize) {
+async fn liveness(
+    shape: LiveShape,
+    fault: LiveFault,
+    base: &str,
+    every: Duration,
+    (members_n, spared): (usize, usize),
+) {
     let redis = test_support::redis::shared();
     let options = RedisOptions::new()
         .response_timeout(Duration::from_millis(300))
         .recheck_interval(RECHECK);
     let mut members = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..members_n {
         let proxy = Proxy::start(redis.addr());
         let url = format!("redis://{}", proxy.addr());
         let provider = RedisProvider::connect_with(&url, options.clone())
@@ -264,7 +275,8 @@ async fn liveness(shape: LiveShape, fault: LiveFault, base: &str, every: Duratio
             failed_release: LIVE_TTL,
             threshold: THRESHOLD,
             spared,
-            work: Duration::from_millis(20),
+            work: Duration::from_millis(50),
+            pause: PAUSE,
         },
         safety::scenario_duration(CI),
     )
@@ -283,22 +295,35 @@ const SILENT: &str = "redis liveness: pub/sub connections go silent, stay open";
 const CUTS: &str = "redis liveness: connection cuts";
 
 async fn deaths(shape: LiveShape) {
-    liveness(shape, LiveFault::Death, DEATHS, Duration::from_secs(2), 2).await;
+    liveness(
+        shape,
+        LiveFault::Death,
+        DEATHS,
+        Duration::from_secs(2),
+        (5, 2),
+    )
+    .await;
 }
 
+/// Three providers, two of them silenced in turn (the first is spared):
+/// when the spared one releases and pauses, the waiters left are on silent
+/// providers, so a lost wake-up leaves the lock free until a re-check.
+/// Fails on every primitive until issue 24 item 3 lands (a silent
+/// subscriber is never detected: measured 7 stalls over the threshold for 2
+/// silenced providers, each primitive), hence `#[ignore]` on its tests.
 async fn silent_subscribers(shape: LiveShape) {
     liveness(
         shape,
         LiveFault::SilentSubscriber,
         SILENT,
         Duration::from_secs(2),
-        2,
+        (3, 1),
     )
     .await;
 }
 
 async fn cuts(shape: LiveShape) {
-    liveness(shape, LiveFault::Cut, CUTS, Duration::from_secs(1), 0).await;
+    liveness(shape, LiveFault::Cut, CUTS, Duration::from_secs(1), (5, 0)).await;
 }
 
 mod liveness {
@@ -321,16 +346,19 @@ mod liveness {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails until issue 24 item 3 (silent subscriber) is fixed: the lead enables it after the merge"]
     async fn silent_subscribers_mutex() {
         silent_subscribers(LiveShape::Mutex).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails until issue 24 item 3 (silent subscriber) is fixed: the lead enables it after the merge"]
     async fn silent_subscribers_fair_mutex() {
         silent_subscribers(LiveShape::FairMutex).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails until issue 24 item 3 (silent subscriber) is fixed: the lead enables it after the merge"]
     async fn silent_subscribers_election() {
         silent_subscribers(LiveShape::Election).await;
     }

@@ -15,6 +15,15 @@
 //! previous holder has not started releasing, or started only after it knew
 //! the lease was lost), was the previous holder's status already lost at the
 //! moment the next holder's acquisition returned?
+//!
+//! And liveness ([`run_liveness`]): the longest time the lock sat free
+//! while a live waiter waited, under provider deaths, silent subscribers,
+//! cuts and partitions. "Free" is known from the test side: the instant a
+//! holder's `release()` returned (a failed release: its start plus the
+//! lease's length), or for a dead holder its death plus the longest its
+//! lease or session can outlive it; a stall ends when the next live
+//! acquisition returns, and counts from the later of "free" and the start
+//! of the earliest live waiter's wait.
 
 use std::fmt;
 use std::future::Future;
@@ -964,6 +973,16 @@ pub enum LiveFault {
     SilentSubscriber,
     /// Every connection of a member is cut ([`Proxy::cut`]); it reconnects.
     Cut,
+    /// A member's next request containing the marker (say a lock node's
+    /// name) is forwarded, its reply swallowed, and then its connections
+    /// are cut: the request landed, the client saw a reset
+    /// ([`Proxy::lose_reply_to`], then [`Proxy::cut`]). Not counted when no
+    /// such request came within half the fault interval.
+    CutAfterRequest(&'static [u8]),
+    /// A member's proxy swallows every byte for this long, connections
+    /// open ([`Proxy::set_blackhole`]): a partition shorter than the
+    /// session, longer than the client's own no-response timeout.
+    Blackhole(Duration),
 }
 
 /// One contender of a liveness run: a provider connected through its own
@@ -994,6 +1013,11 @@ pub struct LivePlan {
     pub spared: usize,
     /// Work under the lock.
     pub work: Duration,
+    /// A member pauses up to this long (at random) between a release and
+    /// its next acquisition: long enough that the waiters a release must
+    /// wake are in line, not arriving afresh (a fresh attempt would find
+    /// the lock free and hide a lost wake-up).
+    pub pause: Duration,
 }
 
 /// The test side's view of who holds, who waits and since when the lock is
@@ -1084,6 +1108,15 @@ impl Watcher {
     }
 }
 
+/// An exclusive holder inside the critical section until dropped.
+struct Inside<'a>(&'a Counters);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.vacate(Role::Exclusive);
+    }
+}
+
 fn seen(w: &Mutex<Watcher>) -> std::sync::MutexGuard<'_, Watcher> {
     w.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -1144,6 +1177,10 @@ pub async fn run_liveness(
                 if counters.occupy(Role::Exclusive, 1) {
                     counters.overlaps.fetch_add(1, Ordering::Relaxed);
                 }
+                // Leaves the section when dropped: also when the member dies
+                // (its task aborted) inside it, since a dead process does not
+                // touch the resource again.
+                let inside = Inside(&counters);
                 match store.read(token) {
                     Ok(v) => {
                         tokio::time::sleep(plan.work).await;
@@ -1159,7 +1196,7 @@ pub async fn run_liveness(
                         counters.unnoticed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                counters.vacate(Role::Exclusive);
+                drop(inside);
                 let started = Instant::now();
                 let released = tokio::time::timeout(Duration::from_secs(5), hold.release()).await;
                 // Free by now, or (failed) once the lease can end.
@@ -1168,8 +1205,8 @@ pub async fn run_liveness(
                     _ => started + plan.failed_release,
                 };
                 seen(&watcher).released(m, token, free);
-                // A short pause between holds: the others are waiting.
-                tokio::time::sleep(Duration::from_millis(rng.u64(0..10))).await;
+                let pause = u64::try_from(plan.pause.as_micros()).unwrap_or(u64::MAX);
+                tokio::time::sleep(Duration::from_micros(rng.u64(0..=pause))).await;
             }
         }));
     }
@@ -1202,6 +1239,28 @@ pub async fn run_liveness(
                 }
             }
             LiveFault::Cut => members[alive[rng.usize(0..alive.len())]].proxy.cut(),
+            LiveFault::Blackhole(length) => {
+                let proxy = &members[alive[rng.usize(0..alive.len())]].proxy;
+                proxy.set_blackhole(true);
+                tokio::time::sleep(length).await;
+                proxy.set_blackhole(false);
+            }
+            LiveFault::CutAfterRequest(marker) => {
+                let proxy = &members[alive[rng.usize(0..alive.len())]].proxy;
+                proxy.lose_reply_to(marker);
+                let give_up = Instant::now() + plan.every / 2;
+                while !proxy.losing_replies() && Instant::now() < give_up {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let landed = proxy.losing_replies();
+                // A moment for the client to wait on the lost reply.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                proxy.heal();
+                proxy.cut();
+                if !landed {
+                    continue;
+                }
+            }
         }
         faults += 1;
     }
