@@ -221,8 +221,8 @@ async fn resets(shape: LiveShape) {
 /// zookeeper-client), shorter than the session: a request in flight then
 /// fails with the client's own timeout (issue 24 item 6's `Error::Custom`).
 /// Fails intermittently on today's code (the mutex: a free lock sat 3.9 s
-/// with live waiters in a 30 s run, bound 3.2 s), hence `#[ignore]` on its
-/// tests until item 6 lands.
+/// with live waiters in one of three 30 s runs, bound 3.2 s; none in two
+/// CI-sized runs), hence `#[ignore]` on its tests until item 6 lands.
 async fn blackholes(shape: LiveShape) {
     let fault = LiveFault::Blackhole(Duration::from_millis(1200));
     liveness(shape, fault, BLACKHOLES, Duration::from_secs(2), 0).await;
