@@ -222,6 +222,7 @@ mod election;
 mod error;
 mod fair_mutex;
 mod ids;
+mod kinds;
 mod lease;
 mod node;
 mod ops;

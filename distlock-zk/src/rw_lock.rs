@@ -56,10 +56,7 @@ use crate::lease::guard;
 use crate::provider::Shared;
 use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
 
-/// Curator's `READ_LOCK_NAME`.
-const READ: &str = "__READ__";
-/// Curator's `WRITE_LOCK_NAME` (the same length as `READ`).
-const WRITE: &str = "__WRIT__";
+use crate::kinds::{READ, WRITE};
 
 /// The read and write nodes among `children`, in queue order, as
 /// `(sequence, is_write, name)`; other children are not part of the queue.

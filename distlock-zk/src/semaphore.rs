@@ -43,10 +43,7 @@ use crate::queue::{
 };
 use crate::session::Session;
 
-/// The internal lock's directory under the semaphore's.
-pub(crate) const LOCKS: &str = "locks";
-/// The lease nodes' directory under the semaphore's.
-pub(crate) const LEASES: &str = "leases";
+pub(crate) use crate::kinds::{LEASES, LOCKS};
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///

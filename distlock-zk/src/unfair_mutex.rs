@@ -27,8 +27,7 @@ use crate::queue::{
 };
 use crate::session::Session;
 
-/// The unfair lock's node under the lock's directory.
-pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
+pub(crate) use crate::kinds::UNFAIR_NODE;
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
