@@ -38,6 +38,9 @@ pub(crate) struct Acquired {
     /// When the request whose answer showed us the holder was sent: the
     /// server heard the session at or after this instant.
     pub(crate) heard_at: Instant,
+    /// The directory's children as that answer listed them, after our node
+    /// was created (for the kind check, `kinds`), if it was a listing.
+    pub(crate) listing: Option<Vec<String>>,
 }
 
 /// A queue's sequence counter went past `i32::MAX`: the server prints it
@@ -793,6 +796,8 @@ async fn queue_step(
             };
             let node = q.node();
             let own_name = node.rsplit('/').next().unwrap_or_default();
+            // Kept for the kind check of a node that holds (`kinds`).
+            let listing = names.clone();
             let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
@@ -816,6 +821,7 @@ async fn queue_step(
                         node,
                         czxid: q.czxid,
                         heard_at: q.heard_at,
+                        listing: Some(listing),
                     })));
                 }
                 Standing::Behind(child) => format!("{dir}/{child}"),

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage, triage_timed, Triage};
+use crate::kinds::{settle, Kind, Settled};
 use crate::lease::guard;
 use crate::node::{acls, delete_if_ours, make_parents};
 use crate::provider::Shared;
@@ -117,7 +118,7 @@ enum Step {
 /// Races for the one ephemeral node of an unfair lock: attempts, and waits
 /// for the holder's node to go between them. Each attempt is boxed and
 /// over before the wait, so a waiter keeps only its wait.
-async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>> {
+async fn take(shared: &Shared, name: &Name, dir: &str, wait: Wait) -> Result<Option<Acquired>> {
     let deadline = wait.deadline();
     let node = format!("{dir}/{UNFAIR_NODE}");
     // Our identity, and an id that tells this acquisition's node from
@@ -131,7 +132,17 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
     loop {
         // Out of the match, so that the step is not kept through the wait.
         let watcher = match Box::pin(attempt(shared, dir, &node, &owner, wait)).await? {
-            Step::Done(acquired) => return Ok(acquired),
+            Step::Done(Some(acquired)) => {
+                // Ours: the kind check (`kinds`), which may wait for an
+                // older fair mutex node.
+                let settled = settle(shared, name, dir, Kind::Mutex, acquired, wait);
+                match Box::pin(settled).await? {
+                    Settled::Held(acquired) => return Ok(Some(acquired)),
+                    Settled::NotAcquired => return Ok(None),
+                    Settled::Again => continue,
+                }
+            }
+            Step::Done(None) => return Ok(None),
             Step::Wait(watcher) => watcher,
         };
         if wait == Wait::No || passed(deadline) {
@@ -166,20 +177,22 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
         loop {
             if !unknown {
                 let sent = Instant::now();
-                let created = with_timeout(
-                    "create",
-                    timeout,
-                    session.client.create(node, owner, &create),
-                )
-                .await;
+                let creating = session.client.create(node, owner, &create);
+                // Sent right behind the create on the same session, so the
+                // server answers it after the create (one round trip for
+                // both): the listing the kind check needs (`kinds`).
+                let listing = session.client.list_children(dir);
+                let created = with_timeout("create", timeout, creating).await;
                 match created {
                     Ok(Ok((stat, _))) => {
+                        let listing = with_timeout("list", timeout, listing).await;
                         undo.disarm();
                         return Ok(Step::Done(Some(Acquired {
-                            session,
+                            session: Arc::clone(&session),
                             node: node.to_owned(),
                             czxid: stat.czxid,
                             heard_at: sent,
+                            listing: listing.ok().and_then(std::result::Result::ok),
                         })));
                     }
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
@@ -240,6 +253,7 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
                         node: node.to_owned(),
                         czxid,
                         heard_at,
+                        listing: None,
                     })));
                 }
                 Ok(Found::Absent) => {
@@ -286,7 +300,7 @@ impl Lock for UnfairMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.shared, &self.dir, wait).await?;
+        let acquired = take(&self.shared, &self.name, &self.dir, wait).await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
             .transpose()
