@@ -35,6 +35,9 @@
 //! free lock sits unused while the other waits, and the older arrival goes
 //! first.
 //!
+//! `inspect` reads each kind's own nodes: an unfair node that yields to an
+//! older fair node shows as the mutex's holder meanwhile.
+//!
 //! Nothing more is read when no other kind has a node under the directory:
 //! the check decides on the listing its recipe already made after creating
 //! the node (the queue's listing that showed the fair mutex's, read-write
