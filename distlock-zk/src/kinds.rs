@@ -11,21 +11,22 @@
 //!
 //! **The check (create, then list).** Once an acquisition's own node exists
 //! and its own recipe says it holds, it lists `DIR` (and `DIR/leases` when
-//! there is one). Of each kind present it takes the *front*: the oldest
-//! node, by `czxid` (a global order over the ensemble's history; the
+//! there is one). Of each other kind present it takes the *front*: its
+//! oldest node, by `czxid` (a global order over the ensemble's history; the
 //! sequence numbers only order the nodes of one parent, so they pick the
 //! front within a kind and one `exists` per kind reads its `czxid`). The
 //! mutex and the fair mutex are one family. If another family's front is
-//! older than our family's, the acquisition deletes its node and fails with
-//! [`Error::Conflict`] naming both kinds; else it holds. Why two kinds never
-//! both hold: of two holders, the one whose check ran later listed after
-//! the other's nodes were created and while they lived, so it saw the
-//! other's front older than its own (a node created before the other
-//! family's front that was still alive would have been seen by the other's
-//! check too, and that check would have failed). Arriving at once, the
-//! family with the older front wins and the other fails; both fail only
-//! when a front is deleted between the listings (the name then changes
-//! hands anyway).
+//! older than our own node (a holder, or a waiter that came first), the
+//! acquisition deletes its node and fails with [`Error::Conflict`] naming
+//! both kinds; else it holds. Why two kinds never both hold: of two
+//! holders `a` and `b`, say `b` checked later; `a` was alive then, so `b`
+//! saw it and holds only if `a` is younger than `b`; then `b` was created
+//! before `a` and, alive when `b` checked, was alive when `a` checked after
+//! its own create, so `a` saw the older `b` and did not hold. Arriving at
+//! once, the older node wins and the younger is refused. Both are refused
+//! only when a waiter of one kind comes to hold while a refused node of
+//! another kind, created before it, is not deleted yet (a node that came
+//! and went while the name was held).
 //!
 //! **Mutex and fair mutex wait for each other.** The fair queue's head
 //! holds only if the unfair node is absent or younger than the head; the
@@ -197,16 +198,13 @@ async fn look(
     own_czxid: i64,
     timeout: Duration,
 ) -> Result<Option<Verdict>, Triage> {
-    let fronts = fronts(session, dir, children, timeout).await?;
-    let family = mine.family();
-    let others = fronts.of.iter().any(|(k, _, _)| k.family() != family);
-    let partner = fronts
-        .of
-        .iter()
-        .any(|(k, _, _)| k.family() == family && *k != mine);
-    if !others && !partner {
+    let mut fronts = fronts(session, dir, children, timeout).await?;
+    // Our own kind's nodes are ordered by its own recipe.
+    fronts.of.retain(|(k, _, _)| *k != mine);
+    if fronts.of.is_empty() {
         return Ok(Some(Verdict::Clear));
     }
+    let family = mine.family();
     let stats = fronts.of.iter().map(|(_, _, path)| {
         let path = path.clone();
         async move { session.client.check_stat(&path).await }
@@ -224,16 +222,9 @@ async fn look(
         };
         czxids.push((*kind, stat.czxid, path));
     }
-    let ours = czxids
-        .iter()
-        .filter(|(k, _, _)| k.family() == family)
-        .map(|(_, c, _)| *c)
-        .chain([own_czxid])
-        .min()
-        .unwrap_or(own_czxid);
     if let Some((other, _, _)) = czxids
         .iter()
-        .filter(|(k, c, _)| k.family() != family && *c < ours)
+        .filter(|(k, c, _)| k.family() != family && *c < own_czxid)
         .min_by_key(|(_, c, _)| *c)
     {
         return Err(Triage::Fail(Error::kind_conflict(
