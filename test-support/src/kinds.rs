@@ -138,8 +138,10 @@ async fn attempt<F: Fixture>(
         Kind::Semaphore => client.semaphore_with(name, 2, lease).unwrap(),
         Kind::Election => {
             let election = client.election_with(name, lease).unwrap();
-            // A campaign has no try form: a short bound stands for it.
-            let bound = wait.unwrap_or(Duration::from_millis(300));
+            // A campaign has no try form: a bound stands for it, long
+            // enough for a refusal to arrive on a loaded machine (an
+            // election is refused by every other kind, never waits).
+            let bound = wait.unwrap_or(SLACK).max(SLACK);
             return match tokio::time::timeout(bound, election.campaign("cross-kind")).await {
                 Ok(Ok(leadership)) => Got::Held(Hold::Leader(leadership)),
                 Ok(Err(e)) => Got::Error(e),
@@ -175,7 +177,14 @@ async fn check_pair<F: Fixture>(
         Got::Error(e) => return Some(format!("{pair}: the {first} failed on a free name: {e}")),
     };
     let mut wrong = None;
-    for wait in [None, Some(Duration::from_millis(300))] {
+    // A timed wait that should be refused gets a long deadline, so that a
+    // slow refusal is not mistaken for a wait; one that should wait ends in
+    // `None` whatever its length.
+    let timed = match meets {
+        Meets::Waits => Duration::from_millis(300),
+        Meets::Conflict => SLACK,
+    };
+    for wait in [None, Some(timed)] {
         let how = if wait.is_none() { "try" } else { "timed wait" };
         match (attempt(fx, b, &name, second, wait).await, meets) {
             (Got::Held(h), _) => {
