@@ -518,12 +518,19 @@ fn kinds_on_one_name(url: &str) {
         args.extend_from_slice(kind);
         args.extend_from_slice(&[&name, "--", "touch", "ran"]);
         let started = Instant::now();
-        let out = run(url, &args);
+        let out = distlock(url, &args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
         assert_eq!(
             out.status.code(),
             Some(65),
             "{kind:?}: {}",
             stderr_line(&out)
+        );
+        assert!(
+            !dir.path().join("ran").exists(),
+            "{kind:?} ran beside the mutex"
         );
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -535,7 +542,10 @@ fn kinds_on_one_name(url: &str) {
             stderr_line(&out)
         );
     }
-    let out = run(url, &["exec", "-n", "--fair", &name, "--", "touch", "ran"]);
+    let out = distlock(url, &["exec", "-n", "--fair", &name, "--", "touch", "ran"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
     assert!(!dir.path().join("ran").exists());
     let fair = distlock(
