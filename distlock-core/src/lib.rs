@@ -83,9 +83,11 @@
 //!   Curator or kazoo lock node as a fair mutex, Curator's read-write,
 //!   semaphore and leader-latch nodes as theirs.
 //!
-//! Of two kinds arriving at once, exactly one gets in and the other is
+//! Of two kinds arriving at once, the first gets in and the other is
 //! refused (or waits, for the mutex pair); each backend's docs say how it
-//! makes that atomic. [`Provider::inspect`] of one kind shows that kind's
+//! makes that atomic. On ZooKeeper both can be refused in one case: a
+//! waiter of one kind that comes to hold while a refused node of another
+//! kind, older than its own, is not deleted yet. [`Provider::inspect`] of one kind shows that kind's
 //! holders only (the mutex and the fair mutex show each other's).
 //!
 //! # Telling failures apart
