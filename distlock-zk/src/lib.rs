@@ -208,6 +208,17 @@
 //! * **Ids** — versioned `setData` on the counter node, retried with a
 //!   jittered back-off on conflict; with a block size, one write serves many
 //!   ids.
+//! * **One name is one lock** — every kind keeps its nodes under the same
+//!   directory, so a node about to hold lists it (create, then list) and
+//!   compares the oldest node of each kind present by `czxid`: if another
+//!   kind's is older than its own kind's, it deletes its node and fails with
+//!   [`Error::Conflict`](distlock_core::Error::Conflict); the mutex and the
+//!   fair mutex instead wait for each other (the younger of the unfair node
+//!   and the fair queue's head watches the older). Of two kinds arriving at
+//!   once the older node wins. The check costs one listing (and one
+//!   `exists` per other kind present) when a node comes to hold; Curator's
+//!   and kazoo's nodes count as their kinds, and their same-kind interop is
+//!   unchanged. The protocol and its proof are told in `src/kinds.rs`.
 //!
 //! # Inspect and force-release
 //!
@@ -280,6 +291,7 @@ mod election;
 mod error;
 mod fair_mutex;
 mod ids;
+mod kinds;
 mod lease;
 mod node;
 mod ops;

@@ -44,6 +44,9 @@ pub(crate) struct Acquired {
     /// session: a late one may still land, so the release also deletes
     /// every node with our prefix ([`sweep_in_background`]).
     pub(crate) sweep: bool,
+    /// The directory's children as that answer listed them, after our node
+    /// was created (for the kind check, `kinds`), if it was a listing.
+    pub(crate) listing: Option<Vec<String>>,
 }
 
 /// Deletes, in the background, every node of `session` with the prefix of
@@ -1104,6 +1107,8 @@ async fn queue_step(
                 }
                 continue;
             }
+            // Kept for the kind check of a node that holds (`kinds`).
+            let listing = names.clone();
             let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
@@ -1128,6 +1133,7 @@ async fn queue_step(
                         czxid: q.czxid,
                         heard_at: q.heard_at,
                         sweep: q.withdraw.unsure(),
+                        listing: Some(listing),
                     })));
                 }
                 Standing::Behind(child) => format!("{dir}/{child}"),

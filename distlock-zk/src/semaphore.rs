@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage_timed, Triage};
+use crate::kinds::{check, Kind};
 use crate::lease::guard;
 use crate::ops::owner_data;
 use crate::provider::Shared;
@@ -43,10 +44,7 @@ use crate::queue::{
 };
 use crate::session::Session;
 
-/// The internal lock's directory under the semaphore's.
-pub(crate) const LOCKS: &str = "locks";
-/// The lease nodes' directory under the semaphore's.
-pub(crate) const LEASES: &str = "leases";
+pub(crate) use crate::kinds::{LEASES, LOCKS};
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///
@@ -355,6 +353,33 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 });
             }
             if counted.count <= limit {
+                // One name is one lock (`kinds`): no other kind's node older
+                // than our family's front.
+                let checked = check(
+                    &session,
+                    (sem.dir.as_str(), None),
+                    &sem.name,
+                    Kind::Semaphore,
+                    czxid,
+                    timeout,
+                );
+                match Box::pin(checked).await {
+                    Ok(_) => {}
+                    Err(Triage::SessionEnded) => {
+                        start_over(shared, &session, &mut undo).await;
+                        unlock.disarm();
+                        continue 'attempt;
+                    }
+                    Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                    Err(Triage::Retry) => {
+                        give_up(undo, unlock, timeout).await;
+                        return Ok(None);
+                    }
+                    Err(Triage::Fail(e)) => {
+                        give_up(undo, unlock, timeout).await;
+                        return Err(e);
+                    }
+                }
                 undo.disarm();
                 let acquired = Acquired {
                     session: Arc::clone(&session),
@@ -362,6 +387,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                     czxid,
                     heard_at: counted.sent,
                     sweep: lease_unsure,
+                    listing: None,
                 };
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage, triage_timed, Triage};
+use crate::kinds::{settle, Kind, Settled};
 use crate::lease::guard;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
@@ -28,8 +29,7 @@ use crate::queue::{
 };
 use crate::session::Session;
 
-/// The unfair lock's node under the lock's directory.
-pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
+pub(crate) use crate::kinds::UNFAIR_NODE;
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
@@ -125,6 +125,7 @@ enum Step {
 /// over before the wait, so a waiter keeps only its wait.
 async fn take(
     shared: &Shared,
+    name: &Name,
     dir: &str,
     dir_checked: &AtomicBool,
     wait: Wait,
@@ -141,11 +142,21 @@ async fn take(
     .into_bytes();
     loop {
         // Out of the match, so that the step is not kept through the wait.
-        let attempt = attempt(shared, (dir, dir_checked), &node, &owner, wait);
-        let watcher = match Box::pin(attempt).await? {
-            Step::Done(acquired) => return Ok(acquired),
-            Step::Wait(watcher) => watcher,
-        };
+        let watcher =
+            match Box::pin(attempt(shared, (dir, dir_checked), &node, &owner, wait)).await? {
+                Step::Done(Some(acquired)) => {
+                    // Ours: the kind check (`kinds`), which may wait for an
+                    // older fair mutex node.
+                    let settled = settle(shared, name, dir, Kind::Mutex, acquired, wait);
+                    match Box::pin(settled).await? {
+                        Settled::Held(acquired) => return Ok(Some(acquired)),
+                        Settled::NotAcquired => return Ok(None),
+                        Settled::Again => continue,
+                    }
+                }
+                Step::Done(None) => return Ok(None),
+                Step::Wait(watcher) => watcher,
+            };
         if wait == Wait::No || passed(deadline) {
             return Ok(None);
         }
@@ -193,15 +204,21 @@ async fn attempt(
                 // free lock is taken with any timeout.
                 let asked = with_timeout("create", timeout, async {
                     let stat = check.then(|| session.client.check_stat(dir));
-                    futures::join!(
-                        session.client.create(node, owner, &create),
-                        futures::future::OptionFuture::from(stat)
-                    )
+                    let creating = session.client.create(node, owner, &create);
+                    // Sent right behind the create on the same session, so
+                    // the server answers it after the create (one round trip
+                    // for both): the listing the kind check needs (`kinds`).
+                    let listing = session.client.list_children(dir);
+                    let (created, dir_stat) =
+                        futures::join!(creating, futures::future::OptionFuture::from(stat));
+                    (created, dir_stat, listing)
                 })
                 .await;
-                let (created, dir_stat) = match asked {
-                    Ok((created, dir_stat)) => (Ok(created), dir_stat.and_then(Result::ok)),
-                    Err(e) => (Err(e), None),
+                let (created, dir_stat, listing) = match asked {
+                    Ok((created, dir_stat, listing)) => {
+                        (Ok(created), dir_stat.and_then(Result::ok), Some(listing))
+                    }
+                    Err(e) => (Err(e), None, None),
                 };
                 let verdict = match (&created, &dir_stat) {
                     (_, Some(Some(stat))) => check_lock_dir(dir, stat),
@@ -228,11 +245,18 @@ async fn attempt(
                     Ok(Ok((stat, _))) => {
                         undo.disarm();
                         return Ok(Step::Done(Some(Acquired {
-                            session,
+                            session: Arc::clone(&session),
                             node: node.to_owned(),
                             czxid: stat.czxid,
                             heard_at: sent,
                             sweep: false,
+                            listing: match listing {
+                                Some(listing) => with_timeout("list", timeout, listing)
+                                    .await
+                                    .ok()
+                                    .and_then(std::result::Result::ok),
+                                None => None,
+                            },
                         })));
                     }
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
@@ -295,6 +319,7 @@ async fn attempt(
                         czxid,
                         heard_at,
                         sweep: false,
+                        listing: None,
                     })));
                 }
                 Ok(Found::Absent) => {
@@ -341,7 +366,7 @@ impl Lock for UnfairMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.shared, &self.dir, &self.dir_checked, wait).await?;
+        let acquired = take(&self.shared, &self.name, &self.dir, &self.dir_checked, wait).await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
             .transpose()
