@@ -243,6 +243,15 @@ async fn attempt(
                 }
                 match created {
                     Ok(Ok((stat, _))) => {
+                        // Read before the undo is disarmed: a cancellation
+                        // while it is awaited still deletes our node.
+                        let listing = match listing {
+                            Some(listing) => with_timeout("list", timeout, listing)
+                                .await
+                                .ok()
+                                .and_then(std::result::Result::ok),
+                            None => None,
+                        };
                         undo.disarm();
                         return Ok(Step::Done(Some(Acquired {
                             session: Arc::clone(&session),
@@ -250,13 +259,7 @@ async fn attempt(
                             czxid: stat.czxid,
                             heard_at: sent,
                             sweep: false,
-                            listing: match listing {
-                                Some(listing) => with_timeout("list", timeout, listing)
-                                    .await
-                                    .ok()
-                                    .and_then(std::result::Result::ok),
-                                None => None,
-                            },
+                            listing,
                         })));
                     }
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
