@@ -2,7 +2,8 @@
 //! NOSCRIPT by the client), or by EVAL when a `WAIT` rides behind them (so a
 //! NOSCRIPT never costs a second `WAIT`). The read-write lock's and the semaphore's
 //! acquire and release scripts start with their `…_wake.lua` prelude (who may
-//! get in, and the addressed wake-ups).
+//! get in, and the addressed wake-ups); the plain mutex's release and pass
+//! scripts with `line_pop.lua` (the first live provider in its line).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -30,8 +31,9 @@ macro_rules! scripts {
 scripts! {
     ACQUIRE = include_str!("scripts/acquire.lua");
     RELEASE = include_str!("scripts/release.lua");
-    MUTEX_RELEASE = include_str!("scripts/mutex_release.lua");
-    MUTEX_PASS = include_str!("scripts/mutex_pass.lua");
+    MUTEX_RELEASE = concat!(include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_release.lua"));
+    MUTEX_PASS = concat!(include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_pass.lua"));
+    LINE_ALIVE = include_str!("scripts/line_alive.lua");
     EXTEND = include_str!("scripts/extend.lua");
     FAIR_ACQUIRE = include_str!("scripts/fair_acquire.lua");
     FAIR_LEAVE = include_str!("scripts/fair_leave.lua");

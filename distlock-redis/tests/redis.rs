@@ -666,6 +666,13 @@ async fn a_hand_over_nobody_claims_is_passed_on_and_a_leaving_waiter_leaves_the_
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(redis.cli(&["ZADD", &waiting, "0", b.line_id()]), "1");
+    // Alive (its subscriber answers): a place with no liveness deadline,
+    // or a passed one, would be skipped by the release.
+    let alive = format!("{{{key}}}:waiting:alive");
+    assert_eq!(
+        redis.cli(&["ZADD", &alive, "99999999999999", b.line_id()]),
+        "1"
+    );
     let released = Instant::now();
     held.release().await.unwrap();
     let (acquired, g) = tokio::time::timeout(SLACK, task)
