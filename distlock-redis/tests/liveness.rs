@@ -443,3 +443,81 @@ async fn lock_timeout_keeps_its_deadline_when_subscribe_gets_no_reply() {
         provider.close().await.unwrap();
     }
 }
+
+/// Set in the child process of
+/// [`a_killed_provider_drops_out_of_the_line_within_the_bound`]: the
+/// server's URL and the lock's name.
+const CHILD: &str = "DISTLOCK_LIVENESS_CHILD";
+
+/// The child: waits for the lock until it is killed. Does nothing in a
+/// plain test run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_waits_until_killed() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let (url, name) = spec.split_once(' ').unwrap();
+    let provider = connect(url, slow()).await;
+    let _ = provider.mutex_with(name, long()).unwrap().lock().await;
+}
+
+/// The rule, with a real death: a provider in another process, first in
+/// line, is killed with SIGKILL (nothing runs at exit). Its place expires
+/// within the bound, and the release after that goes to the live waiter
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_provider_drops_out_of_the_line_within_the_bound() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("killed");
+    let holder = connect(&redis.url(), slow()).await;
+    let live = connect(&redis.url(), slow()).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_waits_until_killed", "--nocapture"])
+        .env(CHILD, format!("{} {name}", redis.url()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child's place: the one in line that is not the live provider's.
+    let deadline = Instant::now() + SLACK * 3;
+    let dead = loop {
+        let members = redis.cli(&["ZRANGE", &line.waiting, "0", "-1"]);
+        if let Some(id) = members.lines().find(|m| !m.is_empty()) {
+            break id.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the child never joined the line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, live.line_id(), "the live provider").await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    assert!(
+        in_line(redis, &line, &dead),
+        "the killed provider left nothing"
+    );
+    tokio::time::sleep_until((killed + PLACE_BOUND + Duration::from_millis(100)).into()).await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("the live waiter got the lock, not a reservation for the killed one")
+        .unwrap()
+        .unwrap();
+    println!(
+        "killed provider: the live waiter took the lock {:?} after the release",
+        acquired.duration_since(released)
+    );
+    assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    assert!(!in_line(redis, &line, &dead));
+    g.release().await.unwrap();
+}
