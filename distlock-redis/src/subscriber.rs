@@ -113,11 +113,12 @@ pub(crate) const HEALTH_CHECK: Duration = Duration::from_secs(1);
 /// The subscriber's clocks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timing {
-    /// Bound of a connect (with its resubscription) and of a `SUBSCRIBE`.
+    /// Bound of a connect (with its resubscription).
     pub(crate) timeout: Duration,
     /// Interval between health checks while a channel is subscribed.
     pub(crate) health_every: Duration,
-    /// How long a health check's answer may take.
+    /// How long the answer to a health check, a `SUBSCRIBE` or an
+    /// `UNSUBSCRIBE` on the open connection may take.
     pub(crate) answer_within: Duration,
 }
 
@@ -245,9 +246,6 @@ pub(crate) struct Stats {
     pub(crate) messages: AtomicU64,
     /// Pub/sub connections opened.
     pub(crate) connections: AtomicU64,
-    /// Pub/sub connections dropped because a health check (`PING`) or a
-    /// `SUBSCRIBE` got no answer within the response timeout.
-    pub(crate) silent: AtomicU64,
 }
 
 /// The handle waiters use; cheap to clone.
@@ -715,7 +713,6 @@ impl Actor {
     fn pinged(&mut self, answered: bool) {
         self.ping = None;
         if !answered {
-            self.stats.silent.fetch_add(1, Ordering::Relaxed);
             tracing::debug!("distlock redis subscriber connection does not answer: replacing it");
             self.disconnect();
             return;
@@ -767,14 +764,14 @@ impl Actor {
             return rx;
         }
         if let Some((sink, _)) = &mut self.conn {
-            let ok = tokio::time::timeout(self.timing.timeout, sink.subscribe(&channel)).await;
+            // A command on an open connection: answered within the
+            // response timeout, or the connection is silent.
+            let ok =
+                tokio::time::timeout(self.timing.answer_within, sink.subscribe(&channel)).await;
             if matches!(ok, Ok(Ok(()))) {
                 self.board.set_live(&channel, true);
                 self.answered();
             } else {
-                if ok.is_err() {
-                    self.stats.silent.fetch_add(1, Ordering::Relaxed);
-                }
                 self.disconnect();
             }
         }
@@ -824,7 +821,8 @@ impl Actor {
             self.board.set_live(&channel, false);
             if let Some((sink, _)) = &mut self.conn {
                 let ok =
-                    tokio::time::timeout(self.timing.timeout, sink.unsubscribe(&channel)).await;
+                    tokio::time::timeout(self.timing.answer_within, sink.unsubscribe(&channel))
+                        .await;
                 if !matches!(ok, Ok(Ok(()))) {
                     self.disconnect();
                 }
