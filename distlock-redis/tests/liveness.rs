@@ -289,7 +289,7 @@ async fn a_provider_cut_off_drops_out_of_the_line_within_the_bound() {
     let cut = Instant::now();
     // Its place's deadline, pushed on by nobody from now on.
     let deadline = redis.cli(&["ZSCORE", &line.alive, dead.line_id()]);
-    let time = redis.cli(&["TIME"]);
+    let now_ms = server_ms(redis);
     let bound = PLACE_BOUND;
     tokio::time::sleep_until((cut + bound + Duration::from_millis(100)).into()).await;
 
@@ -308,9 +308,6 @@ async fn a_provider_cut_off_drops_out_of_the_line_within_the_bound() {
     assert!(!in_line(redis, &line, dead.line_id()));
     // The place had a deadline at most the bound away when the cut came.
     let deadline: f64 = deadline.parse().expect("a place has a deadline");
-    // Two lines: seconds, microseconds.
-    let mut time = time.split_whitespace().map(|t| t.parse::<f64>().unwrap());
-    let now_ms = time.next().unwrap() * 1000.0 + time.next().unwrap() / 1000.0;
     println!(
         "cut-off provider: its place lived {:.0} ms past the cut",
         deadline - now_ms
@@ -519,5 +516,70 @@ async fn a_killed_provider_drops_out_of_the_line_within_the_bound() {
     );
     assert!(acquired.duration_since(released) < Duration::from_secs(2));
     assert!(!in_line(redis, &line, &dead));
+    g.release().await.unwrap();
+}
+
+/// The server's clock in ms (`TIME`).
+fn server_ms(redis: &test_support::redis::RedisServer) -> f64 {
+    let time = redis.cli(&["TIME"]);
+    // Two lines: seconds, microseconds.
+    let mut time = time.split_whitespace().map(|t| t.parse::<f64>().unwrap());
+    time.next().unwrap() * 1000.0 + time.next().unwrap() / 1000.0
+}
+
+fn ping_calls(redis: &test_support::redis::RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The health check keeps what is healthy: while a waiter waits (its own
+/// re-check 30 s away), its provider's pub/sub connection answers a `PING`
+/// every second, stays the one connection, and each answer keeps the
+/// provider's place in line alive past the documented bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_keep_a_live_waiters_place_and_its_connection() {
+    let redis = test_support::redis::RedisServer::start();
+    let name = unique_name("healthy");
+    let holder = connect(&redis.url(), slow()).await;
+    let provider = connect(&redis.url(), slow()).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let task = waiter(provider.mutex_with(&name, long()).unwrap());
+    until_in_line(&redis, &line, provider.line_id(), "the waiter").await;
+    let pings = ping_calls(&redis);
+    tokio::time::sleep(PLACE_BOUND * 2).await;
+    assert!(
+        ping_calls(&redis) >= pings + 2,
+        "the subscriber health-checks its connection"
+    );
+    assert_eq!(
+        provider.subscriber_connections(),
+        1,
+        "a healthy connection is kept"
+    );
+    let deadline: f64 = redis
+        .cli(&["ZSCORE", &line.alive, provider.line_id()])
+        .parse()
+        .expect("the waiter's place has a deadline");
+    assert!(
+        deadline > server_ms(&redis),
+        "the waiter's place was kept alive by the health checks"
+    );
+    held.release().await.unwrap();
+    let (_, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
     g.release().await.unwrap();
 }
