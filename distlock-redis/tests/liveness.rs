@@ -545,8 +545,12 @@ fn ping_calls(redis: &test_support::redis::RedisServer) -> u64 {
 async fn health_checks_keep_a_live_waiters_place_and_its_connection() {
     let redis = test_support::redis::RedisServer::start();
     let name = unique_name("healthy");
-    let holder = connect(&redis.url(), slow()).await;
-    let provider = connect(&redis.url(), slow()).await;
+    // A response timeout a loaded machine keeps: the connection must not
+    // be replaced for a slow answer.
+    let response = Duration::from_secs(2);
+    let options = slow().response_timeout(response);
+    let holder = connect(&redis.url(), options.clone()).await;
+    let provider = connect(&redis.url(), options).await;
     let line = line(&holder, &name);
     let held = holder
         .mutex_with(&name, long())
@@ -557,7 +561,9 @@ async fn health_checks_keep_a_live_waiters_place_and_its_connection() {
     let task = waiter(provider.mutex_with(&name, long()).unwrap());
     until_in_line(&redis, &line, provider.line_id(), "the waiter").await;
     let pings = ping_calls(&redis);
-    tokio::time::sleep(PLACE_BOUND * 2).await;
+    // Past the life of a place its waiter's attempt gave it (a health
+    // check interval, 1 s here, plus a response timeout).
+    tokio::time::sleep(Duration::from_secs(1) + response + Duration::from_millis(500)).await;
     assert!(
         ping_calls(&redis) >= pings + 2,
         "the subscriber health-checks its connection"
