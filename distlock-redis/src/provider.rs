@@ -378,6 +378,20 @@ impl RedisProvider {
             .connections
             .load(Ordering::Relaxed)
     }
+
+    /// Script calls (`EVALSHA` of `line_alive`) this provider has made so
+    /// far to keep its places in plain mutexes' lines alive after its
+    /// pub/sub connection answered a health check (see
+    /// [Liveness](crate#liveness)); for tests and benches that count a
+    /// waiter's server calls.
+    #[must_use]
+    pub fn line_refreshes(&self) -> u64 {
+        self.shared
+            .subscriber
+            .stats
+            .refreshes
+            .load(Ordering::Relaxed)
+    }
 }
 
 #[async_trait]
@@ -512,18 +526,20 @@ async fn pass_unclaimed(
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let (channel, pass) = match work {
+        let (channel, refresh) = match work {
             LineWork::Pass(channel) => (channel, None),
             LineWork::Refresh(channel, alive) => (channel, Some(alive)),
         };
         // Each pass received is outstanding work (see `Passes`) until it
         // is over, whatever its outcome.
-        let _done = pass.is_none().then(|| Done(&shared.subscriber.outstanding));
+        let _done = refresh
+            .is_none()
+            .then(|| Done(&shared.subscriber.outstanding));
         let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
             continue;
         };
         let id = shared.subscriber.id();
-        let (what, invocation) = match pass {
+        let (what, invocation) = match refresh {
             None => ("pass the lock on", keys.pass(id)),
             Some(alive) => ("keep the place in line", keys.keep_alive(id, alive)),
         };
@@ -541,6 +557,13 @@ async fn pass_unclaimed(
             .await?
         }
         .await;
+        if refresh.is_some() {
+            shared
+                .subscriber
+                .stats
+                .refreshes
+                .fetch_add(1, Ordering::Relaxed);
+        }
         if let Err(e) = done {
             // A reservation expires by itself (waiters re-check then), and
             // so does a place in line not kept alive.

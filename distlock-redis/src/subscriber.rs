@@ -246,6 +246,9 @@ pub(crate) struct Stats {
     pub(crate) messages: AtomicU64,
     /// Pub/sub connections opened.
     pub(crate) connections: AtomicU64,
+    /// Places in lines kept alive after a health check: script calls the
+    /// line task made (counted once answered, or failed).
+    pub(crate) refreshes: AtomicU64,
 }
 
 /// The handle waiters use; cheap to clone.
