@@ -1022,6 +1022,17 @@ async fn waiters_of_one_key_share_one_tracking_read() {
     let key = locks.lock_key(&name).unwrap();
     let first = wait_behind_a_foreign_hold(&redis, &locks, &name).await;
     first_read_done(&redis).await;
+    // A first health check's refresh of the place in line has run (on
+    // this fresh server its script is loaded then: a NOSCRIPT and a second
+    // EVALSHA, which the count below could not tell from an attempt).
+    let deadline = Instant::now() + SLACK;
+    while locks.line_refreshes() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no health check refreshed the place"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let reads = command_calls(&redis, "exists");
     // Script calls other than the waiters' attempts: the health checks'
     // refreshes of the provider's place in line (see the crate docs,
