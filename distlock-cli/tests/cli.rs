@@ -488,6 +488,8 @@ fn other_primitives(url: &str) {
         "{snapshot}"
     );
 
+    // Another name: one name is one lock (see `kinds_on_one_name`).
+    let name = test_support::unique_name("prims-rw");
     let (c, d) = (sub("c"), sub("d"));
     holders.push(hold(url, &name, &["--read"], script, &c));
     holders.push(hold(url, &name, &["--read"], script, &d));
@@ -501,6 +503,64 @@ fn other_primitives(url: &str) {
     }
     let out = run(url, &["exec", "-n", "--write", &name, "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+}
+
+// One name is one lock: beside `exec NAME` (a mutex), `exec --write`,
+// `--read` and `--semaphore 1` on the same name exit 65 (Error::Conflict) at
+// once, running nothing; `exec --fair` waits for the mutex (`-n`: exit 1)
+// and gets in after it.
+fn kinds_on_one_name(url: &str) {
+    let name = test_support::unique_name("kinds");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(url, &name, &[], "touch ready; exec sleep 300", dir.path());
+    for kind in [&["--write"][..], &["--read"], &["--semaphore", "1"]] {
+        let mut args = vec!["exec", "-w", "10"];
+        args.extend_from_slice(kind);
+        args.extend_from_slice(&[&name, "--", "touch", "ran"]);
+        let started = Instant::now();
+        let out = distlock(url, &args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(65),
+            "{kind:?}: {}",
+            stderr_line(&out)
+        );
+        assert!(
+            !dir.path().join("ran").exists(),
+            "{kind:?} ran beside the mutex"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{kind:?} waited for the mutex"
+        );
+        assert!(
+            stderr_line(&out).contains("mutex"),
+            "{kind:?}: {}",
+            stderr_line(&out)
+        );
+    }
+    let out = distlock(url, &["exec", "-n", "--fair", &name, "--", "touch", "ran"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    assert!(!dir.path().join("ran").exists());
+    let fair = distlock(
+        url,
+        &["exec", "-w", "30", "--fair", &name, "--", "touch", "ran"],
+    )
+    .current_dir(dir.path())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    signal(&holder, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 128 + 15);
+    let out = fair.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert!(dir.path().join("ran").exists());
 }
 
 // Losing leadership stops the child; `elect` campaigns again and runs it
@@ -574,6 +634,7 @@ on_both!(
     stubborn_child_is_killed_after_grace,
     elect_hands_over,
     other_primitives,
+    kinds_on_one_name,
     elect_after_losing,
     ids,
     unreachable,

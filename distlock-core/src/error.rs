@@ -207,6 +207,18 @@ impl Error {
         matches!(self, Error::Conflict { .. })
     }
 
+    /// The [`Error::Conflict`] of one name taken as two kinds of primitive:
+    /// `name` is in use (held, or waited for ahead of this caller) as a
+    /// `found`, and the caller asked for a `wanted`. Nothing was acquired.
+    /// The kinds are nouns such as [`PrimitiveKind::noun`](crate::PrimitiveKind::noun)
+    /// gives.
+    pub fn kind_conflict(name: &str, found: &str, wanted: &'static str) -> Self {
+        Error::Conflict {
+            what: format!("name {name:?}, in use by a {found},"),
+            expected: wanted,
+        }
+    }
+
     /// Shorthand for [`Error::NotHeld`].
     pub fn not_held(name: impl Into<String>) -> Self {
         Error::NotHeld { name: name.into() }

@@ -11,8 +11,10 @@ use crate::election::LeaderInfo;
 use crate::error::{Error, Result};
 use crate::name::Name;
 
-/// Which primitive of a name: the same name in two kinds is two locks (other
-/// keys, other nodes).
+/// Which primitive of a name. One name is one lock: while one kind holds a
+/// name, another kind waits for it (the mutex and the fair mutex) or is
+/// refused with [`Error::Conflict`] (every other pair; see the crate docs'
+/// table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PrimitiveKind {
@@ -47,6 +49,21 @@ impl PrimitiveKind {
             PrimitiveKind::Mutex => "mutex",
             PrimitiveKind::FairMutex => "fair",
             PrimitiveKind::ReadWrite => "rw",
+            PrimitiveKind::Semaphore => "semaphore",
+            PrimitiveKind::Election => "election",
+        }
+    }
+}
+
+impl PrimitiveKind {
+    /// The kind as a noun, for messages: `mutex`, `fair mutex`,
+    /// `read-write lock`, `semaphore`, `election`.
+    #[must_use]
+    pub fn noun(self) -> &'static str {
+        match self {
+            PrimitiveKind::Mutex => "mutex",
+            PrimitiveKind::FairMutex => "fair mutex",
+            PrimitiveKind::ReadWrite => "read-write lock",
             PrimitiveKind::Semaphore => "semaphore",
             PrimitiveKind::Election => "election",
         }

@@ -43,6 +43,52 @@
 //! * Locks are not reentrant.
 //! * [`Provider::close`] releases what a provider holds and closes its
 //!   connections or session; later calls get [`Error::Closed`].
+//! * One name is one lock: see below.
+//!
+//! # One name is one lock
+//!
+//! Every kind of primitive on one name is the same lock. While one kind
+//! holds a name, another kind either **waits** for it (the two exclude each
+//! other as one lock does) or is **refused** with [`Error::Conflict`] naming
+//! both kinds (nothing is acquired or changed; the `distlock` command exits
+//! 65). Two kinds never both hold a name, also when they arrive at once.
+//!
+//! | while this holds ↓, an acquisition of → | mutex | fair mutex | read side | write side | semaphore | election |
+//! |---|---|---|---|---|---|---|
+//! | **mutex** | waits | waits | Conflict | Conflict | Conflict | Conflict |
+//! | **fair mutex** | waits | waits | Conflict | Conflict | Conflict | Conflict |
+//! | **read side** | Conflict | Conflict | shares | waits | Conflict | Conflict |
+//! | **write side** | Conflict | Conflict | waits | waits | Conflict | Conflict |
+//! | **semaphore** | Conflict | Conflict | Conflict | Conflict | a permit or waits (same permits; else [`Error::PermitsMismatch`]) | Conflict |
+//! | **election** | Conflict | Conflict | Conflict | Conflict | Conflict | waits (a candidate) |
+//!
+//! Why this table: the mutex and the fair mutex are two orders of admission
+//! to one exclusive lock (a plain acquirer may barge ahead of the fair
+//! queue), so waiting for each other is what a user of either expects. The
+//! other kinds share or count holds by rules the others do not know (a
+//! reader would have to wait for a permit, a leader for a read share):
+//! waiting would only hide an operator's mistake (two programs that picked
+//! different kinds for one job), so it is refused at once.
+//!
+//! What counts as a hold of another kind:
+//!
+//! * a live hold (a lease not expired, a node in a live session); an
+//!   expired hold, a dead holder's lease after its TTL or session, or an
+//!   empty directory left by earlier use counts for nothing;
+//! * on ZooKeeper and in-process, also a waiter of another kind queued
+//!   *ahead* (it came first: its node, or its place in the queue, is
+//!   older); on Redis a waiter is not counted (a waiter of one kind that
+//!   finds another kind holding when it next tries is refused then);
+//! * a foreign holder counts as its kind: a redis-py `Lock` as a mutex, a
+//!   Curator or kazoo lock node as a fair mutex, Curator's read-write,
+//!   semaphore and leader-latch nodes as theirs.
+//!
+//! Of two kinds arriving at once, the first gets in and the other is
+//! refused (or waits, for the mutex pair); each backend's docs say how it
+//! makes that atomic. On ZooKeeper both can be refused in one case: a
+//! waiter of one kind that comes to hold while a refused node of another
+//! kind, older than its own, is not deleted yet. [`Provider::inspect`] of one kind shows that kind's
+//! holders only (the mutex and the fair mutex show each other's).
 //!
 //! # Telling failures apart
 //!

@@ -81,3 +81,7 @@ mod operations {
 mod max_hold_fair {
     test_support::conformance_suite!(max_hold super::Mem::new(test_support::primitives::Kind::FairMutex));
 }
+
+mod kinds {
+    test_support::conformance_suite!(kinds super::Mem::new(test_support::primitives::Kind::Mutex));
+}

@@ -54,13 +54,18 @@ async fn fair_try_lock_does_not_jump_the_queue() {
     assert!(lock.try_lock().await.unwrap().is_some());
 }
 
+/// One name is one lock: the fair mutex waits for the mutex of its name
+/// (and gets in after it), a read-write lock is refused.
 #[tokio::test]
-async fn fair_and_unfair_of_one_name_are_different_locks() {
+async fn fair_and_unfair_of_one_name_are_one_lock() {
     let locks = MemProvider::new();
     let a = locks.mutex("same").unwrap().lock().await.unwrap();
-    let b = locks.fair_mutex("same").unwrap().try_lock().await.unwrap();
-    assert!(b.is_some());
-    drop((a, b));
+    let fair = locks.fair_mutex("same").unwrap();
+    assert!(fair.try_lock().await.unwrap().is_none());
+    let refused = locks.rw_lock("same").unwrap().write().try_lock().await;
+    assert!(refused.is_err_and(|e| e.is_conflict()));
+    a.release().await.unwrap();
+    assert!(fair.try_lock().await.unwrap().is_some());
 }
 
 #[tokio::test]

@@ -40,7 +40,9 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::conn::{Pinned, Sticky};
-use crate::mutex::{check_acked, new_token, pause_before_retry, Keys, RedisLease, UndoAttempt};
+use crate::mutex::{
+    check_acked, kind_refusal, new_token, pause_before_retry, Keys, RedisLease, UndoAttempt,
+};
 use crate::provider::Shared;
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
 
@@ -226,6 +228,9 @@ impl FairQueue {
             .key(&keys.owners);
         if let Some(record) = &keys.record {
             invocation.key(record);
+            if let Some(marker) = &keys.marker {
+                invocation.key(marker);
+            }
         }
         invocation
             .arg(id)
@@ -262,6 +267,16 @@ impl FairQueue {
                 name: keys.fence.clone(),
             }),
             -4 => Err(conflict(&keys.queue, "fair queue (sorted sets)")),
+            -5 => Err(kind_refusal(
+                &self.name,
+                keys.marker.as_deref().unwrap_or(&keys.lock),
+                value,
+                if keys.record.is_some() {
+                    "election"
+                } else {
+                    "fair mutex"
+                },
+            )),
             _ => Err(conflict(&keys.fence, "fencing counter")),
         }
     }

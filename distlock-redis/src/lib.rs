@@ -137,7 +137,7 @@
 //!
 //! | key | what |
 //! |---|---|
-//! | `PREFIX NAME` | the lock (plain and fair mutex): value = owner token, TTL = lease |
+//! | `PREFIX NAME` | the lock (plain and fair mutex): value = owner token, TTL = lease; while another kind holds the name, its marker (see [One name is one lock](#one-name-is-one-lock)) |
 //! | `{PREFIX NAME}:fence` | fencing counter (`INCR`, floored at the server's `TIME` in µs) |
 //! | `{PREFIX NAME}:released` | pub/sub channel of release and hand-over messages |
 //! | `{PREFIX NAME}:fair:queue` | fair waiters: zset waiter id → arrival number |
@@ -282,6 +282,37 @@
 //!   never starved by newcomers.
 //!   A waiter that cannot reach the server for longer than its entry lives
 //!   loses its place and queues again at the end.
+//!
+//! # One name is one lock
+//!
+//! The kinds of one name exclude each other as distlock-core's table says
+//! (the mutex and the fair mutex wait for each other; every other pair is
+//! [`Error::Conflict`](distlock_core::Error::Conflict)). The mutex and the
+//! fair mutex share the lock key `PREFIX NAME`. While a read-write lock, a
+//! semaphore or an election holds the name, the lock key holds that kind's
+//! **marker** (`distlock:rw`, `distlock:semaphore`, `distlock:election`:
+//! never a token, which is 32 hex digits for distlock and redis-py alike),
+//! set and checked in the same script as the hold (`kind.lua`), expiring
+//! 1 ms after the kind's latest hold, re-timed by every extend and release,
+//! and deleted with the last hold. So:
+//!
+//! * the mutex's and the fair mutex's `SET NX` fails on a marker by itself,
+//!   and only their failure path reads it and refuses with `Conflict`: the
+//!   uncontended acquire and release cost no extra server call;
+//! * a redis-py `Lock` waits for the marker to go, as for any holder;
+//! * the read-write lock's, the semaphore's and the election's acquire
+//!   scripts read the lock key and refuse when it holds a token (a mutex,
+//!   a fair mutex, redis-py) or another kind's marker;
+//! * check and hold run in one script on keys of one Cluster slot (the lock
+//!   key `x` and `{x}:…` hash alike), so two kinds arriving at once never
+//!   both get in: the first script wins, the second is refused.
+//!
+//! A waiter is not counted: one that finds another kind holding the name
+//! when it next tries is refused then. `inspect` of the mutex or the fair
+//! mutex shows no holder while the lock key holds a marker (it is no mutex
+//! hold), and their `force_release` leaves it alone (nothing evicted); the
+//! marker's own kind's `force_release` deletes it. [`RedlockProvider`]
+//! offers the mutex only and writes no marker.
 //!
 //! # Inspect and force-release
 //!

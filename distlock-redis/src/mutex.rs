@@ -54,6 +54,10 @@ pub(crate) struct Keys {
     /// A key that lives and dies with the lock (an election's leader
     /// record): set by the acquire, extended and deleted with the lock.
     pub(crate) record: Option<String>,
+    /// The mutex's lock key of an election's name (prefix + name): checked
+    /// for other kinds, and holding the election's marker while it has a
+    /// leader (`kind.lua`); `None` for the mutex's own keys.
+    pub(crate) marker: Option<String>,
     /// The plain mutex's line: `{lock}:waiting` (zset of waiting provider
     /// ids), `{lock}:handoff` (the provider a release reserved the lock
     /// for) and `{lock}:waiting:alive` (zset of the waiting providers'
@@ -77,6 +81,7 @@ impl Keys {
             holder: format!("{{{lock}}}:holder"),
             owners: format!("{{{lock}}}:fair:owners"),
             record: None,
+            marker: None,
             line: None,
             lock,
         }
@@ -141,6 +146,7 @@ impl Keys {
             holder: format!("{base}:holder"),
             owners: format!("{base}:owners"),
             record: Some(format!("{base}:leader")),
+            marker: Some(format!("{prefix}{name}")),
             line: None,
             lock: base,
         }
@@ -171,6 +177,9 @@ impl Keys {
             .key(&self.owners);
         if let Some(record) = &self.record {
             invocation.key(record);
+            if let Some(marker) = &self.marker {
+                invocation.key(marker);
+            }
         }
         invocation.arg(token).arg(&self.channel);
         invocation
@@ -337,6 +346,7 @@ impl RedisMutex {
             -3 => Err(Error::Exhausted {
                 name: self.keys.fence.clone(),
             }),
+            -4 => Err(kind_refusal(&self.name, &self.keys.lock, value, "mutex")),
             _ => Err(self.conflict(&self.keys.fence, "fencing counter")),
         }
     }
@@ -450,6 +460,27 @@ impl RedisMutex {
             expected,
         }
     }
+}
+
+/// The refusal of an acquisition of a `wanted` on `name` whose acquire
+/// script found another kind holding it (`kind.lua`'s `kind_other` index: 1
+/// read-write lock, 2 semaphore, 3 election, 4 a mutex token (a distlock
+/// mutex or fair mutex, or redis-py), 5 a lock key `lock` that is not a
+/// string).
+pub(crate) fn kind_refusal(name: &Name, lock: &str, index: i64, wanted: &'static str) -> Error {
+    let found = match index {
+        1 => "read-write lock",
+        2 => "semaphore",
+        3 => "election",
+        4 => "mutex",
+        _ => {
+            return Error::Conflict {
+                what: format!("redis key {lock:?}"),
+                expected: "lock (a string key)",
+            }
+        }
+    };
+    Error::kind_conflict(name.as_str(), found, wanted)
 }
 
 /// `Ok` unless the provider asks replicas to acknowledge writes and fewer
@@ -836,6 +867,9 @@ impl LeaseBackend for RedisLease {
         invocation.key(&self.keys.holder);
         if let Some(record) = &self.keys.record {
             invocation.key(record);
+            if let Some(marker) = &self.keys.marker {
+                invocation.key(marker);
+            }
         }
         invocation.arg(&self.token).arg(ms);
         let (reply, acked): (i64, _) = self

@@ -105,6 +105,9 @@ impl KindKeys {
                     .key(&keys.owners);
                 if let Some(record) = &keys.record {
                     invocation.key(record);
+                    if let Some(marker) = &keys.marker {
+                        invocation.key(marker);
+                    }
                 }
                 invocation.arg(&keys.channel);
                 invocation
@@ -119,6 +122,7 @@ impl KindKeys {
                 for key in &recipe.keys {
                     invocation.key(key);
                 }
+                invocation.key(&recipe.lock);
                 invocation.arg(&recipe.channel);
                 invocation
             }

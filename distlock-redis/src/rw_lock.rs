@@ -30,7 +30,7 @@ use redis::{Script, ScriptInvocation};
 use tokio::time::{sleep_until, Instant};
 
 use crate::conn::{Pinned, Sticky};
-use crate::mutex::{check_acked, Keys};
+use crate::mutex::{check_acked, kind_refusal, Keys};
 use crate::provider::Shared;
 use crate::scripts::{RW_ACQUIRE, RW_EXTEND, RW_RELEASE, SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE};
 
@@ -52,6 +52,10 @@ pub(crate) struct Recipe {
     /// the holders, the queue, the queue entries' expiries, the fencing
     /// counter, the holder records (hash), the waiters' owners (hash).
     pub(crate) keys: [String; 7],
+    /// KEYS[8] of the acquire, release, extend and force scripts: the
+    /// mutex's lock key of the name (prefix + name), checked for other kinds
+    /// and holding this kind's marker while it has holders (`kind.lua`).
+    pub(crate) lock: String,
     pub(crate) channel: String,
     pub(crate) side: Side,
     /// The script argument after the channel: `r`, `w` or the number of
@@ -83,6 +87,7 @@ impl Recipe {
                 key("info"),
                 key("owners"),
             ],
+            lock,
             channel,
             side,
             mode: match side {
@@ -105,6 +110,7 @@ impl Recipe {
         for key in &self.keys {
             invocation.key(key);
         }
+        invocation.key(&self.lock);
         invocation
     }
 
@@ -228,6 +234,15 @@ impl Queued {
             -3 => Err(Error::Exhausted {
                 name: recipe.keys[4].clone(),
             }),
+            -5 => Err(kind_refusal(
+                &recipe.name,
+                &recipe.lock,
+                value,
+                match recipe.side {
+                    Side::Permit(_) => "semaphore",
+                    Side::Read | Side::Write => "read-write lock",
+                },
+            )),
             -4 => Err(Error::PermitsMismatch {
                 name: recipe.name.to_string(),
                 held: u32::try_from(value).unwrap_or(0),

@@ -2,8 +2,11 @@
 //! NOSCRIPT by the client), or by EVAL when a `WAIT` rides behind them (so a
 //! NOSCRIPT never costs a second `WAIT`). The read-write lock's and the semaphore's
 //! acquire and release scripts start with their `…_wake.lua` prelude (who may
-//! get in, and the addressed wake-ups); the plain mutex's release and pass
-//! scripts with `line_pop.lua` (the first live provider in its line).
+//! get in, and the addressed wake-ups); theirs, their extend and force scripts
+//! and `fair_acquire` (the election's) start with `kind.lua` (one name is one
+//! lock: the other kinds' check and this kind's marker in the lock key); the
+//! plain mutex's release and pass scripts with `line_pop.lua` (the first live
+//! provider in its line).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -35,15 +38,15 @@ scripts! {
     MUTEX_PASS = concat!(include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_pass.lua"));
     LINE_ALIVE = include_str!("scripts/line_alive.lua");
     EXTEND = include_str!("scripts/extend.lua");
-    FAIR_ACQUIRE = include_str!("scripts/fair_acquire.lua");
+    FAIR_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/fair_acquire.lua"));
     FAIR_LEAVE = include_str!("scripts/fair_leave.lua");
     ELECT_LEADER = include_str!("scripts/elect_leader.lua");
-    RW_ACQUIRE = concat!(include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_acquire.lua") );
-    RW_RELEASE = concat!(include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_release.lua") );
-    RW_EXTEND = include_str!("scripts/rw_extend.lua");
-    SEM_ACQUIRE = concat!(include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_acquire.lua") );
-    SEM_RELEASE = concat!(include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_release.lua") );
-    SEM_EXTEND = include_str!("scripts/sem_extend.lua");
+    RW_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_acquire.lua"));
+    RW_RELEASE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_release.lua"));
+    RW_EXTEND = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_extend.lua"));
+    SEM_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_acquire.lua"));
+    SEM_RELEASE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_release.lua"));
+    SEM_EXTEND = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_extend.lua"));
     REDLOCK_ACQUIRE = include_str!("scripts/redlock_acquire.lua");
     REDLOCK_RAISE = include_str!("scripts/redlock_raise.lua");
     REDLOCK_INSPECT = include_str!("scripts/redlock_inspect.lua");
@@ -51,8 +54,8 @@ scripts! {
     INSPECT_LOCK = include_str!("scripts/inspect_lock.lua");
     INSPECT_QUEUED = include_str!("scripts/inspect_queued.lua");
     FORCE_LOCK = include_str!("scripts/force_lock.lua");
-    RW_FORCE = concat!(include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_force.lua") );
-    SEM_FORCE = concat!(include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_force.lua") );
+    RW_FORCE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_force.lua"));
+    SEM_FORCE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_force.lua"));
 }
 
 /// The source of one of our scripts by its SHA1 (what `EVALSHA` names).

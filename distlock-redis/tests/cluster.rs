@@ -49,6 +49,12 @@ mod operations {
     test_support::conformance_suite!(operations super::Cluster);
 }
 
+/// One name is one lock in Cluster too: the marker and the kinds' keys
+/// share a slot (no CROSSSLOT).
+mod kinds {
+    test_support::conformance_suite!(kinds super::Cluster);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locks_keys_share_one_slot_and_names_spread_over_masters() {
     let c = cluster();

@@ -133,3 +133,8 @@ mod pool_operations {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(operations super::Redis::pool(Kind::Mutex));
 }
+
+mod kinds {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(kinds super::Redis::single(Kind::Mutex));
+}

@@ -190,19 +190,43 @@ async fn bad_candidate_ids_are_typed_errors() {
     );
 }
 
-/// An election and a mutex of the same name are different things.
+/// An election and a mutex of the same name are one lock: while the mutex
+/// holds, a campaign is refused with `Conflict` (it does not wait), and
+/// while the election has a leader the mutex is refused; after each lets
+/// go the other gets in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_election_and_a_mutex_of_one_name_are_apart() {
+async fn an_election_and_a_mutex_of_one_name_are_one_lock() {
     let redis = test_support::redis::shared();
-    let name = unique_name("apart");
+    let name = unique_name("one-lock");
     let p = connect(&redis.url()).await;
     let guard = p.mutex(&name).unwrap().lock().await.unwrap();
+    let refused = tokio::time::timeout(SLACK, p.election(&name).unwrap().campaign("x"))
+        .await
+        .expect("refused at once, not waiting");
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "{refused:?}"
+    );
+    guard.release().await.unwrap();
     let leader = tokio::time::timeout(SLACK, p.election(&name).unwrap().campaign("x"))
         .await
         .unwrap()
         .unwrap();
+    let refused = p.mutex(&name).unwrap().try_lock().await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "{refused:?}"
+    );
     leader.resign().await.unwrap();
-    guard.release().await.unwrap();
+    p.mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// A provider's close ends its leadership and its observers' streams.

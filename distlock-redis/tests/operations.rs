@@ -172,11 +172,13 @@ async fn the_owner_label_comes_from_options_or_the_url_and_bad_labels_are_refuse
             .unwrap();
     assert_eq!(coded.owner(), format!("eu/worker:7@{base}"));
 
-    // The label is what every kind stores and shows.
+    // The label is what every kind stores and shows (two names: one name
+    // is one lock).
     let name = unique_name("owner");
+    let other = unique_name("owner-rw");
     let sem = labelled.semaphore_with(&name, 2, lease()).unwrap();
     let permit = sem.try_lock().await.unwrap().unwrap();
-    let writer = coded.rw_lock_with(&name, lease()).unwrap().write();
+    let writer = coded.rw_lock_with(&other, lease()).unwrap().write();
     let w = writer.try_lock().await.unwrap().unwrap();
     let s = plain
         .inspect(&name, PrimitiveKind::Semaphore)
@@ -184,7 +186,7 @@ async fn the_owner_label_comes_from_options_or_the_url_and_bad_labels_are_refuse
         .unwrap();
     assert_eq!(s.holders[0].owner.as_deref(), Some(labelled.owner()));
     let r = plain
-        .inspect(&name, PrimitiveKind::ReadWrite)
+        .inspect(&other, PrimitiveKind::ReadWrite)
         .await
         .unwrap();
     assert_eq!(r.holders[0].role, HoldRole::Write);

@@ -16,6 +16,7 @@ use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name,
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::from_zk;
+use crate::kinds::{settle, Kind, Settled};
 use crate::lease::guard;
 use crate::ops::latch_tag;
 use crate::provider::Shared;
@@ -104,16 +105,32 @@ impl Election for ZkElection {
         distlock_core::backend::measured_campaign("zookeeper", &self.name, async {
             // The data stays the candidate id (Curator's LeaderLatch reads
             // it); our owner identity goes into the node's name.
-            let acquired = enter_tagged_queue(
-                &self.shared,
-                &self.dir,
-                "latch",
-                &latch_tag(&self.shared.owner),
-                candidate.as_bytes(),
-                Wait::Forever,
-            )
-            .await?
-            .ok_or(Error::Closed)?;
+            let tag = latch_tag(&self.shared.owner);
+            let acquired = loop {
+                let acquired = enter_tagged_queue(
+                    &self.shared,
+                    &self.dir,
+                    "latch",
+                    &tag,
+                    candidate.as_bytes(),
+                    Wait::Forever,
+                )
+                .await?
+                .ok_or(Error::Closed)?;
+                let settled = settle(
+                    &self.shared,
+                    &self.name,
+                    &self.dir,
+                    Kind::Election,
+                    acquired,
+                    Wait::Forever,
+                );
+                match Box::pin(settled).await? {
+                    Settled::Held(a) => break a,
+                    Settled::NotAcquired => return Err(Error::Closed),
+                    Settled::Again => {}
+                }
+            };
             // The node we lead with is ours by construction: created in this
             // session (or found by prefix with this session as its owner).
             Ok(Leadership::new(

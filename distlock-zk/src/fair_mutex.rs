@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use distlock_core::{Lock, LockGuard, Name, Result, Wait};
 use futures::FutureExt;
 
+use crate::kinds::{settle, Kind, Settled};
 use crate::lease::guard;
 use crate::provider::Shared;
 use crate::queue::enter_queue;
@@ -65,10 +66,32 @@ impl Lock for FairMutex {
             &self.shared.owner_data,
             wait,
         );
-        Box::pin(queued.map(move |acquired| {
-            acquired?
-                .map(|a| guard(&self.shared, &self.name, a, true, self.hold))
-                .transpose()
+        // The queue's head then passes the kind check (`kinds`): boxed, so a
+        // waiter in the queue keeps none of it.
+        Box::pin(queued.then(move |acquired| {
+            Box::pin(async move {
+                let mut acquired = acquired?;
+                loop {
+                    let Some(a) = acquired else {
+                        return Ok(None);
+                    };
+                    match settle(&self.shared, &self.name, &self.dir, Kind::Fair, a, wait).await? {
+                        Settled::Held(a) => {
+                            return guard(&self.shared, &self.name, a, true, self.hold).map(Some)
+                        }
+                        Settled::NotAcquired => return Ok(None),
+                        Settled::Again => {}
+                    }
+                    acquired = enter_queue(
+                        &self.shared,
+                        &self.dir,
+                        "lock",
+                        &self.shared.owner_data,
+                        wait,
+                    )
+                    .await?;
+                }
+            })
         }))
     }
 }

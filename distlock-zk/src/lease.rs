@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use zookeeper_client::EventType;
 
 use crate::error::{from_zk, session_ended};
-use crate::node::{delete_if_ours, delete_retrying, token};
+use crate::node::{delete_if_ours, delete_retrying, token, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::Acquired;
 use crate::session::{Session, Status};
@@ -34,6 +34,9 @@ pub(crate) struct ZkLease {
     /// The node's path is ours alone (a queue node): delete it without
     /// looking first. A shared path (the unfair lock) is checked first.
     own_path: bool,
+    /// Also delete every node with our node's prefix at the release (a
+    /// create of unknown outcome of this acquisition may land late).
+    sweep: bool,
     /// The lease's status: a lease known lost (its node deleted) never
     /// takes the one-request release.
     signal: LeaseSignal,
@@ -170,6 +173,10 @@ impl LeaseBackend for ZkLease {
                 .await
                 .map(|deleted| deleted || sent)
         };
+        if self.sweep {
+            // After our own delete, so that it cannot find our node gone.
+            crate::queue::sweep_in_background(Arc::clone(&session), &self.node, timeout);
+        }
         match deleted {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.not_held()),
@@ -177,7 +184,7 @@ impl LeaseBackend for ZkLease {
                 // Keep trying in the background while the session may live:
                 // a node left behind would hold the lock until it ends.
                 let (node, own_path, czxid) = (self.node.clone(), self.own_path, self.czxid);
-                let budget = session.timeout() * 2;
+                let budget = WHILE_SESSION_LIVES;
                 tokio::spawn(async move {
                     if own_path {
                         delete_retrying(&session, &node, None, budget).await
@@ -222,6 +229,7 @@ pub(crate) fn guard(
         node: acquired.node.clone(),
         czxid: acquired.czxid,
         own_path,
+        sweep: acquired.sweep,
         signal: signal.clone(),
     });
     let parts = GuardParts {

@@ -130,14 +130,72 @@
 //!   instead. The one exception is `LeaseOptions::max_hold`
 //!   (`provider.default_lease().max_hold(d)`): the hold ends at the limit,
 //!   `lost()` fires with `LostReason::MaxHold` and the node is deleted. The provider opens a new session at the next operation after
-//!   one expires.
-//! * **Unknown outcomes** — after a create whose reply was lost, only the
-//!   lookup is retried (after a `sync`, so a server we reconnected to has
-//!   seen our create), never the create: a node with our owner id or
-//!   `_c_<uuid>-` prefix in our session is ours; of several, the lowest is
-//!   kept and the rest deleted. An acquisition that ends without the lock
-//!   deletes what it may have created, finishing in the background if it is
-//!   cancelled midway.
+//!   one expires. A waiting acquisition whose session ended while the
+//!   ensemble is out of reach keeps trying to open the next one (a pause
+//!   doubling from 50 ms to 1 s between attempts, each bounded by the
+//!   connect timeout and by the caller's deadline) until its deadline, as
+//!   for any retryable error while waiting; a try fails at once.
+//! * **Unknown outcomes** — a request may take effect without its reply
+//!   coming back. zookeeper-client says so in several ways: a connection
+//!   loss, a socket error such as `ECONNRESET` or `EPIPE` and its own
+//!   no-response timeout (2/5 of the session timeout: shorter than the
+//!   operation timeout with the defaults) as `Error::Custom`, a reply it
+//!   cannot read, `SessionMoved`, `Throttled`, and our own operation
+//!   timeout. All of these are **unknown outcomes**, never refusals: only
+//!   the server's definitive answers (`NoNode`, `NodeExists`,
+//!   `BadVersion`, `NoAuth`, …) are, and the session's end. After a
+//!   create of unknown outcome, only the lookup is retried (after a
+//!   `sync`, so a server we reconnected to has seen our create), never
+//!   the create: a node with our owner id or `_c_<uuid>-` prefix in our
+//!   session is ours; of several, the lowest is kept and the rest
+//!   deleted. A late create (one the server read but ran only after our
+//!   lookup answered) is covered the same way: every listing of a queue
+//!   counts each node with our prefix as ours (the lowest of our session
+//!   is kept, the others deleted, so an acquisition never waits behind its
+//!   own node), and an acquisition that had a create of unknown outcome
+//!   deletes every node with its prefix in its session when it gives up,
+//!   and in the background after its release. An acquisition that ends
+//!   without the lock deletes what it may have created, finishing in the
+//!   background if it is cancelled midway. A failed operation maps to a
+//!   retryable error (`Error::Connection` or `Error::Timeout`) unless the
+//!   server refused.
+//! * **Cleanup bounds** — a node whose create had an unknown outcome
+//!   holds its lock up only until the client has reconnected (within its
+//!   connect timeout once the server is reachable) and one lookup (`sync`,
+//!   list, stat) has answered: the acquisition then holds with it, or
+//!   deletes it if it gives up. A delete of our own node (a release, a
+//!   withdraw) is retried after every unknown outcome, with a pause that
+//!   doubles from 20 ms to 500 ms, **for as long as the session lives**
+//!   (until the delete is answered, or the session expires or closes and
+//!   its ephemeral nodes go with it): a node of a live session would
+//!   block its lock for as long as the process lives. `release()` and a
+//!   waiter that gives up wait for that delete for one operation timeout
+//!   at most, then leave it to a background task; and every request a
+//!   waiter sends after its create (listings, watches, lookups) is cut
+//!   short at the deadline. So `lock_timeout(d)` returns within `d` and
+//!   one operation timeout (a create keeps its whole operation timeout,
+//!   so that a free lock is taken with any timeout: one sent again near
+//!   the deadline, after a session ended, can add one more), and
+//!   `release()` completes or fails with a retryable error (never a plain
+//!   server error). While the connection works, the node is gone as soon as the
+//!   client has reconnected and the delete is answered; while it does
+//!   not, the node stays at most until the server expires the session
+//!   (the session timeout after it last heard the client).
+//! * **Bad input is refused, never waited for** — a node in a queue
+//!   that no session owns (persistent, container or TTL) would never go:
+//!   a waiter whose predecessor it is fails with `Error::Conflict` (its
+//!   `Stat` comes with the watch, no extra request), and withdraws its
+//!   node. A name whose node holds data (an id counter) or is ephemeral
+//!   is no lock's directory: every lock on it fails with `Error::Conflict`
+//!   and leaves nothing under it. The check rides along with the create,
+//!   pipelined: the listing that goes with a queue node's create returns
+//!   the directory's stat; a semaphore's internal-lock create takes the
+//!   semaphore directory's stat along (and reads it before making any
+//!   missing `locks` directory); the unfair mutex takes it along with the
+//!   first create of each handle only (so later acquisitions cost no
+//!   request: a name turned into an id counter while a handle that has
+//!   already locked it lives is not seen by that handle). A node created
+//!   before the refusal is deleted before the error is returned.
 //! * **Closing** — `close()` reports every held lease lost, deletes its
 //!   node and closes the session; dropping the last handle closes the
 //!   session too (zookeeper-client sends `closeSession`), so a process that
@@ -150,6 +208,17 @@
 //! * **Ids** — versioned `setData` on the counter node, retried with a
 //!   jittered back-off on conflict; with a block size, one write serves many
 //!   ids.
+//! * **One name is one lock** — every kind keeps its nodes under the same
+//!   directory, so a node about to hold lists it (create, then list) and
+//!   compares the oldest node of each kind present by `czxid`: if another
+//!   kind's is older than its own kind's, it deletes its node and fails with
+//!   [`Error::Conflict`](distlock_core::Error::Conflict); the mutex and the
+//!   fair mutex instead wait for each other (the younger of the unfair node
+//!   and the fair queue's head watches the older). Of two kinds arriving at
+//!   once the older node wins. The check costs one listing (and one
+//!   `exists` per other kind present) when a node comes to hold; Curator's
+//!   and kazoo's nodes count as their kinds, and their same-kind interop is
+//!   unchanged. The protocol and its proof are told in `src/kinds.rs`.
 //!
 //! # Inspect and force-release
 //!
@@ -222,6 +291,7 @@ mod election;
 mod error;
 mod fair_mutex;
 mod ids;
+mod kinds;
 mod lease;
 mod node;
 mod ops;

@@ -13,52 +13,111 @@ use crate::session::Session;
 /// ZooKeeper marks container nodes with this `ephemeralOwner`.
 pub(crate) const CONTAINER_OWNER: i64 = i64::MIN;
 
+/// Whether a node's `ephemeralOwner` is a session: not 0 (persistent), not
+/// a container's, not a TTL node's (the high byte all ones). Only a node a
+/// session owns is a lock holder or waiter: any other never goes by itself.
+pub(crate) fn session_owned(ephemeral_owner: i64) -> bool {
+    ephemeral_owner != 0
+        && ephemeral_owner != CONTAINER_OWNER
+        && (ephemeral_owner.to_be_bytes()[0]) != 0xFF
+}
+
+/// Checks that `dir`, with `stat`, can be a lock's directory: no data (an
+/// id counter holds 8 bytes) and not ephemeral (an ephemeral node has no
+/// children).
+///
+/// # Errors
+///
+/// [`Error::Conflict`] otherwise.
+pub(crate) fn check_lock_dir(dir: &str, stat: &Stat) -> Result<()> {
+    if stat.ephemeral_owner != 0 && stat.ephemeral_owner != CONTAINER_OWNER {
+        return Err(Error::Conflict {
+            what: format!("zookeeper node {dir:?}"),
+            expected: "lock directory (it is an ephemeral node)",
+        });
+    }
+    if stat.data_length > 0 {
+        return Err(Error::Conflict {
+            what: format!("zookeeper node {dir:?}"),
+            expected: "lock directory without data (it holds data: an id counter or another client's node)",
+        });
+    }
+    Ok(())
+}
+
 /// The directory of a primitive: root + `/` + name.
 pub(crate) fn dir(root: &str, name: &Name) -> String {
     format!("{root}/{name}")
 }
 
-/// Deletes `node` (at `version`, if given), retrying connection losses and
-/// timeouts until `budget` runs out: a failed delete would otherwise leave the
-/// node (and the lock) in place for as long as the session lives. Returns
-/// whether the node was ours to delete (`Ok(false)`: it was already gone, had
-/// another version, or the session ended and took it along).
+/// A cleanup budget with no end of its own: retry for as long as the
+/// session lives (a node of a live session blocks its lock for as long as
+/// the session does; once the session has ended, its ephemeral nodes are
+/// gone with it).
+pub(crate) const WHILE_SESSION_LIVES: Duration = Duration::MAX;
+
+/// The first pause between two tries of a cleanup, and the longest.
+const FIRST_PAUSE: Duration = Duration::from_millis(20);
+const LONGEST_PAUSE: Duration = Duration::from_millis(500);
+
+/// Waits before the next try of a cleanup; `false` when that would pass
+/// `deadline` (none: [`WHILE_SESSION_LIVES`]).
+async fn pause_for_retry(pause: &mut Duration, deadline: Option<Instant>) -> bool {
+    if deadline.is_some_and(|d| Instant::now() + *pause >= d) {
+        return false;
+    }
+    tokio::time::sleep(*pause).await;
+    *pause = (*pause * 2).min(LONGEST_PAUSE);
+    true
+}
+
+/// Deletes `node` (at `version`, if given), retrying every failure of
+/// unknown outcome (see `error`: a lost or reset connection, the client's
+/// own no-response timeout, no answer within a try) until `budget` runs
+/// out or the session ends: a failed delete would otherwise leave the node
+/// (and the lock) in place for as long as the session lives. Returns
+/// whether the node was ours to delete (`Ok(false)`: it was already gone,
+/// had another version, or the session ended and took it along; a node
+/// gone after a delete of unknown outcome counts as deleted by us).
 pub(crate) async fn delete_retrying(
     session: &Session,
     node: &str,
     version: Option<i32>,
     budget: Duration,
 ) -> Result<bool> {
-    let deadline = tokio::time::Instant::now() + budget;
+    let deadline = Instant::now().checked_add(budget);
     let per_try = budget.min(Duration::from_secs(2));
-    let mut pause = Duration::from_millis(20);
+    let mut pause = FIRST_PAUSE;
+    let mut sent = false;
     loop {
         let outcome = tokio::time::timeout(per_try, session.client.delete(node, version)).await;
         match outcome {
             Ok(Ok(())) => return Ok(true),
-            Ok(Err(ZkError::NoNode | ZkError::BadVersion)) => return Ok(false),
+            Ok(Err(ZkError::NoNode)) => return Ok(sent),
+            Ok(Err(ZkError::BadVersion)) => return Ok(false),
             Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
-            Ok(Err(ZkError::ConnectionLoss)) | Err(_) => {}
-            Ok(Err(e)) => return Err(from_zk("delete", budget, e)),
+            Ok(Err(e)) if !crate::error::unknown(&e) => return Err(from_zk("delete", budget, e)),
+            Ok(Err(_)) | Err(_) => sent = true,
         }
-        if tokio::time::Instant::now() + pause >= deadline {
+        if session.is_dead() {
+            return Ok(false);
+        }
+        if !pause_for_retry(&mut pause, deadline).await {
             return Err(Error::Timeout {
                 operation: "delete",
                 after: budget,
             });
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
     }
 }
 
 /// Deletes `node` while `is_ours(data, stat)` holds, checking again, after a
 /// `sync`, after every failure of unknown outcome: a versioned delete
 /// retried blind could delete a successor's node (a new node of a shared
-/// path has version 0 too). Returns whether it deleted the node (`Ok(false)`:
-/// it was not ours, or already gone, or the session ended and took it
-/// along; a delete of unknown outcome after which the node is no longer
-/// ours counts as done).
+/// path has version 0 too). Retries until `budget` runs out or the session
+/// ends. Returns whether it deleted the node (`Ok(false)`: it was not ours,
+/// or already gone, or the session ended and took it along; a delete of
+/// unknown outcome after which the node is no longer ours counts as done).
 pub(crate) async fn delete_if_ours(
     session: &Session,
     node: &str,
@@ -66,25 +125,27 @@ pub(crate) async fn delete_if_ours(
     timeout: Duration,
     budget: Duration,
 ) -> Result<bool> {
-    let deadline = Instant::now() + budget;
-    let mut pause = Duration::from_millis(20);
+    use crate::error::{session_ended, unknown};
+    let deadline = Instant::now().checked_add(budget);
+    let mut pause = FIRST_PAUSE;
     let mut first = true;
     let mut sent_delete = false;
     loop {
         if !first {
-            if Instant::now() + pause >= deadline {
+            if session.is_dead() {
+                return Ok(false);
+            }
+            if !pause_for_retry(&mut pause, deadline).await {
                 return Err(Error::Timeout {
                     operation: "delete",
                     after: budget,
                 });
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
             // The server we ask must have seen our earlier delete, if it
             // reached the leader.
             match with_timeout("sync", timeout, session.client.sync(node)).await {
                 Ok(Ok(())) | Ok(Err(ZkError::NoNode)) => {}
-                Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
+                Ok(Err(e)) if session_ended(&e) => return Ok(false),
                 _ => continue,
             }
         }
@@ -92,8 +153,9 @@ pub(crate) async fn delete_if_ours(
         let (data, stat) = match with_timeout("get", timeout, session.client.get_data(node)).await {
             Ok(Ok(found)) => found,
             Ok(Err(ZkError::NoNode)) => return Ok(sent_delete),
-            Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
-            Ok(Err(ZkError::ConnectionLoss)) | Err(_) => continue,
+            Ok(Err(e)) if session_ended(&e) => return Ok(false),
+            Ok(Err(e)) if unknown(&e) => continue,
+            Err(_) => continue,
             Ok(Err(e)) => return Err(from_zk("get", timeout, e)),
         };
         if !is_ours(&data, &stat) {
@@ -110,8 +172,9 @@ pub(crate) async fn delete_if_ours(
             Ok(Ok(())) => return Ok(true),
             // Changed or gone meanwhile: look again.
             Ok(Err(ZkError::NoNode | ZkError::BadVersion)) => sent_delete = false,
-            Ok(Err(e)) if crate::error::session_ended(&e) => return Ok(false),
-            Ok(Err(ZkError::ConnectionLoss)) | Err(_) => {}
+            Ok(Err(e)) if session_ended(&e) => return Ok(false),
+            Ok(Err(e)) if unknown(&e) => {}
+            Err(_) => {}
             Ok(Err(e)) => return Err(from_zk("delete", timeout, e)),
         }
     }

@@ -256,6 +256,7 @@ impl Provider for ZkProvider {
             name,
             dir,
             hold,
+            dir_checked: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 

@@ -26,7 +26,9 @@ use zookeeper_client::{
 };
 
 use crate::error::{triage, triage_timed, Triage};
-use crate::node::{acls, delete_retrying, make_parents};
+use crate::node::{
+    acls, check_lock_dir, delete_retrying, make_parents, session_owned, WHILE_SESSION_LIVES,
+};
 use crate::provider::Shared;
 use crate::session::Session;
 
@@ -38,6 +40,40 @@ pub(crate) struct Acquired {
     /// When the request whose answer showed us the holder was sent: the
     /// server heard the session at or after this instant.
     pub(crate) heard_at: Instant,
+    /// A create of this acquisition had an unknown outcome in this
+    /// session: a late one may still land, so the release also deletes
+    /// every node with our prefix ([`sweep_in_background`]).
+    pub(crate) sweep: bool,
+    /// The directory's children as that answer listed them, after our node
+    /// was created (for the kind check, `kinds`), if it was a listing.
+    pub(crate) listing: Option<Vec<String>>,
+}
+
+/// Deletes, in the background, every node of `session` with the prefix of
+/// `node` (a queue node, `dir/_c_<uuid>-<name><seq10>`), retrying for as
+/// long as the session lives.
+pub(crate) fn sweep_in_background(session: Arc<Session>, node: &str, timeout: Duration) {
+    let Some((dir, name)) = node.rsplit_once('/') else {
+        return;
+    };
+    let Some(prefix) = name.get(..name.len().saturating_sub(10)) else {
+        return;
+    };
+    let (dir, prefix) = (dir.to_owned(), prefix.to_owned());
+    tokio::spawn(async move {
+        while !session.is_dead() {
+            match find_ours(&session, &dir, &prefix, timeout).await {
+                Ok(nodes) => {
+                    for (node, _) in nodes {
+                        let _ = delete_retrying(&session, &node, None, WHILE_SESSION_LIVES).await;
+                    }
+                    return;
+                }
+                Err(Triage::Retry) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(_) => return,
+            }
+        }
+    });
 }
 
 /// A queue's sequence counter went past `i32::MAX`: the server prints it
@@ -116,6 +152,12 @@ pub(crate) trait QueueRules: Sync {
     /// watch outlives the call: a waiter must not keep the whole listing
     /// while it waits (O(n²) memory).
     fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped>;
+
+    /// The primitive's directory, when the queue's is below it (a
+    /// semaphore's `locks`): checked as a lock directory's at every join.
+    fn primitive_dir(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl<T: QueueRules + ?Sized> QueueRules for &T {
@@ -125,6 +167,10 @@ impl<T: QueueRules + ?Sized> QueueRules for &T {
 
     fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
         (**self).standing(children, own)
+    }
+
+    fn primitive_dir(&self) -> Option<&str> {
+        (**self).primitive_dir()
     }
 }
 
@@ -166,6 +212,21 @@ pub(crate) fn conflict(dir: &str) -> Error {
     }
 }
 
+/// How long a request of an acquisition that waits until `deadline` may
+/// take: the operation timeout, but not past the deadline, so that the
+/// deadline's only slack is the cleanup's own operation timeout. A try
+/// (`deadline` now) and a wait without a deadline get the operation
+/// timeout, and so does a create (every acquisition makes one whole
+/// attempt: a free lock is taken with any timeout).
+pub(crate) fn within(timeout: Duration, wait: Wait) -> Duration {
+    match wait {
+        Wait::Until(d) => timeout
+            .min(d.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1)),
+        Wait::No | Wait::Forever => timeout,
+    }
+}
+
 pub(crate) fn passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
@@ -178,6 +239,49 @@ pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
     }
     tokio::time::sleep_until(until).await;
     true
+}
+
+/// The provider's live session, for an acquisition that may wait: a
+/// retryable failure to open one (the ensemble unreachable for now, after
+/// our last session expired) is retried, with a pause that doubles from
+/// 50 ms to 1 s, until the deadline, like any other retryable error while
+/// waiting; opening is bounded by the deadline too. `Ok(None)`: the
+/// deadline passed. A try ([`Wait::No`]) fails at once.
+///
+/// # Errors
+///
+/// [`Error::Closed`], a non-retryable error, or any error for a try.
+pub(crate) async fn session_for(shared: &Shared, wait: Wait) -> Result<Option<Arc<Session>>> {
+    // A try opens a session as it must: its "deadline" is now.
+    let deadline = match wait {
+        Wait::No => None,
+        other => other.deadline(),
+    };
+    let mut pause = Duration::from_millis(50);
+    loop {
+        shared.lifecycle.check_open()?;
+        let opening = shared.sessions.get();
+        let opened = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, opening).await {
+                Ok(opened) => opened,
+                Err(_) => return Ok(None),
+            },
+            None => opening.await,
+        };
+        match opened {
+            Ok(session) => return Ok(Some(session)),
+            Err(e) if wait != Wait::No && e.is_retryable() => {
+                tracing::debug!(error = %e, "distlock zookeeper: no session yet; retrying");
+                let until = Instant::now() + pause;
+                if deadline.is_some_and(|d| d <= until) {
+                    return Ok(None);
+                }
+                tokio::time::sleep_until(until).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Waits for a watch to fire; `false` when the deadline came first. The
@@ -263,6 +367,23 @@ async fn find_ours(
     prefix: &str,
     timeout: Duration,
 ) -> std::result::Result<Vec<(String, i64)>, Triage> {
+    let found = find_prefixed(session, dir, prefix, timeout).await?;
+    Ok(found
+        .into_iter()
+        .filter(|(_, _, in_session)| *in_session)
+        .map(|(node, czxid, _)| (node, czxid))
+        .collect())
+}
+
+/// Every node with `prefix` in `dir`, lowest first, as (path, `czxid`,
+/// whether `session` owns it), after a `sync` so that a create of ours
+/// that reached the leader is seen.
+async fn find_prefixed(
+    session: &Session,
+    dir: &str,
+    prefix: &str,
+    timeout: Duration,
+) -> std::result::Result<Vec<(String, i64, bool)>, Triage> {
     triage_timed(
         "sync",
         timeout,
@@ -283,17 +404,15 @@ async fn find_ours(
         let node = format!("{dir}/{child}");
         let stat = with_timeout("stat", timeout, session.client.check_stat(&node)).await;
         if let Some(stat) = triage_timed("stat", timeout, stat)? {
-            if stat.ephemeral_owner == session.id {
-                let seq = child
-                    .strip_prefix(prefix)
-                    .and_then(|digits| sequence_digits(digits).ok().flatten())
-                    .unwrap_or(u64::MAX);
-                ours.push((seq, node, stat.czxid));
-            }
+            let seq = child
+                .strip_prefix(prefix)
+                .and_then(|digits| sequence_digits(digits).ok().flatten())
+                .unwrap_or(u64::MAX);
+            ours.push((seq, node, stat.czxid, stat.ephemeral_owner == session.id));
         }
     }
     ours.sort();
-    Ok(ours.into_iter().map(|(_, n, c)| (n, c)).collect())
+    Ok(ours.into_iter().map(|(_, n, c, s)| (n, c, s)).collect())
 }
 
 /// Deletes every queue node of one acquisition: the known one, or all
@@ -319,9 +438,12 @@ enum Known {
     /// Not known: every node of ours with the prefix.
     Nothing,
     /// `dir/prefix<seq>`: kept as its sequence, not a second copy of the
-    /// path (a waiting acquisition keeps this for as long as it waits).
-    Seq(CreateSequence),
-    /// Any other node.
+    /// path (a waiting acquisition keeps this for as long as it waits);
+    /// `true` when an earlier create of ours in this session had an unknown
+    /// outcome (it may land late: every node with our prefix is swept).
+    Seq(CreateSequence, bool),
+    /// Any other node (found by a lookup after a create of unknown
+    /// outcome: a queue withdraw sweeps the prefix too).
     Path(Box<str>),
 }
 
@@ -370,20 +492,60 @@ impl Withdraw {
         withdraw
     }
 
+    /// Deletes the node of `acquired`, and with [`Acquired::sweep`] every
+    /// node of its session with its prefix too.
+    pub(crate) fn acquired(acquired: &Acquired, timeout: Duration) -> Arc<Self> {
+        let parts = acquired.sweep.then(|| {
+            let (dir, name) = acquired.node.rsplit_once('/')?;
+            let uuid = uuid::Uuid::parse_str(name.get(3..39)?).ok()?;
+            // `_c_<uuid>-<name><seq10>`
+            let kind = name.get(40..name.len().checked_sub(10)?)?;
+            Some((dir, uuid, kind.to_owned()))
+        });
+        match parts.flatten() {
+            Some((dir, uuid, kind)) => {
+                let withdraw = Self::new(
+                    &acquired.session,
+                    Arc::from(dir),
+                    (uuid, Cow::Owned(kind)),
+                    timeout,
+                );
+                withdraw.know(&acquired.node);
+                withdraw
+            }
+            None => Self::node(&acquired.session, &acquired.node, timeout),
+        }
+    }
+
     fn know(&self, node: &str) {
         *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Known::Path(node.into());
     }
 
-    /// Our node is `dir/prefix<seq>`.
-    fn know_seq(&self, seq: CreateSequence) {
-        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Known::Seq(seq);
+    /// Our node is `dir/prefix<seq>`; `unsure`: an earlier create of ours
+    /// in this session had an unknown outcome.
+    fn know_seq(&self, seq: CreateSequence, unsure: bool) {
+        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = Known::Seq(seq, unsure);
+    }
+
+    /// Whether a create of ours in this session had an unknown outcome, so
+    /// that more than one node of ours may exist (a late create): the
+    /// withdraw then deletes every node with our prefix in the session.
+    pub(crate) fn unsure(&self) -> bool {
+        if self.dir.is_empty() {
+            // A withdraw of one known node.
+            return false;
+        }
+        matches!(
+            &*self.known.lock().unwrap_or_else(PoisonError::into_inner),
+            Known::Nothing | Known::Seq(_, true) | Known::Path(_)
+        )
     }
 
     /// The known node's path, if any.
     fn known(&self) -> Option<String> {
         match &*self.known.lock().unwrap_or_else(PoisonError::into_inner) {
             Known::Nothing => None,
-            Known::Seq(seq) => Some(format!("{}{seq}", self.path_prefix())),
+            Known::Seq(seq, _) => Some(format!("{}{seq}", self.path_prefix())),
             Known::Path(path) => Some(path.to_string()),
         }
     }
@@ -394,11 +556,11 @@ impl Cleanup for Withdraw {
     async fn clean_up(&self) -> Result<()> {
         // Retry for as long as the session may live: a node left behind
         // would stay (and block the queue) until the session ends.
-        let budget = self.session.timeout() * 2;
-        let deadline = Instant::now() + budget;
         if let Some(node) = self.known() {
-            delete_retrying(&self.session, &node, None, budget).await?;
-            return Ok(());
+            delete_retrying(&self.session, &node, None, WHILE_SESSION_LIVES).await?;
+            if !self.unsure() {
+                return Ok(());
+            }
         }
         loop {
             if self.session.is_dead() {
@@ -407,25 +569,38 @@ impl Cleanup for Withdraw {
             match find_ours(&self.session, &self.dir, &self.prefix(), self.timeout()).await {
                 Ok(nodes) => {
                     for (node, _) in nodes {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        delete_retrying(&self.session, &node, None, left).await?;
+                        delete_retrying(&self.session, &node, None, WHILE_SESSION_LIVES).await?;
                     }
                     return Ok(());
                 }
                 Err(Triage::SessionEnded) => return Ok(()),
                 Err(Triage::Fail(e)) => return Err(e),
-                Err(Triage::Retry) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(Triage::Retry) => {
-                    return Err(Error::Timeout {
-                        operation: "withdraw from queue",
-                        after: budget,
-                    })
-                }
+                Err(Triage::Retry) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
     }
+}
+
+/// Our node is the lowest of ours in our session: every node with our
+/// prefix in the directory is ours (only this acquisition names nodes with
+/// its uuid), the lowest is kept as our node, the others are deleted (of
+/// another session of ours too: we left it). Then the caller lists again.
+async fn adopt_lowest(q: &mut InQueue, timeout: Duration) -> std::result::Result<(), Triage> {
+    let session = Arc::clone(q.session());
+    let withdraw = &q.withdraw;
+    let mut ours = find_prefixed(&session, &withdraw.dir, &withdraw.prefix(), timeout).await?;
+    let keep = ours.iter().position(|(_, _, in_session)| *in_session);
+    if let Some(keep) = keep {
+        let (node, czxid, _) = ours.remove(keep);
+        withdraw.know(&node);
+        q.czxid = czxid;
+    }
+    for (extra, _, _) in ours {
+        tracing::debug!(node = %extra, "distlock zookeeper: deleting an extra node of ours");
+        // Bounded here; a node still there shows in the next listing.
+        let _ = delete_retrying(&session, &extra, None, timeout).await;
+    }
+    Ok(())
 }
 
 /// What a lookup after a create of unknown outcome found.
@@ -439,21 +614,12 @@ enum Lookup {
     Failed(Error),
 }
 
-async fn look_for_ours(
-    session: &Arc<Session>,
-    withdraw: &Withdraw,
-    deadline: Option<Instant>,
-) -> Lookup {
+async fn look_for_ours(session: &Arc<Session>, withdraw: &Withdraw, wait: Wait) -> Lookup {
+    let deadline = wait.deadline();
     loop {
         let sent = Instant::now();
-        match find_ours(
-            session,
-            &withdraw.dir,
-            &withdraw.prefix(),
-            withdraw.timeout(),
-        )
-        .await
-        {
+        let ask = within(withdraw.timeout(), wait);
+        match find_ours(session, &withdraw.dir, &withdraw.prefix(), ask).await {
             Ok(nodes) => {
                 let mut nodes = nodes.into_iter();
                 let Some((node, czxid)) = nodes.next() else {
@@ -504,95 +670,170 @@ pub(crate) enum Joined {
 
 /// Creates one ephemeral sequential node `withdraw.dir/withdraw.prefix<seq>`
 /// in `withdraw`'s session, with `data`; with `list`, the listing of the
-/// directory is pipelined with the create. A create of unknown outcome is
-/// never sent again: the node is looked for by its prefix (after a `sync`).
+/// directory (with its stat, checked as a lock directory's) is pipelined
+/// with the create. `under` is the primitive's directory when the queue's
+/// is below it (a semaphore's `locks`): its stat is pipelined and checked
+/// too. A create of unknown outcome is never sent again until a lookup by
+/// its prefix (after a `sync`) has found nothing; the withdraw then
+/// remembers that a late create may still land, and sweeps the prefix.
 ///
 /// `undo` must be armed with `withdraw`, before this is called.
 ///
 /// # Errors
 ///
-/// [`Error::Conflict`] for an ephemeral directory; server errors (the undo
-/// then stays armed when a node of ours may exist).
+/// [`Error::Conflict`] for a directory that is not a lock's (ephemeral, or
+/// holding data: an id counter), after our node is deleted; server errors
+/// (the undo then stays armed when a node of ours may exist).
 pub(crate) async fn join(
     shared: &Shared,
     withdraw: &Withdraw,
     undo: &mut CleanupGuard,
-    data: &[u8],
-    list: bool,
-    deadline: Option<Instant>,
+    (data, list, under): (&[u8], bool, Option<&str>),
+    wait: Wait,
 ) -> Result<Joined> {
     let timeout = shared.timeout;
     let session = &withdraw.session;
     let dir = &*withdraw.dir;
     let path_prefix = withdraw.path_prefix();
     let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
-    // Pipelined: both requests leave now, and ZooKeeper answers a session's
-    // requests in order, so the listing includes our node.
-    let sent = Instant::now();
-    let created = session.client.create(&path_prefix, data, &create);
-    let listed = list.then(|| session.client.list_children(dir));
-    let outcome = with_timeout("create", timeout, async {
-        match listed {
-            Some(listed) => {
-                let (created, listed) = futures::join!(created, listed);
-                (created, listed.ok())
+    // An earlier create of ours in this session had an unknown outcome.
+    let mut unsure = false;
+    loop {
+        // Pipelined: the requests leave now, and ZooKeeper answers a
+        // session's requests in order, so the listing includes our node.
+        let sent = Instant::now();
+        let created = session.client.create(&path_prefix, data, &create);
+        let listed = list.then(|| session.client.get_children(dir));
+        let checked = under.map(|p| session.client.check_stat(p));
+        // The full operation timeout, even near the deadline: every
+        // acquisition makes one whole attempt (a free lock is taken with
+        // any timeout).
+        let outcome = with_timeout("create", timeout, async {
+            let (created, listed, checked) = futures::join!(
+                created,
+                futures::future::OptionFuture::from(listed),
+                futures::future::OptionFuture::from(checked)
+            );
+            (created, listed.and_then(Result::ok), checked)
+        })
+        .await;
+        let (created, listed, checked) = match outcome {
+            Ok(answers) => answers,
+            Err(_) => (Err(ZkError::Timeout), None, None),
+        };
+        // The directory as the pipelined reads showed it: `Some(Err)` when
+        // it is not a lock's; `None` when its stat did not come.
+        let verdict = match (under, &listed, &checked) {
+            (None, Some((_, stat)), _) => Some(check_lock_dir(dir, stat)),
+            (None, None, _) if !list => Some(Ok(())),
+            (Some(p), _, Some(Ok(Some(stat)))) => Some(check_lock_dir(p, stat)),
+            (Some(_), _, Some(Ok(None))) => Some(Ok(())),
+            _ => None,
+        };
+        let (node, czxid, children, heard_at) = match created {
+            Ok((stat, seq)) => {
+                withdraw.know_seq(seq, unsure);
+                let verdict = match verdict {
+                    Some(v) => v,
+                    None => check_dir_again(session, dir, under, timeout).await,
+                };
+                if let Err(e) = verdict {
+                    // Refused: nothing of ours may stay under that name.
+                    let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+                    return Err(e);
+                }
+                let children = listed.map(|(children, _)| children);
+                (format!("{path_prefix}{seq}"), stat.czxid, children, sent)
             }
-            None => (created.await, None),
-        }
-    })
-    .await;
-    let (created, children) = match outcome {
-        Ok((created, listed)) => (created, listed),
-        Err(_) => (Err(ZkError::Timeout), None),
-    };
-    let (node, czxid, children, heard_at) = match created {
-        Ok((stat, seq)) => {
-            withdraw.know_seq(seq);
-            (format!("{path_prefix}{seq}"), stat.czxid, children, sent)
-        }
-        Err(ZkError::NoNode) => {
-            undo.disarm();
-            make_parents(session, &path_prefix, shared.authenticated, timeout).await?;
-            return Ok(Joined::Again);
-        }
-        Err(ZkError::NoChildrenForEphemerals) => {
-            undo.disarm();
-            return Err(conflict(dir));
-        }
-        Err(e) => match triage("create", timeout, e) {
-            Triage::SessionEnded => {
-                start_over(shared, session, undo).await;
-                return Ok(Joined::SessionEnded);
-            }
-            Triage::Fail(e) => {
+            Err(ZkError::NoNode) => {
                 undo.disarm();
-                return Err(e);
+                if let Some(p) = under {
+                    // Made by us, the missing parents would be left below a
+                    // name that is not a lock's.
+                    check_dir_again(session, p, None, timeout).await?;
+                }
+                make_parents(session, &path_prefix, shared.authenticated, timeout).await?;
+                return Ok(Joined::Again);
             }
-            // The create may have happened: look, never create twice.
-            Triage::Retry => match look_for_ours(session, withdraw, deadline).await {
-                Lookup::Found(node, czxid, heard_at) => {
-                    withdraw.know(&node);
-                    (node, czxid, None, heard_at)
-                }
-                Lookup::Absent => {
-                    undo.disarm();
-                    return Ok(Joined::Again);
-                }
-                Lookup::SessionEnded => {
+            Err(ZkError::NoChildrenForEphemerals) => {
+                undo.disarm();
+                return Err(conflict(dir));
+            }
+            Err(e) => match triage("create", timeout, e) {
+                Triage::SessionEnded => {
                     start_over(shared, session, undo).await;
                     return Ok(Joined::SessionEnded);
                 }
-                Lookup::DeadlinePassed => return Ok(Joined::DeadlinePassed),
-                Lookup::Failed(e) => return Err(e),
+                Triage::Fail(e) => {
+                    undo.disarm();
+                    return Err(e);
+                }
+                // The create may have happened: look, never create twice.
+                Triage::Retry => match look_for_ours(session, withdraw, wait).await {
+                    Lookup::Found(node, czxid, heard_at) => {
+                        withdraw.know(&node);
+                        if let Err(e) = check_dir_again(session, dir, under, timeout).await {
+                            let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+                            return Err(e);
+                        }
+                        (node, czxid, None, heard_at)
+                    }
+                    Lookup::Absent => {
+                        // Not there now; it may still land late (read by
+                        // the server, not yet run): create again, and keep
+                        // the withdraw's sweep of our prefix armed.
+                        unsure = true;
+                        continue;
+                    }
+                    Lookup::SessionEnded => {
+                        start_over(shared, session, undo).await;
+                        return Ok(Joined::SessionEnded);
+                    }
+                    Lookup::DeadlinePassed => return Ok(Joined::DeadlinePassed),
+                    Lookup::Failed(e) => return Err(e),
+                },
             },
-        },
-    };
-    Ok(Joined::Node {
-        node,
-        czxid,
-        children,
-        heard_at,
-    })
+        };
+        return Ok(Joined::Node {
+            node,
+            czxid,
+            children,
+            heard_at,
+        });
+    }
+}
+
+/// Reads the stat of `under` (the primitive's directory), or else of `dir`,
+/// and checks it is a lock directory's (absent is fine: nothing is there).
+/// Retries unknown outcomes for up to one operation timeout; a check that
+/// cannot be answered in that time passes (the pipelined check it repeats
+/// answers in every case but a connection failure).
+///
+/// # Errors
+///
+/// Only [`Error::Conflict`] (or the server's refusal of the read, such as
+/// `NoAuth`).
+pub(crate) async fn check_dir_again(
+    session: &Session,
+    dir: &str,
+    under: Option<&str>,
+    timeout: Duration,
+) -> Result<()> {
+    let path = under.unwrap_or(dir);
+    let started = Instant::now();
+    loop {
+        let read = with_timeout("stat", timeout, session.client.check_stat(path)).await;
+        match triage_timed("stat", timeout, read) {
+            Ok(Some(stat)) => return check_lock_dir(path, &stat),
+            Ok(None) => return Ok(()),
+            Err(Triage::Fail(e)) => return Err(e),
+            Err(Triage::SessionEnded) => return Ok(()),
+            Err(Triage::Retry) if started.elapsed() < timeout => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(Triage::Retry) => return Ok(()),
+        }
+    }
 }
 
 /// Joins the queue of `marker` nodes in `dir` and waits for the head of it.
@@ -608,6 +849,50 @@ pub(crate) fn enter_queue<'a>(
     // Not an `async fn`: [`join_queue`]'s future itself, with no second
     // body around it (a waiting task keeps this future).
     join_queue(shared, dir, Fifo(marker), data, wait)
+}
+
+/// A FIFO queue of `marker` nodes in a directory below the primitive's.
+struct Below<'a> {
+    marker: &'a str,
+    primitive_dir: &'a str,
+}
+
+impl QueueRules for Below<'_> {
+    fn node_name(&self) -> Cow<'static, str> {
+        Fifo(self.marker).node_name()
+    }
+
+    fn standing(&self, children: Vec<String>, own: &str) -> std::result::Result<Standing, Wrapped> {
+        Fifo(self.marker).standing(children, own)
+    }
+
+    fn primitive_dir(&self) -> Option<&str> {
+        Some(self.primitive_dir)
+    }
+}
+
+/// As [`enter_queue`], for a queue in a directory below the primitive's
+/// `primitive_dir` (a semaphore's `locks`), which every join checks.
+///
+/// Cancellation safe: as [`join_queue`].
+pub(crate) fn enter_queue_below<'a>(
+    shared: &'a Shared,
+    dir: &'a Arc<str>,
+    primitive_dir: &'a str,
+    marker: &'a str,
+    data: &'a [u8],
+    wait: Wait,
+) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
+    join_queue(
+        shared,
+        dir,
+        Below {
+            marker,
+            primitive_dir,
+        },
+        data,
+        wait,
+    )
 }
 
 /// A FIFO queue of `marker` nodes whose own nodes carry `tag` in their
@@ -733,17 +1018,21 @@ async fn queue_step(
     let timeout = shared.timeout;
     let deadline = wait.deadline();
     let mut children = None;
+    // Our extra nodes were looked for once in this step already.
+    let mut adopted = false;
     'session: loop {
         let mut q = match ours.take() {
             Some(q) => q,
             None => {
-                shared.lifecycle.check_open()?;
-                let session = shared.sessions.get().await?;
+                let Some(session) = session_for(shared, wait).await? else {
+                    return Ok(QueueStep::Done(None));
+                };
                 let naming = (uuid, rules.node_name());
                 let withdraw = Withdraw::new(&session, Arc::clone(dir), naming, timeout);
                 let mut undo =
                     CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
-                match join(shared, &withdraw, &mut undo, data, true, deadline).await? {
+                let asks = (data, true, rules.primitive_dir());
+                match join(shared, &withdraw, &mut undo, asks, wait).await? {
                     Joined::Node {
                         czxid,
                         children: listed,
@@ -771,8 +1060,9 @@ async fn queue_step(
                 Some(names) => names,
                 None => {
                     let list_sent = Instant::now();
+                    let ask = within(timeout, wait);
                     let listed =
-                        with_timeout("list", timeout, q.session().client.list_children(dir)).await;
+                        with_timeout("list", ask, q.session().client.list_children(dir)).await;
                     match triage_timed("list", timeout, listed) {
                         Ok(names) => {
                             q.heard_at = list_sent;
@@ -793,6 +1083,32 @@ async fn queue_step(
             };
             let node = q.node();
             let own_name = node.rsplit('/').next().unwrap_or_default();
+            let prefix = q.withdraw.prefix();
+            if !adopted
+                && names
+                    .iter()
+                    .any(|c| c.starts_with(&prefix) && c != own_name)
+            {
+                adopted = true;
+                // A second node of ours (a create of unknown outcome that
+                // landed late): never wait behind it, nor leave it.
+                match adopt_lowest(&mut q, timeout).await {
+                    Ok(()) => {}
+                    Err(Triage::SessionEnded) => {
+                        start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                        continue 'session;
+                    }
+                    Err(Triage::Retry) if pause_before_retry(deadline).await => {}
+                    Err(Triage::Retry) => {
+                        clean_up_now(q.undo, timeout).await;
+                        return Ok(QueueStep::Done(None));
+                    }
+                    Err(Triage::Fail(e)) => return Err(e),
+                }
+                continue;
+            }
+            // Kept for the kind check of a node that holds (`kinds`).
+            let listing = names.clone();
             let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
@@ -816,6 +1132,8 @@ async fn queue_step(
                         node,
                         czxid: q.czxid,
                         heard_at: q.heard_at,
+                        sweep: q.withdraw.unsure(),
+                        listing: Some(listing),
                     })));
                 }
                 Standing::Behind(child) => format!("{dir}/{child}"),
@@ -826,13 +1144,23 @@ async fn queue_step(
             }
             let watched = with_timeout(
                 "watch",
-                timeout,
+                within(timeout, wait),
                 q.session().client.check_and_watch_stat(&predecessor),
             )
             .await;
             match triage_timed("watch", timeout, watched) {
                 // Gone already: list again.
                 Ok((None, _)) => {}
+                Ok((Some(stat), _)) if !session_owned(stat.ephemeral_owner) => {
+                    // A persistent (or container, or TTL) node in the queue
+                    // never goes by itself: waiting for it is waiting
+                    // forever. Refused, and our node withdrawn.
+                    clean_up_now(q.undo, timeout).await;
+                    return Err(Error::Conflict {
+                        what: format!("zookeeper node {predecessor:?}"),
+                        expected: "lock node of a session (it is persistent, so it would never be released)",
+                    });
+                }
                 Ok((Some(_), watcher)) => {
                     *ours = Some(q);
                     return Ok(QueueStep::Wait(watcher));

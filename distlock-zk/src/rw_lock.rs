@@ -52,14 +52,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
+use crate::kinds::{settle, Kind, Settled, READ, WRITE};
 use crate::lease::guard;
 use crate::provider::Shared;
 use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
-
-/// Curator's `READ_LOCK_NAME`.
-const READ: &str = "__READ__";
-/// Curator's `WRITE_LOCK_NAME` (the same length as `READ`).
-const WRITE: &str = "__WRIT__";
 
 /// The read and write nodes among `children`, in queue order, as
 /// `(sequence, is_write, name)`; other children are not part of the queue.
@@ -148,17 +144,34 @@ impl Lock for RwSide {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = join_queue(
-            &self.shared,
-            &self.dir,
-            &self.side,
-            &self.shared.owner_data,
-            wait,
-        )
-        .await?;
-        acquired
-            .map(|a| guard(&self.shared, &self.name, a, true, self.hold))
-            .transpose()
+        loop {
+            let acquired = join_queue(
+                &self.shared,
+                &self.dir,
+                &self.side,
+                &self.shared.owner_data,
+                wait,
+            )
+            .await?;
+            let Some(acquired) = acquired else {
+                return Ok(None);
+            };
+            let settled = settle(
+                &self.shared,
+                &self.name,
+                &self.dir,
+                Kind::Rw,
+                acquired,
+                wait,
+            );
+            match Box::pin(settled).await? {
+                Settled::Held(a) => {
+                    return guard(&self.shared, &self.name, a, true, self.hold).map(Some)
+                }
+                Settled::NotAcquired => return Ok(None),
+                Settled::Again => {}
+            }
+        }
     }
 }
 

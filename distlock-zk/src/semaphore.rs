@@ -34,19 +34,17 @@ use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage_timed, Triage};
+use crate::kinds::{check, Kind};
 use crate::lease::guard;
 use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, enter_queue, join, passed, pause_before_retry, start_over, watch_fired,
-    watch_noticed, Acquired, Joined, Withdraw,
+    clean_up_now, enter_queue_below, join, passed, pause_before_retry, start_over, watch_fired,
+    watch_noticed, within, Acquired, Joined, Withdraw,
 };
 use crate::session::Session;
 
-/// The internal lock's directory under the semaphore's.
-pub(crate) const LOCKS: &str = "locks";
-/// The lease nodes' directory under the semaphore's.
-pub(crate) const LEASES: &str = "leases";
+pub(crate) use crate::kinds::{LEASES, LOCKS};
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///
@@ -255,10 +253,16 @@ async fn count_leases(
     })
 }
 
-/// Deletes the lease node (if any) and then the internal lock node.
-async fn give_up(lease: CleanupGuard, lock: CleanupGuard, timeout: std::time::Duration) {
-    clean_up_now(lease, timeout).await;
-    clean_up_now(lock, timeout).await;
+/// Deletes the lease node (if any) and then the internal lock node, both
+/// within one operation timeout (what is left then finishes in the
+/// background), so that a wait that gives up overruns its deadline by one
+/// operation timeout at most.
+async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, timeout: std::time::Duration) {
+    let _ = with_timeout("withdraw", timeout, async {
+        let _ = lease.run_now().await;
+        let _ = lock.run_now().await;
+    })
+    .await;
 }
 
 /// Curator's `internalAcquire1Lease`, with distlock's care for unknown
@@ -275,22 +279,24 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
     let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
     'attempt: loop {
         // The internal lock; Wait::No takes it only if nobody is ahead.
-        let Some(lock) = enter_queue(shared, &locks, "lock", &lock_data, wait).await? else {
+        let internal = enter_queue_below(shared, &locks, &sem.dir, "lock", &lock_data, wait);
+        let Some(lock) = internal.await? else {
             return Ok(None);
         };
-        let session = lock.session;
         let mut unlock = CleanupGuard::arm(
             "release the semaphore's internal lock",
-            Withdraw::node(&session, &lock.node, timeout),
+            Withdraw::acquired(&lock, timeout),
         )?;
+        let session = lock.session;
         // Our lease node, in the session that holds the internal lock.
-        let (own, czxid, mut undo) = loop {
+        let (own, czxid, mut undo, lease_unsure) = loop {
             shared.lifecycle.check_open()?;
             let naming = (lease_uuid, std::borrow::Cow::Borrowed("lease-"));
             let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
             let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
-            match join(shared, &withdraw, &mut undo, &data, false, deadline).await? {
-                Joined::Node { node, czxid, .. } => break (node, czxid, undo),
+            // The internal lock's join checked the semaphore's directory.
+            match join(shared, &withdraw, &mut undo, (&data, false, None), wait).await? {
+                Joined::Node { node, czxid, .. } => break (node, czxid, undo, withdraw.unsure()),
                 Joined::Again => {}
                 Joined::SessionEnded => {
                     // The internal lock node went with the session.
@@ -312,7 +318,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 &own_name,
                 sem.permits,
                 &mut checked,
-                timeout,
+                within(timeout, wait),
             )
             .await;
             let counted = match counted {
@@ -347,12 +353,41 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 });
             }
             if counted.count <= limit {
+                // One name is one lock (`kinds`): no other kind's node older
+                // than our family's front.
+                let checked = check(
+                    &session,
+                    (sem.dir.as_str(), None),
+                    &sem.name,
+                    Kind::Semaphore,
+                    czxid,
+                    timeout,
+                );
+                match Box::pin(checked).await {
+                    Ok(_) => {}
+                    Err(Triage::SessionEnded) => {
+                        start_over(shared, &session, &mut undo).await;
+                        unlock.disarm();
+                        continue 'attempt;
+                    }
+                    Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                    Err(Triage::Retry) => {
+                        give_up(undo, unlock, timeout).await;
+                        return Ok(None);
+                    }
+                    Err(Triage::Fail(e)) => {
+                        give_up(undo, unlock, timeout).await;
+                        return Err(e);
+                    }
+                }
                 undo.disarm();
                 let acquired = Acquired {
                     session: Arc::clone(&session),
                     node: own,
                     czxid,
                     heard_at: counted.sent,
+                    sweep: lease_unsure,
+                    listing: None,
                 };
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).

@@ -8,6 +8,7 @@
 //! ours; another's means we wait; none means we may create again.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,17 +19,17 @@ use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage, triage_timed, Triage};
+use crate::kinds::{settle, Kind, Settled};
 use crate::lease::guard;
-use crate::node::{acls, delete_if_ours, make_parents};
+use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, conflict, passed, pause_before_retry, start_over, watch_fired, watch_noticed,
-    Acquired,
+    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, start_over,
+    watch_fired, watch_noticed, within, Acquired,
 };
 use crate::session::Session;
 
-/// The unfair lock's node under the lock's directory.
-pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
+pub(crate) use crate::kinds::UNFAIR_NODE;
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
@@ -37,6 +38,10 @@ pub(crate) struct UnfairMutex {
     pub(crate) dir: String,
     /// The lease's `max_hold`, if any.
     pub(crate) hold: Option<std::time::Duration>,
+    /// The directory was seen to be a lock's (not an id counter): checked
+    /// by this handle's first create, pipelined with it, so that later
+    /// acquisitions cost no request for it.
+    pub(crate) dir_checked: AtomicBool,
 }
 
 impl fmt::Debug for UnfairMutex {
@@ -60,7 +65,7 @@ impl Cleanup for DeleteIfOurs {
     async fn clean_up(&self) -> Result<()> {
         // Retry for as long as the session may live: a node left behind
         // would hold the lock until the session ends.
-        let budget = self.session.timeout() * 2;
+        let budget = WHILE_SESSION_LIVES;
         let owner = self.session.id;
         let is_ours = |data: &[u8], stat: &zookeeper_client::Stat| {
             data == self.owner.as_slice() && stat.ephemeral_owner == owner
@@ -118,7 +123,13 @@ enum Step {
 /// Races for the one ephemeral node of an unfair lock: attempts, and waits
 /// for the holder's node to go between them. Each attempt is boxed and
 /// over before the wait, so a waiter keeps only its wait.
-async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>> {
+async fn take(
+    shared: &Shared,
+    name: &Name,
+    dir: &str,
+    dir_checked: &AtomicBool,
+    wait: Wait,
+) -> Result<Option<Acquired>> {
     let deadline = wait.deadline();
     let node = format!("{dir}/{UNFAIR_NODE}");
     // Our identity, and an id that tells this acquisition's node from
@@ -131,10 +142,21 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
     .into_bytes();
     loop {
         // Out of the match, so that the step is not kept through the wait.
-        let watcher = match Box::pin(attempt(shared, dir, &node, &owner, wait)).await? {
-            Step::Done(acquired) => return Ok(acquired),
-            Step::Wait(watcher) => watcher,
-        };
+        let watcher =
+            match Box::pin(attempt(shared, (dir, dir_checked), &node, &owner, wait)).await? {
+                Step::Done(Some(acquired)) => {
+                    // Ours: the kind check (`kinds`), which may wait for an
+                    // older fair mutex node.
+                    let settled = settle(shared, name, dir, Kind::Mutex, acquired, wait);
+                    match Box::pin(settled).await? {
+                        Settled::Held(acquired) => return Ok(Some(acquired)),
+                        Settled::NotAcquired => return Ok(None),
+                        Settled::Again => continue,
+                    }
+                }
+                Step::Done(None) => return Ok(None),
+                Step::Wait(watcher) => watcher,
+            };
         if wait == Wait::No || passed(deadline) {
             return Ok(None);
         }
@@ -147,13 +169,20 @@ async fn take(shared: &Shared, dir: &str, wait: Wait) -> Result<Option<Acquired>
 
 /// One attempt: create the node, or learn who holds it (with a watch),
 /// starting over on a new session when ours ends.
-async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wait) -> Result<Step> {
+async fn attempt(
+    shared: &Shared,
+    (dir, dir_checked): (&str, &AtomicBool),
+    node: &str,
+    owner: &[u8],
+    wait: Wait,
+) -> Result<Step> {
     let deadline = wait.deadline();
     let timeout = shared.timeout;
     let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
     'session: loop {
-        shared.lifecycle.check_open()?;
-        let session = shared.sessions.get().await?;
+        let Some(session) = session_for(shared, wait).await? else {
+            return Ok(Step::Done(None));
+        };
         let cleanup = Arc::new(DeleteIfOurs {
             session: Arc::clone(&session),
             node: node.to_owned(),
@@ -167,20 +196,67 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
         loop {
             if !unknown {
                 let sent = Instant::now();
-                let created = with_timeout(
-                    "create",
-                    timeout,
-                    session.client.create(node, owner, &create),
-                )
+                // The first create of this handle takes the directory's
+                // stat along (pipelined): a name whose node is an id
+                // counter is refused, not locked.
+                let check = !dir_checked.load(Ordering::Relaxed);
+                // The full operation timeout, even near the deadline: a
+                // free lock is taken with any timeout.
+                let asked = with_timeout("create", timeout, async {
+                    let stat = check.then(|| session.client.check_stat(dir));
+                    let creating = session.client.create(node, owner, &create);
+                    // Sent right behind the create on the same session, so
+                    // the server answers it after the create (one round trip
+                    // for both): the listing the kind check needs (`kinds`).
+                    let listing = session.client.list_children(dir);
+                    let (created, dir_stat) =
+                        futures::join!(creating, futures::future::OptionFuture::from(stat));
+                    (created, dir_stat, listing)
+                })
                 .await;
+                let (created, dir_stat, listing) = match asked {
+                    Ok((created, dir_stat, listing)) => {
+                        (Ok(created), dir_stat.and_then(Result::ok), Some(listing))
+                    }
+                    Err(e) => (Err(e), None, None),
+                };
+                let verdict = match (&created, &dir_stat) {
+                    (_, Some(Some(stat))) => check_lock_dir(dir, stat),
+                    (Ok(Ok(_)), None) if check => {
+                        check_dir_again(&session, dir, None, timeout).await
+                    }
+                    _ => Ok(()),
+                };
+                if verdict.is_ok() && dir_stat.is_some() {
+                    dir_checked.store(true, Ordering::Relaxed);
+                }
+                if let Err(e) = verdict {
+                    let refused = matches!(&created, Ok(Err(e)) if !crate::error::unknown(e));
+                    if refused {
+                        undo.disarm();
+                    } else {
+                        // Ours may be there: nothing may stay under a name
+                        // that is refused.
+                        clean_up_now(undo, timeout).await;
+                    }
+                    return Err(e);
+                }
                 match created {
                     Ok(Ok((stat, _))) => {
                         undo.disarm();
                         return Ok(Step::Done(Some(Acquired {
-                            session,
+                            session: Arc::clone(&session),
                             node: node.to_owned(),
                             czxid: stat.czxid,
                             heard_at: sent,
+                            sweep: false,
+                            listing: match listing {
+                                Some(listing) => with_timeout("list", timeout, listing)
+                                    .await
+                                    .ok()
+                                    .and_then(std::result::Result::ok),
+                                None => None,
+                            },
                         })));
                     }
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
@@ -216,7 +292,8 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
             if unknown {
                 // Make sure the server we ask has seen our create, if it
                 // reached the leader at all.
-                let synced = with_timeout("sync", timeout, session.client.sync(dir)).await;
+                let ask = within(timeout, wait);
+                let synced = with_timeout("sync", ask, session.client.sync(dir)).await;
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
@@ -233,7 +310,7 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
                     }
                 }
             }
-            match inspect(&session, node, owner, timeout).await {
+            match inspect(&session, node, owner, within(timeout, wait)).await {
                 Ok(Found::Ours(czxid, heard_at)) => {
                     undo.disarm();
                     return Ok(Step::Done(Some(Acquired {
@@ -241,6 +318,8 @@ async fn attempt(shared: &Shared, dir: &str, node: &str, owner: &[u8], wait: Wai
                         node: node.to_owned(),
                         czxid,
                         heard_at,
+                        sweep: false,
+                        listing: None,
                     })));
                 }
                 Ok(Found::Absent) => {
@@ -287,7 +366,7 @@ impl Lock for UnfairMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.shared, &self.dir, wait).await?;
+        let acquired = take(&self.shared, &self.name, &self.dir, &self.dir_checked, wait).await?;
         acquired
             .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
             .transpose()

@@ -131,3 +131,8 @@ mod max_hold_semaphore {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(max_hold super::Zk::standalone(Kind::Semaphore1));
 }
+
+mod kinds {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(kinds super::Zk::standalone(Kind::Mutex));
+}

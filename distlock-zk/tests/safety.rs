@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::Provider;
 use distlock_zk::{ZkOptions, ZkProvider};
-use test_support::safety::{self, Shape, Workload};
+use test_support::safety::{self, LiveFault, LivePlan, LiveShape, Member, Shape, Workload};
 use test_support::{unique_name, Proxy, ZkCluster};
 
 const CI: Duration = Duration::from_secs(10);
@@ -122,3 +122,176 @@ async fn session_expiry_of_a_blackholed_client(shape: Shape) {
 
 test_support::every_shape!(fair ensemble_leader_killed_and_restarted);
 test_support::every_shape!(fair session_expiry_of_a_blackholed_client);
+
+// ------------------------------------------------------------ liveness
+
+const SESSION: Duration = Duration::from_secs(2);
+/// The server expires sessions in buckets of its tick
+/// (`test_support::zookeeper`'s 200 ms): a session can outlive its timeout
+/// by one tick.
+const TICK: Duration = Duration::from_millis(200);
+/// Stalls longer than this are counted, as on Redis: three times the
+/// slowest hand-over away from a fault measured here under load (a watch
+/// firing and a read: 83 ms), far below the session a dead member can hold
+/// a line up. A cut can cost one reconnect (220-360 ms measured): the one
+/// stall per fault the assertion allows.
+const THRESHOLD: Duration = Duration::from_millis(250);
+/// A member pauses up to this long between a release and its next attempt.
+const PAUSE: Duration = Duration::from_millis(500);
+
+/// Five providers, each through its own proxy, run the primitive while
+/// `fault` repeats. ZooKeeper has no re-check: the fault's own bound is the
+/// session (a dead member's node goes with its session), so the longest
+/// time the lock sat free with a live waiter must be within the session
+/// timeout and a tick (plus 1 s of slack), with at most one stall over
+/// [`THRESHOLD`] per fault.
+async fn liveness(shape: LiveShape, fault: LiveFault, base: &str, every: Duration, spared: usize) {
+    let zk = test_support::zookeeper::shared();
+    let mut members = Vec::new();
+    for _ in 0..5 {
+        let proxy = Proxy::start(zk.addr(0));
+        let options = ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(SESSION)
+            .operation_timeout(Duration::from_secs(2));
+        let provider = ZkProvider::connect_with(options).await.unwrap();
+        members.push(Member {
+            provider: Arc::new(provider),
+            proxy,
+        });
+    }
+    let name = unique_name("safety-live");
+    let report = safety::run_liveness(
+        &shape.scenario(base),
+        members,
+        shape,
+        &name,
+        None,
+        LivePlan {
+            fault,
+            every,
+            dead_lease: SESSION + TICK,
+            failed_release: SESSION + TICK,
+            threshold: THRESHOLD,
+            spared,
+            work: Duration::from_millis(50),
+            pause: PAUSE,
+        },
+        safety::scenario_duration(CI),
+    )
+    .await;
+    safety::publish(&report);
+    assert!(
+        report.faults >= 1 && report.accepted_writes > 0,
+        "{report:?}"
+    );
+    safety::assert_liveness(
+        &report,
+        SESSION + TICK + Duration::from_secs(1),
+        report.faults,
+    );
+}
+
+const DEATHS: &str =
+    "zookeeper liveness: providers die (all connections cut for good) waiting or holding";
+const CUTS: &str = "zookeeper liveness: connection cuts";
+const BLACKHOLES: &str = "zookeeper liveness: blackholes of 1.2 s, shorter than the 2 s session";
+const RESETS: &str = "zookeeper liveness: resets right after a request on a lock node";
+
+async fn deaths(shape: LiveShape) {
+    liveness(shape, LiveFault::Death, DEATHS, Duration::from_secs(3), 2).await;
+}
+
+async fn cuts(shape: LiveShape) {
+    liveness(shape, LiveFault::Cut, CUTS, Duration::from_secs(1), 0).await;
+}
+
+/// A reset right after a request naming the lock's nodes (a create, a
+/// lookup, a delete) was forwarded: issue 24 item 6's stray node, made
+/// likely.
+async fn resets(shape: LiveShape) {
+    let marker: &'static [u8] = match shape {
+        LiveShape::Mutex => b"_unfair_lock",
+        LiveShape::FairMutex | LiveShape::Election => b"_c_",
+    };
+    let fault = LiveFault::CutAfterRequest(marker);
+    liveness(shape, fault, RESETS, Duration::from_secs(1), 0).await;
+}
+
+/// Longer than the client's no-response timeout (0.4 of the session in
+/// zookeeper-client), shorter than the session: a request in flight then
+/// fails with the client's own timeout (issue 24 item 6's `Error::Custom`).
+/// Fails intermittently on today's code (the mutex: a free lock sat 3.9 s
+/// with live waiters in one of three 30 s runs, bound 3.2 s; none in two
+/// CI-sized runs), hence `#[ignore]` on its tests until item 6 lands.
+async fn blackholes(shape: LiveShape) {
+    let fault = LiveFault::Blackhole(Duration::from_millis(1200));
+    liveness(shape, fault, BLACKHOLES, Duration::from_secs(2), 0).await;
+}
+
+mod liveness {
+    use super::{blackholes, cuts, deaths, resets};
+    use test_support::safety::LiveShape;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deaths_mutex() {
+        deaths(LiveShape::Mutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deaths_fair_mutex() {
+        deaths(LiveShape::FairMutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deaths_election() {
+        deaths(LiveShape::Election).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cuts_mutex() {
+        cuts(LiveShape::Mutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cuts_fair_mutex() {
+        cuts(LiveShape::FairMutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cuts_election() {
+        cuts(LiveShape::Election).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn resets_mutex() {
+        resets(LiveShape::Mutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn resets_fair_mutex() {
+        resets(LiveShape::FairMutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn resets_election() {
+        resets(LiveShape::Election).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails intermittently until issue 24 item 6 (unknown outcomes on ZooKeeper) is fixed: the lead enables it after the merge"]
+    async fn blackholes_mutex() {
+        blackholes(LiveShape::Mutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails intermittently until issue 24 item 6 (unknown outcomes on ZooKeeper) is fixed: the lead enables it after the merge"]
+    async fn blackholes_fair_mutex() {
+        blackholes(LiveShape::FairMutex).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails intermittently until issue 24 item 6 (unknown outcomes on ZooKeeper) is fixed: the lead enables it after the merge"]
+    async fn blackholes_election() {
+        blackholes(LiveShape::Election).await;
+    }
+}

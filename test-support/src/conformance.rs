@@ -530,11 +530,13 @@ pub async fn ids_unique_and_increasing(clients: [Arc<dyn Provider>; 2]) -> Vec<(
 /// test_support::conformance_suite!(semaphore session ZkFixture::fair());
 /// test_support::conformance_suite!(fair MemFixture::mutex());    // FIFO order
 /// test_support::conformance_suite!(election MemFixture::mutex());
+/// test_support::conformance_suite!(kinds MemFixture::mutex());    // one name is one lock
 /// ```
 ///
 /// The `rw`, `semaphore`, `fair` and `election` arms run the sections of
 /// [`primitives`](crate::primitives) on the fixture's clients (its `lock`
-/// is not used there).
+/// is not used there), and so does the `kinds` arm, the cross-kind checks
+/// of [`kinds`](crate::kinds).
 #[macro_export]
 macro_rules! conformance_suite {
     (rw session $fixture:expr) => {
@@ -573,6 +575,9 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@in operations $fixture;
             inspect_mutexes, inspect_rw_lock, inspect_semaphore, inspect_election,
             force_release_evicts);
+    };
+    (kinds $fixture:expr) => {
+        $crate::conformance_suite!(@in kinds $fixture; cross_kind_pairs, cross_kind_race);
     };
     (max_hold $fixture:expr) => {
         $crate::conformance_suite!(@in operations $fixture; max_hold_ends_the_hold);

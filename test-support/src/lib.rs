@@ -12,6 +12,7 @@
 
 pub mod conformance;
 pub mod curator;
+pub mod kinds;
 pub mod masters;
 pub mod metrics;
 pub mod operations;

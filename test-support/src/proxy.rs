@@ -32,7 +32,21 @@ struct Control {
     swallowed_bytes: AtomicU64,
     /// The connections accepted so far (dead ones are pruned at accept).
     conns: std::sync::Mutex<Vec<std::sync::Weak<Conn>>>,
+    /// Armed by `reset_after_request(marker)`: the connection that
+    /// forwards a request chunk containing the marker (after `skip` such
+    /// chunks went through) is then reset on the client's side.
+    reset_marker: std::sync::Mutex<Option<(Vec<u8>, usize)>>,
+    /// The armed reset drops the request instead of forwarding it
+    /// (`reset_instead_of_request`).
+    reset_drops: AtomicBool,
+    /// Client connections reset by `reset_after_request`.
+    resets: AtomicUsize,
 }
+
+/// How long the server side of a connection reset by
+/// [`Proxy::reset_after_request`] stays open: time for the server to run
+/// the forwarded request (its reply is dropped).
+const RESET_SERVER_LINGER: Duration = Duration::from_millis(500);
 
 /// What the proxy keeps about one connection.
 #[derive(Debug, Default)]
@@ -186,10 +200,16 @@ impl Proxy {
     }
 
     /// Back to plain forwarding: no blackhole, no delay, no swallowed
-    /// replies, and a pending [`Proxy::lose_next_reply`] disarmed. Open
+    /// replies, and a pending [`Proxy::lose_next_reply`] or
+    /// [`Proxy::reset_after_request`] disarmed. Open
     /// connections stay open.
     pub fn heal(&self) {
         self.control.lose_next.store(false, Ordering::SeqCst);
+        *self
+            .control
+            .reset_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         *self
             .control
             .lose_marker
@@ -198,6 +218,47 @@ impl Proxy {
         self.control.swallow.store(0, Ordering::SeqCst);
         self.control.blackhole.store(false, Ordering::SeqCst);
         self.control.delay_us.store(0, Ordering::SeqCst);
+    }
+
+    /// Arms a one-shot fault: the next request chunk any client sends that
+    /// contains `marker` is forwarded to the server, and right after, that
+    /// client's connection is reset (an RST, so the client reads
+    /// `ECONNRESET`, not an end of file). The server side stays open a
+    /// moment, so the request runs; its reply is dropped. The client cannot
+    /// tell whether the request took effect. Other connections, and later
+    /// ones, are not touched.
+    pub fn reset_after_request(&self, marker: &[u8]) {
+        self.reset_after_nth_request(marker, 0);
+    }
+
+    /// As [`Proxy::reset_after_request`], letting the first `skip` request
+    /// chunks that contain `marker` through untouched.
+    pub fn reset_after_nth_request(&self, marker: &[u8], skip: usize) {
+        self.control.reset_drops.store(false, Ordering::SeqCst);
+        *self
+            .control
+            .reset_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((marker.to_vec(), skip));
+    }
+
+    /// As [`Proxy::reset_after_request`], but the request chunk is dropped,
+    /// not forwarded: the request never reaches the server, and the client
+    /// sees a reset all the same (it cannot tell the two apart).
+    pub fn reset_instead_of_request(&self, marker: &[u8]) {
+        self.control.reset_drops.store(true, Ordering::SeqCst);
+        *self
+            .control
+            .reset_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((marker.to_vec(), 0));
+    }
+
+    /// Client connections reset by [`Proxy::reset_after_request`] (or
+    /// [`Proxy::reset_instead_of_request`]) so far.
+    #[must_use]
+    pub fn resets(&self) -> usize {
+        self.control.resets.load(Ordering::SeqCst)
     }
 
     /// Connections open right now.
@@ -298,12 +359,25 @@ async fn accept_loop(
             let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);
             control.open.fetch_add(1, Ordering::SeqCst);
-            let (cr, cw) = client.into_split();
-            let (sr, sw) = server.into_split();
-            tokio::select! {
-                () = pump(cr, sw, &control, &conn, Direction::ToServer) => {}
-                () = pump(sr, cw, &control, &conn, Direction::ToClient(generation)) => {}
-                _ = cut.changed() => {}
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            let reset = tokio::select! {
+                reset = pump(&mut cr, &mut sw, &control, &conn, Direction::ToServer) => reset,
+                reset = pump(&mut sr, &mut cw, &control, &conn, Direction::ToClient(generation)) => reset,
+                _ = cut.changed() => false,
+            };
+            if reset {
+                // An abortive close: RST, without the write half's FIN first.
+                if let Ok(client) = cr.reunite(cw) {
+                    let _ = client.set_zero_linger();
+                    drop(client);
+                }
+                control.resets.fetch_add(1, Ordering::SeqCst);
+                control.open.fetch_sub(1, Ordering::SeqCst);
+                // The server runs the request; its reply goes nowhere.
+                tokio::time::sleep(RESET_SERVER_LINGER).await;
+                drop((sr, sw));
+                return;
             }
             control.open.fetch_sub(1, Ordering::SeqCst);
         });
@@ -318,19 +392,20 @@ enum Direction {
     ToClient(u64),
 }
 
-/// Copies one direction, applying delay, blackhole and lost replies;
-/// returns when either side closes.
+/// Copies one direction, applying delay, blackhole, lost replies and
+/// resets; returns when either side closes (`false`), or when a request
+/// armed by `reset_after_request` was forwarded (`true`: reset the client).
 async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
     control: &Control,
     conn: &Conn,
     direction: Direction,
-) {
+) -> bool {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
         if matches!(direction, Direction::ToServer) {
@@ -379,6 +454,14 @@ async fn pump(
                     let now = control.generation.load(Ordering::SeqCst);
                     control.swallow.store(now + 1, Ordering::SeqCst);
                 }
+                if take_marker(&control.reset_marker, &buf[..n]) {
+                    // Forwarded (or dropped), then the client's side is
+                    // reset at once (before any reply can be copied back).
+                    if !control.reset_drops.load(Ordering::SeqCst) {
+                        let _ = to.write_all(&buf[..n]).await;
+                    }
+                    return true;
+                }
             }
             Direction::ToClient(generation) => {
                 if control.swallows(generation) {
@@ -390,8 +473,30 @@ async fn pump(
             }
         }
         if to.write_all(&buf[..n]).await.is_err() {
-            return;
+            return false;
         }
+    }
+}
+
+/// Whether `chunk` fires the one-shot `marker` (`Some((marker, skip))`):
+/// it contains the marker and `skip` is 0 (else `skip` counts down).
+fn take_marker(marker: &std::sync::Mutex<Option<(Vec<u8>, usize)>>, chunk: &[u8]) -> bool {
+    let mut marker = marker
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let seen = marker
+        .as_ref()
+        .is_some_and(|(m, _)| !m.is_empty() && chunk.windows(m.len()).any(|w| w == m));
+    match marker.as_mut() {
+        Some((_, skip)) if seen && *skip > 0 => {
+            *skip -= 1;
+            false
+        }
+        _ if seen => {
+            *marker = None;
+            true
+        }
+        _ => false,
     }
 }
 

@@ -15,6 +15,15 @@
 //! previous holder has not started releasing, or started only after it knew
 //! the lease was lost), was the previous holder's status already lost at the
 //! moment the next holder's acquisition returned?
+//!
+//! And liveness ([`run_liveness`]): the longest time the lock sat free
+//! while a live waiter waited, under provider deaths, silent subscribers,
+//! cuts and partitions. "Free" is known from the test side: the instant a
+//! holder's `release()` returned (a failed release: its start plus the
+//! lease's length), or for a dead holder its death plus the longest its
+//! lease or session can outlive it; a stall ends when the next live
+//! acquisition returns, and counts from the later of "free" and the start
+//! of the earliest live waiter's wait.
 
 use std::fmt;
 use std::future::Future;
@@ -22,9 +31,13 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use distlock_core::{LeaseWatch, Lock, Provider, ReadWriteLock, Semaphore};
+use distlock_core::{
+    Election, Leadership, LeaseOptions, LeaseWatch, Lock, LockGuard, Provider, ReadWriteLock,
+    Semaphore,
+};
 
 use crate::resources::{Claim, RwStore, SlotStore};
+use crate::Proxy;
 
 /// A resource that rejects any access with a fencing token lower than the
 /// highest it has seen.
@@ -137,6 +150,9 @@ pub struct Report {
     /// run while its thread is blocked: the fence covers it, so they are
     /// counted apart.
     pub starved_takeovers: u64,
+    /// The liveness figure of [`run_liveness`]: the longest time the lock
+    /// sat free while a live waiter waited; `None` where not measured.
+    pub free_stalls: Option<FreeStalls>,
 }
 
 impl Report {
@@ -159,7 +175,7 @@ impl Report {
     /// The Markdown table header matching [`Report`]'s `Display`.
     #[must_use]
     pub fn header() -> &'static str {
-        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates, torn reads | lost leases noticed before the write | lost() before next holder |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates, torn reads | lost leases noticed before the write | lost() before next holder | longest free with a live waiter |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     }
 }
 
@@ -207,7 +223,7 @@ impl fmt::Display for Report {
         }
         write!(
             f,
-            "| {} | {} | {} | {} | {} | {} | {}, {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {}, {} | {} | {} | {} |",
             self.scenario,
             self.operations,
             self.acquisitions,
@@ -217,7 +233,9 @@ impl fmt::Display for Report {
             self.lost_updates,
             self.torn_reads,
             noticed,
-            before_next
+            before_next,
+            self.free_stalls
+                .map_or_else(|| "-".to_owned(), |s| s.to_string())
         )
     }
 }
@@ -759,6 +777,7 @@ where
         lost_before_next: counters.lost_before_next.load(Ordering::Relaxed),
         lost_after_next: counters.lost_after_next.load(Ordering::Relaxed),
         starved_takeovers: counters.starved_takeovers.load(Ordering::Relaxed),
+        free_stalls: None,
     };
     assert_eq!(
         value, accepted_writes,
@@ -791,6 +810,496 @@ pub fn publish(report: &Report) {
             let _ = writeln!(f, "{report}");
         }
     }
+}
+
+// ------------------------------------------------------------ liveness
+
+/// What a liveness run measured: how long a free lock sat while a live
+/// waiter was waiting (see [`run_liveness`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FreeStalls {
+    /// Stalls measured: hand-overs to a live waiter, and a lock still free
+    /// with a live waiter at the end of the run.
+    pub handovers: u64,
+    /// The longest.
+    pub worst: Duration,
+    /// How many were longer than `threshold`.
+    pub over: u64,
+    /// The threshold of `over`.
+    pub threshold: Duration,
+}
+
+impl fmt::Display for FreeStalls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ms; {} of {} > {} ms",
+            self.worst.as_millis(),
+            self.over,
+            self.handovers,
+            self.threshold.as_millis()
+        )
+    }
+}
+
+/// Panics unless the longest stall of `report` is at most `bound` and at
+/// most `allowed_over` stalls were longer than its threshold (one per
+/// fault, say: the issue's "at most one such stall per dead provider").
+///
+/// # Panics
+///
+/// As said, or when the report has no liveness figure.
+pub fn assert_liveness(report: &Report, bound: Duration, allowed_over: u64) {
+    let stalls = report
+        .free_stalls
+        .unwrap_or_else(|| panic!("{}: no liveness figure", report.scenario));
+    assert!(
+        stalls.worst <= bound && stalls.over <= allowed_over,
+        "{}: a free lock sat with a live waiter for up to {:?} (bound {bound:?}), \
+         {} stalls over {:?} (allowed {allowed_over}): {report:?}",
+        report.scenario,
+        stalls.worst,
+        stalls.over,
+        stalls.threshold,
+    );
+}
+
+/// The primitive of a liveness run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveShape {
+    /// The unfair mutex.
+    Mutex,
+    /// The fair mutex.
+    FairMutex,
+    /// The election (a term is a hold, resigning a release).
+    Election,
+}
+
+impl LiveShape {
+    /// A scenario's name with this shape's label.
+    #[must_use]
+    pub fn scenario(self, base: &str) -> String {
+        let label = match self {
+            LiveShape::Mutex => "mutex",
+            LiveShape::FairMutex => "fair mutex",
+            LiveShape::Election => "election",
+        };
+        format!("{base} [{label}]")
+    }
+
+    fn make(self, p: &dyn Provider, name: &str, lease: Option<LeaseOptions>) -> Contended {
+        let lease = lease.unwrap_or_else(|| p.default_lease());
+        match self {
+            LiveShape::Mutex => Contended::Lock(p.mutex_with(name, lease).expect("mutex")),
+            LiveShape::FairMutex => {
+                Contended::Lock(p.fair_mutex_with(name, lease).expect("fair mutex"))
+            }
+            LiveShape::Election => {
+                Contended::Election(p.election_with(name, lease).expect("election"))
+            }
+        }
+    }
+}
+
+enum Contended {
+    Lock(Arc<dyn Lock>),
+    Election(Arc<dyn Election>),
+}
+
+enum Hold {
+    Guard(LockGuard),
+    Leader(Leadership),
+}
+
+impl Contended {
+    /// `Ok(None)`: not within `limit`.
+    async fn acquire(
+        &self,
+        candidate: &str,
+        limit: Duration,
+    ) -> distlock_core::Result<Option<Hold>> {
+        match self {
+            // The outer timeout too: a wait that overruns its own deadline
+            // must not stall the worker's loop.
+            Contended::Lock(lock) => {
+                match tokio::time::timeout(limit, lock.lock_timeout(limit)).await {
+                    Ok(r) => r.map(|g| g.map(Hold::Guard)),
+                    Err(_) => Ok(None),
+                }
+            }
+            Contended::Election(e) => {
+                match tokio::time::timeout(limit, e.campaign(candidate)).await {
+                    Ok(r) => r.map(|l| Some(Hold::Leader(l))),
+                    Err(_) => Ok(None),
+                }
+            }
+        }
+    }
+}
+
+impl Hold {
+    fn token(&self) -> u64 {
+        match self {
+            Hold::Guard(g) => g.fencing_token(),
+            Hold::Leader(l) => l.term(),
+        }
+    }
+
+    fn is_held(&self) -> bool {
+        match self {
+            Hold::Guard(g) => g.is_held(),
+            Hold::Leader(l) => l.is_leader(),
+        }
+    }
+
+    async fn release(self) -> distlock_core::Result<()> {
+        match self {
+            Hold::Guard(g) => g.release().await,
+            Hold::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+/// The fault a liveness run repeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveFault {
+    /// A member dies: its proxy swallows every byte and cuts every
+    /// connection, never to be restored, and its worker task is aborted
+    /// (whatever it was doing: waiting in line or holding).
+    Death,
+    /// A member's pub/sub connection goes silent but stays open
+    /// ([`Proxy::silence_connections_that_sent`] on `SUBSCRIBE`); the
+    /// member stays alive, and its waiters count as live.
+    SilentSubscriber,
+    /// Every connection of a member is cut ([`Proxy::cut`]); it reconnects.
+    Cut,
+    /// A member's next request containing the marker (say a lock node's
+    /// name) is forwarded, its reply swallowed, and then its connections
+    /// are cut: the request landed, the client saw a reset
+    /// ([`Proxy::lose_reply_to`], then [`Proxy::cut`]). Not counted when no
+    /// such request came within half the fault interval.
+    CutAfterRequest(&'static [u8]),
+    /// A member's proxy swallows every byte for this long, connections
+    /// open ([`Proxy::set_blackhole`]): a partition shorter than the
+    /// session, longer than the client's own no-response timeout.
+    Blackhole(Duration),
+}
+
+/// One contender of a liveness run: a provider connected through its own
+/// proxy.
+pub struct Member {
+    /// The provider.
+    pub provider: Arc<dyn Provider>,
+    /// Its proxy to the server.
+    pub proxy: Proxy,
+}
+
+/// How a liveness run goes.
+#[derive(Clone, Copy, Debug)]
+pub struct LivePlan {
+    /// The fault.
+    pub fault: LiveFault,
+    /// The first fault comes after this, then one every `every`.
+    pub every: Duration,
+    /// How long a dead member's lease or session can hold the lock on the
+    /// server after its death, at the latest (the TTL; the session timeout
+    /// and a server tick): a dead holder's lock counts as free from then.
+    pub dead_lease: Duration,
+    /// A failed release may leave the lock held this long (as `dead_lease`).
+    pub failed_release: Duration,
+    /// Stalls longer than this are counted.
+    pub threshold: Duration,
+    /// Members never faulted (deaths stop when only these are left).
+    pub spared: usize,
+    /// Work under the lock.
+    pub work: Duration,
+    /// A member pauses up to this long (at random) between a release and
+    /// its next acquisition: long enough that the waiters a release must
+    /// wake are in line, not arriving afresh (a fresh attempt would find
+    /// the lock free and hide a lost wake-up).
+    pub pause: Duration,
+}
+
+/// The test side's view of who holds, who waits and since when the lock is
+/// free.
+#[derive(Default)]
+struct Watcher {
+    /// Token and member of the latest holder.
+    holder: Option<(u64, usize)>,
+    /// The latest holder's token and the instant the lock is free at the
+    /// latest: its release returned, or its death plus `dead_lease`.
+    free_since: Option<(u64, Instant)>,
+    /// Members waiting now, since when.
+    waiting: std::collections::HashMap<usize, Instant>,
+    /// Dead members, and when they died.
+    dead: std::collections::HashMap<usize, Instant>,
+    stalls: Vec<Duration>,
+}
+
+impl Watcher {
+    fn earliest_live_waiter(&self) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .filter(|(m, _)| !self.dead.contains_key(m))
+            .map(|(_, since)| *since)
+            .min()
+    }
+
+    fn waits(&mut self, member: usize, now: Instant) {
+        if !self.dead.contains_key(&member) {
+            self.waiting.insert(member, now);
+        }
+    }
+
+    fn stops_waiting(&mut self, member: usize) {
+        self.waiting.remove(&member);
+    }
+
+    fn acquired(&mut self, member: usize, token: u64, now: Instant, dead_lease: Duration) {
+        if self.holder.is_some_and(|(t, _)| t > token) {
+            // Superseded already: a later holder recorded itself first.
+            self.waiting.remove(&member);
+            return;
+        }
+        if let Some(&died) = self.dead.get(&member) {
+            // Its acquisition landed before its death: held, by nobody
+            // alive, until its lease can end.
+            self.holder = Some((token, member));
+            self.free_since = Some((token, died + dead_lease));
+            return;
+        }
+        if let Some((t, free)) = self.free_since.take() {
+            if t < token {
+                // The stall counts from when the lock was free and a live
+                // waiter (this one at least) was waiting.
+                let from = self.earliest_live_waiter().map_or(free, |w| w.max(free));
+                self.stalls.push(now.saturating_duration_since(from));
+            }
+        }
+        self.waiting.remove(&member);
+        self.holder = Some((token, member));
+    }
+
+    /// A hold ended at `free` at the latest (unless another holder came).
+    fn released(&mut self, member: usize, token: u64, free: Instant) {
+        if self.holder == Some((token, member)) && !self.dead.contains_key(&member) {
+            self.free_since = Some((token, free));
+        }
+    }
+
+    fn died(&mut self, member: usize, now: Instant, dead_lease: Duration) {
+        self.dead.insert(member, now);
+        self.waiting.remove(&member);
+        if let Some((token, m)) = self.holder {
+            if m == member && self.free_since.is_none_or(|(t, _)| t != token) {
+                self.free_since = Some((token, now + dead_lease));
+            }
+        }
+    }
+
+    /// The end of the run: a lock still free with a live waiter is a stall
+    /// up to now.
+    fn close(&mut self, now: Instant) {
+        if let (Some((_, free)), Some(w)) = (self.free_since, self.earliest_live_waiter()) {
+            if free < now {
+                self.stalls.push(now.saturating_duration_since(w.max(free)));
+            }
+        }
+    }
+}
+
+/// An exclusive holder inside the critical section until dropped.
+struct Inside<'a>(&'a Counters);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.vacate(Role::Exclusive);
+    }
+}
+
+fn seen(w: &Mutex<Watcher>) -> std::sync::MutexGuard<'_, Watcher> {
+    w.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs one worker per member on the primitive `shape` named `name` for
+/// `duration`, repeating `plan.fault` on members other than the first
+/// `plan.spared`, and measures **how long the lock sat free while a live
+/// waiter waited**: from the moment it was free (a release returned, or a
+/// dead holder's lease could end at the latest: its death plus
+/// `plan.dead_lease`) to the moment the next live acquisition returned,
+/// counted from the later of that and the start of the earliest live
+/// waiter's wait. Each holder also does a fenced read-modify-write, so
+/// the run checks for lost updates too.
+///
+/// # Panics
+///
+/// When the resource lost an update, or a worker panicked.
+#[allow(clippy::too_many_lines)]
+pub async fn run_liveness(
+    scenario: &str,
+    members: Vec<Member>,
+    shape: LiveShape,
+    name: &str,
+    lease: Option<LeaseOptions>,
+    plan: LivePlan,
+    duration: Duration,
+) -> Report {
+    let store = Arc::new(FencedStore::default());
+    let watcher = Arc::new(Mutex::new(Watcher::default()));
+    let counters = Arc::new(Counters::default());
+    let until = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for (m, member) in members.iter().enumerate() {
+        let contended = shape.make(member.provider.as_ref(), name, lease);
+        let (store, counters) = (Arc::clone(&store), Arc::clone(&counters));
+        let watcher = Arc::clone(&watcher);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(m as u64);
+            let candidate = format!("member-{m}");
+            while Instant::now() < until {
+                counters.operations.fetch_add(1, Ordering::Relaxed);
+                seen(&watcher).waits(m, Instant::now());
+                let hold = match contended.acquire(&candidate, Duration::from_secs(5)).await {
+                    Ok(Some(hold)) => hold,
+                    Ok(None) => {
+                        seen(&watcher).stops_waiting(m);
+                        continue;
+                    }
+                    Err(_) => {
+                        seen(&watcher).stops_waiting(m);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let token = hold.token();
+                seen(&watcher).acquired(m, token, Instant::now(), plan.dead_lease);
+                counters.acquisitions.fetch_add(1, Ordering::Relaxed);
+                if counters.occupy(Role::Exclusive, 1) {
+                    counters.overlaps.fetch_add(1, Ordering::Relaxed);
+                }
+                // Leaves the section when dropped: also when the member dies
+                // (its task aborted) inside it, since a dead process does not
+                // touch the resource again.
+                let inside = Inside(&counters);
+                match store.read(token) {
+                    Ok(v) => {
+                        tokio::time::sleep(plan.work).await;
+                        if !hold.is_held() {
+                            counters.noticed.fetch_add(1, Ordering::Relaxed);
+                        } else if store.write(token, v + 1).is_err() {
+                            counters.stale.fetch_add(1, Ordering::Relaxed);
+                            counters.unnoticed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(Stale) => {
+                        counters.stale.fetch_add(1, Ordering::Relaxed);
+                        counters.unnoticed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                drop(inside);
+                let started = Instant::now();
+                let released = tokio::time::timeout(Duration::from_secs(5), hold.release()).await;
+                // Free by now, or (failed) once the lease can end.
+                let free = match released {
+                    Ok(Ok(())) => Instant::now(),
+                    _ => started + plan.failed_release,
+                };
+                seen(&watcher).released(m, token, free);
+                let pause = u64::try_from(plan.pause.as_micros()).unwrap_or(u64::MAX);
+                tokio::time::sleep(Duration::from_micros(rng.u64(0..=pause))).await;
+            }
+        }));
+    }
+    let mut faults = 0;
+    let mut rng = fastrand::Rng::with_seed(29);
+    let mut alive: Vec<usize> = (plan.spared..members.len()).collect();
+    let mut next = Instant::now() + plan.every;
+    while next + plan.every / 2 < until && !alive.is_empty() {
+        tokio::time::sleep_until(next.into()).await;
+        next += plan.every;
+        match plan.fault {
+            LiveFault::Death => {
+                let m = alive.swap_remove(rng.usize(0..alive.len()));
+                let proxy = &members[m].proxy;
+                proxy.set_blackhole(true);
+                proxy.cut();
+                tasks[m].abort();
+                watcher.lock().unwrap_or_else(PoisonError::into_inner).died(
+                    m,
+                    Instant::now(),
+                    plan.dead_lease,
+                );
+            }
+            LiveFault::SilentSubscriber => {
+                // Each member once: silenced for the rest of the run.
+                let m = alive.swap_remove(rng.usize(0..alive.len()));
+                if members[m].proxy.silence_connections_that_sent(b"SUBSCRIBE") == 0 {
+                    // No subscriber connection open yet: no fault.
+                    continue;
+                }
+            }
+            LiveFault::Cut => members[alive[rng.usize(0..alive.len())]].proxy.cut(),
+            LiveFault::Blackhole(length) => {
+                let proxy = &members[alive[rng.usize(0..alive.len())]].proxy;
+                proxy.set_blackhole(true);
+                tokio::time::sleep(length).await;
+                proxy.set_blackhole(false);
+            }
+            LiveFault::CutAfterRequest(marker) => {
+                let proxy = &members[alive[rng.usize(0..alive.len())]].proxy;
+                proxy.lose_reply_to(marker);
+                let give_up = Instant::now() + plan.every / 2;
+                while !proxy.losing_replies() && Instant::now() < give_up {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let landed = proxy.losing_replies();
+                // A moment for the client to wait on the lost reply.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                proxy.heal();
+                proxy.cut();
+                if !landed {
+                    continue;
+                }
+            }
+        }
+        faults += 1;
+    }
+    tokio::time::sleep_until(until.into()).await;
+    seen(&watcher).close(Instant::now());
+    for t in tasks {
+        match t.await {
+            Ok(()) => {}
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => panic!("worker panicked: {e}"),
+        }
+    }
+    let (value, accepted_writes) = store.snapshot();
+    let stalls = std::mem::take(&mut seen(&watcher).stalls);
+    let free_stalls = FreeStalls {
+        handovers: stalls.len() as u64,
+        worst: stalls.iter().copied().max().unwrap_or_default(),
+        over: stalls.iter().filter(|s| **s > plan.threshold).count() as u64,
+        threshold: plan.threshold,
+    };
+    let report = Report {
+        scenario: scenario.to_owned(),
+        operations: counters.operations.load(Ordering::Relaxed),
+        acquisitions: counters.acquisitions.load(Ordering::Relaxed),
+        faults,
+        overlaps: counters.overlaps.load(Ordering::Relaxed),
+        stale_rejected: counters.stale.load(Ordering::Relaxed),
+        accepted_writes,
+        lost_updates: accepted_writes.saturating_sub(value),
+        lost_noticed: counters.noticed.load(Ordering::Relaxed),
+        lost_unnoticed: counters.unnoticed.load(Ordering::Relaxed),
+        free_stalls: Some(free_stalls),
+        ..Report::default()
+    };
+    assert_eq!(
+        value, accepted_writes,
+        "lost update in {scenario}: {report:?}"
+    );
+    report
 }
 
 /// Writes three `#[tokio::test]`s for a scenario function
@@ -911,13 +1420,18 @@ mod tests {
             scenario: "s".into(),
             ..Report::default()
         };
-        assert!(report.to_string().ends_with("| no takeover |"), "{report}");
+        assert!(
+            report.to_string().ends_with("| no takeover | - |"),
+            "{report}"
+        );
         assert!(report.to_string().contains("| 0, 0 |"), "{report}");
         assert_lost_before_next(&report);
         report.lost_before_next = 12;
         report.starved_takeovers = 3;
         assert!(
-            report.to_string().ends_with("| 100% (12/12); starved: 3 |"),
+            report
+                .to_string()
+                .ends_with("| 100% (12/12); starved: 3 | - |"),
             "{report}"
         );
         assert_eq!(report.lost_before_next_share(), Some(1.0));
@@ -935,5 +1449,54 @@ mod tests {
         assert!(report.to_string().contains("| 75% (12/16); starved: 3 |"));
         let caught = std::panic::catch_unwind(|| assert_lost_before_next(&report));
         assert!(caught.is_err(), "a late lost() passed");
+        report.free_stalls = Some(FreeStalls {
+            handovers: 9,
+            worst: Duration::from_millis(812),
+            over: 2,
+            threshold: Duration::from_millis(500),
+        });
+        assert!(
+            report.to_string().ends_with("| 812 ms; 2 of 9 > 500 ms |"),
+            "{report}"
+        );
+        assert_liveness(&report, Duration::from_secs(1), 2);
+        for (bound, allowed) in [(Duration::from_millis(800), 2), (Duration::from_secs(1), 1)] {
+            let caught = std::panic::catch_unwind(|| assert_liveness(&report, bound, allowed));
+            assert!(caught.is_err(), "{bound:?}, {allowed} passed");
+        }
+    }
+
+    #[test]
+    fn a_stall_counts_from_the_later_of_free_and_a_live_waiter() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let lease = Duration::from_millis(1000);
+        let mut w = Watcher::default();
+        w.waits(0, ms(0));
+        w.acquired(0, 1, ms(0), lease);
+        // Member 1 waits from 5; the release returns at 10; got at 12.
+        w.waits(1, ms(5));
+        w.released(0, 1, ms(10));
+        w.acquired(1, 2, ms(12), lease);
+        // Nobody waits until 30: the stall counts from 30.
+        w.released(1, 2, ms(20));
+        w.waits(0, ms(30));
+        w.acquired(0, 3, ms(31), lease);
+        // The holder dies at 40: free at 1040 at the latest; member 2
+        // (waiting since 35) gets it at 1100.
+        w.waits(2, ms(35));
+        w.died(0, ms(40), lease);
+        w.acquired(2, 4, ms(1100), lease);
+        // A release recorded after the next holder's acquisition: ignored.
+        w.waits(1, ms(1100));
+        w.acquired(1, 5, ms(1101), lease);
+        w.released(2, 4, ms(1102));
+        // A dead member's waits do not count; the end closes an open stall.
+        w.released(1, 5, ms(1200));
+        w.waits(0, ms(1150));
+        w.waits(2, ms(1300));
+        w.close(ms(1500));
+        let got: Vec<u128> = w.stalls.iter().map(Duration::as_millis).collect();
+        assert_eq!(got, [2, 1, 60, 200]);
     }
 }

@@ -24,6 +24,13 @@
 //!
 //! Each name ever used keeps a small entry (its fencing counter), as the
 //! servers keep their fencing keys.
+//!
+//! One name is one lock ([table](crate#one-name-is-one-lock)): every kind
+//! of one name shares one slot of the table, which records the kind of each
+//! holder and waiter; an acquisition that finds another kind holding, or
+//! queued ahead of it, is refused with [`Error::Conflict`] under the table's
+//! lock, so of two kinds arriving at once the first queued wins. The mutex
+//! and the fair mutex are one kind here (they wait for each other).
 
 mod store;
 

@@ -20,8 +20,9 @@ use crate::lock::Wait;
 use crate::name::Name;
 use crate::provider::ForceReleased;
 
-/// Which primitive a slot belongs to: the same name in two kinds is two locks,
-/// as on the servers (different keys or node layouts).
+/// Which primitive takes a name. One name is one slot whatever the kind: the
+/// mutex and the fair mutex share it as one lock, and any other kind that
+/// finds the slot in use by another kind is refused (see [`Slot::admits`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     Mutex,
@@ -29,6 +30,26 @@ pub(crate) enum Kind {
     Election,
     RwLock,
     Semaphore,
+}
+
+impl Kind {
+    /// The kinds that are one lock: the mutex and the fair mutex.
+    fn family(self) -> Kind {
+        match self {
+            Kind::FairMutex => Kind::Mutex,
+            k => k,
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::FairMutex => "fair mutex",
+            Kind::Election => "election",
+            Kind::RwLock => "read-write lock",
+            Kind::Semaphore => "semaphore",
+        }
+    }
 }
 
 /// What an acquisition asks for, and so the rule that admits it.
@@ -58,6 +79,8 @@ pub(crate) struct SlotKey {
 
 struct Holder {
     owner: u64,
+    /// The kind it holds as.
+    kind: Kind,
     token: u64,
     expires: Instant,
     data: Option<Arc<str>>,
@@ -77,8 +100,9 @@ struct Slot {
     holders: Vec<Holder>,
     /// Last fencing token handed out; never reset.
     fence: u64,
-    /// Queued waiters (owner id, what they want), first come first.
-    queue: VecDeque<(u64, Want)>,
+    /// Queued waiters (owner id, what they want, as which kind), first come
+    /// first.
+    queue: VecDeque<(u64, Want, Kind)>,
     /// The owner identities of the queued waiters.
     waiting: HashMap<u64, Arc<str>>,
     /// The number of permits the current holders of a semaphore were
@@ -121,17 +145,37 @@ impl Slot {
         self.holders.iter_mut().find(|h| h.owner == owner)
     }
 
-    /// Whether `owner` may take what it wants now (holders expired first).
-    fn admits(&self, owner: u64, want: Want, name: &Name) -> Result<bool> {
-        let ahead = || self.queue.iter().take_while(|(o, _)| *o != owner);
+    /// Whether `owner` may take what it wants now as `kind` (holders expired
+    /// first).
+    ///
+    /// A holder of another kind, or a waiter of another kind queued ahead of
+    /// `owner` (it came first), is [`Error::Conflict`]: the mutex and the fair
+    /// mutex are one kind here. Waiters behind `owner` are not counted, so of
+    /// two kinds arriving at once the first queued goes on and the other is
+    /// refused.
+    fn admits(&self, owner: u64, want: Want, kind: Kind, name: &Name) -> Result<bool> {
+        let ahead = || self.queue.iter().take_while(|(o, _, _)| *o != owner);
+        let other = self
+            .holders
+            .iter()
+            .map(|h| h.kind)
+            .chain(ahead().map(|(_, _, k)| *k))
+            .find(|k| k.family() != kind.family());
+        if let Some(other) = other {
+            return Err(Error::kind_conflict(
+                name.as_str(),
+                other.noun(),
+                kind.noun(),
+            ));
+        }
         Ok(match want {
             Want::Exclusive { fair: false } => self.holders.is_empty(),
             Want::Exclusive { fair: true } | Want::Write => {
-                self.holders.is_empty() && self.queue.front().map(|(o, _)| *o) == Some(owner)
+                self.holders.is_empty() && self.queue.front().map(|(o, _, _)| *o) == Some(owner)
             }
             Want::Read => {
                 !self.holders.iter().any(|h| h.exclusive)
-                    && !ahead().any(|(_, w)| *w == Want::Write)
+                    && !ahead().any(|(_, w, _)| *w == Want::Write)
             }
             Want::Permit(permits) => {
                 if !self.holders.is_empty() && self.permits != permits {
@@ -153,18 +197,24 @@ impl Slot {
         self.holders.iter().map(|h| h.expires).min()
     }
 
+    /// The election's leader: its holder, when the slot is held as an
+    /// election.
     fn leader(&self) -> Option<LeaderInfo> {
-        self.holders.first().map(|h| LeaderInfo {
-            id: h.data.as_deref().unwrap_or_default().to_owned(),
-            term: h.token,
-        })
+        self.holders
+            .iter()
+            .find(|h| h.kind == Kind::Election)
+            .map(|h| LeaderInfo {
+                id: h.data.as_deref().unwrap_or_default().to_owned(),
+                term: h.token,
+            })
     }
 }
 
 /// The shared table behind every in-process provider of one store.
 #[derive(Default)]
 pub(crate) struct Store {
-    slots: Mutex<HashMap<SlotKey, Slot>>,
+    /// One slot per name, whatever the kind.
+    slots: Mutex<HashMap<Name, Slot>>,
     counters: Mutex<HashMap<Name, u64>>,
     owners: AtomicU64,
 }
@@ -193,9 +243,9 @@ impl Drop for QueuePlace<'_> {
             return;
         }
         let mut slots = lock(&self.store.slots);
-        if let Some(slot) = slots.get_mut(self.key) {
+        if let Some(slot) = slots.get_mut(&self.key.name) {
             let before = slot.queue.len();
-            slot.queue.retain(|(o, _)| *o != self.owner);
+            slot.queue.retain(|(o, _, _)| *o != self.owner);
             slot.waiting.remove(&self.owner);
             if slot.queue.len() != before {
                 slot.bump();
@@ -231,8 +281,8 @@ impl Store {
         };
         if queued {
             let mut slots = lock(&self.slots);
-            let slot = slots.entry(key.clone()).or_default();
-            slot.queue.push_back((owner, want));
+            let slot = slots.entry(key.name.clone()).or_default();
+            slot.queue.push_back((owner, want, key.kind));
             slot.waiting.insert(owner, Arc::clone(who));
             slot.bump();
         }
@@ -240,14 +290,14 @@ impl Store {
             let now = Instant::now();
             let (mut changes, holder_expires) = {
                 let mut slots = lock(&self.slots);
-                let slot = slots.entry(key.clone()).or_default();
+                let slot = slots.entry(key.name.clone()).or_default();
                 slot.expire(now);
-                if slot.admits(owner, want, &key.name)? {
+                if slot.admits(owner, want, key.kind, &key.name)? {
                     let token = slot.fence.checked_add(1).ok_or_else(|| Error::Exhausted {
                         name: key.name.to_string(),
                     })?;
                     if queued {
-                        slot.queue.retain(|(o, _)| *o != owner);
+                        slot.queue.retain(|(o, _, _)| *o != owner);
                         slot.waiting.remove(&owner);
                         place.armed = false;
                     }
@@ -258,6 +308,7 @@ impl Store {
                     let signal = LeaseSignal::new();
                     slot.holders.push(Holder {
                         owner,
+                        kind: key.kind,
                         token,
                         expires: expiry(now, lease.ttl()),
                         data: data.take(),
@@ -330,7 +381,7 @@ impl Store {
     /// The election's current leader.
     pub(crate) fn leader(&self, key: &SlotKey) -> Option<LeaderInfo> {
         let mut slots = lock(&self.slots);
-        let slot = slots.get_mut(key)?;
+        let slot = slots.get_mut(&key.name)?;
         slot.expire(Instant::now());
         slot.leader()
     }
@@ -342,23 +393,27 @@ impl Store {
         key: &SlotKey,
     ) -> (Option<LeaderInfo>, watch::Receiver<u64>, Option<Instant>) {
         let mut slots = lock(&self.slots);
-        let slot = slots.entry(key.clone()).or_default();
+        let slot = slots.entry(key.name.clone()).or_default();
         slot.expire(Instant::now());
         (slot.leader(), slot.version.subscribe(), slot.next_expiry())
     }
 
-    /// A snapshot of `key` as `kind`, read under the table's lock.
+    /// A snapshot of `key` as `kind`, read under the table's lock: the
+    /// holders and waiters of that kind (the mutex and the fair mutex show
+    /// each other's), not those of another kind on the same name.
     pub(crate) fn inspect(&self, key: &SlotKey, kind: PrimitiveKind) -> Snapshot {
         let mut snapshot = Snapshot::empty(key.name.clone(), kind, "mem");
         let mut slots = lock(&self.slots);
-        let Some(slot) = slots.get_mut(key) else {
+        let Some(slot) = slots.get_mut(&key.name) else {
             return snapshot;
         };
         let now = Instant::now();
         slot.expire(now);
+        let family = key.kind.family();
         snapshot.holders = slot
             .holders
             .iter()
+            .filter(|h| h.kind.family() == family)
             .map(|h| Held {
                 role: h.role,
                 owner: Some(h.who.to_string()),
@@ -368,28 +423,32 @@ impl Store {
                 lease: LeaseLeft::Ttl(h.expires.saturating_duration_since(now)),
             })
             .collect();
-        snapshot.waiters.count = slot.queue.len();
-        snapshot.waiters.owners = slot
-            .queue
-            .iter()
-            .filter_map(|(o, _)| slot.waiting.get(o).map(ToString::to_string))
+        let queue = || slot.queue.iter().filter(|(_, _, k)| k.family() == family);
+        snapshot.waiters.count = queue().count();
+        snapshot.waiters.owners = queue()
+            .filter_map(|(o, _, _)| slot.waiting.get(o).map(ToString::to_string))
             .collect();
         if key.kind == Kind::Election {
             snapshot.leader = slot.leader();
         }
-        if key.kind == Kind::Semaphore && !slot.holders.is_empty() {
+        if key.kind == Kind::Semaphore && !snapshot.holders.is_empty() {
             snapshot.permits = Some(slot.permits);
         }
         snapshot
     }
 
-    /// Removes every hold of `key`, reports each holder's lease lost at
-    /// once, and advances the fencing counter past them.
+    /// Removes every hold of `key` (of its kind; the mutex and the fair
+    /// mutex are one), reports each holder's lease lost at once, and
+    /// advances the fencing counter past them.
     pub(crate) fn force_release(&self, key: &SlotKey) -> Result<ForceReleased> {
         let mut slots = lock(&self.slots);
-        let slot = slots.entry(key.clone()).or_default();
+        let slot = slots.entry(key.name.clone()).or_default();
         slot.expire(Instant::now());
-        let evicted = std::mem::take(&mut slot.holders);
+        let family = key.kind.family();
+        let (evicted, kept) = std::mem::take(&mut slot.holders)
+            .into_iter()
+            .partition::<Vec<_>, _>(|h| h.kind.family() == family);
+        slot.holders = kept;
         for holder in &evicted {
             holder.signal.lose(LostReason::Deleted);
         }
@@ -433,7 +492,7 @@ impl LeaseBackend for MemLease {
         let now = Instant::now();
         let mut slots = lock(&self.store.slots);
         let holder = slots
-            .get_mut(&self.key)
+            .get_mut(&self.key.name)
             .and_then(|s| s.held_by(self.owner, now))
             .ok_or_else(|| self.not_held())?;
         holder.expires = expiry(now, ttl);
@@ -443,7 +502,9 @@ impl LeaseBackend for MemLease {
     async fn release(&self) -> Result<()> {
         let now = Instant::now();
         let mut slots = lock(&self.store.slots);
-        let slot = slots.get_mut(&self.key).ok_or_else(|| self.not_held())?;
+        let slot = slots
+            .get_mut(&self.key.name)
+            .ok_or_else(|| self.not_held())?;
         if slot.held_by(self.owner, now).is_none() {
             return Err(self.not_held());
         }

@@ -30,7 +30,10 @@
 --         {-1, 0, 0} when the lock key holds a value that is not a string,
 --         {-2, 0, 0} when the fencing counter is not an integer,
 --         {-3, 0, 0} when the fencing counter is exhausted (2^53: Lua numbers
---                 are doubles, exact only below it).
+--                 are doubles, exact only below it),
+--         {-4, kind, 0} when another kind of primitive holds the name: the
+--                 lock key holds its marker (kind.lua: 1 read-write lock,
+--                 2 semaphore, 3 election); the attempt does not queue.
 -- The token is INCR of the counter, raised to the server's TIME in
 -- microseconds when the counter is below it (and stored): tokens keep
 -- increasing when the counter is lost (restart without persistence,
@@ -147,6 +150,11 @@ end
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   return {2, 0, 0}
+end
+-- Read only on this failure path: the acquisition itself pays nothing.
+local marked = ({['distlock:rw'] = 1, ['distlock:semaphore'] = 2, ['distlock:election'] = 3})[value]
+if marked then
+  return {-4, marked, 0}
 end
 queue()
 local publishes = 0

@@ -2,7 +2,9 @@
 -- (redis-py's LUA_EXTEND_SCRIPT semantics with replace_ttl).
 -- KEYS[1] lock key; KEYS[2] (optional) its holder record and KEYS[3]
 --         (optional) an election's leader record: keys that live and die
---         with the lock, given the same TTL
+--         with the lock, given the same TTL; KEYS[4] (optional) the
+--         election's kind marker (kind.lua), given the same TTL while it
+--         holds 'distlock:election'
 -- ARGV[1] owner token, ARGV[2] new TTL in milliseconds
 -- Returns 1 when extended, 0 when the lock is not ours (nothing changed).
 local value = redis.pcall('GET', KEYS[1])
@@ -13,5 +15,8 @@ for i = 2, 3 do
   if KEYS[i] then
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
   end
+end
+if KEYS[4] and redis.pcall('GET', KEYS[4]) == 'distlock:election' then
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])

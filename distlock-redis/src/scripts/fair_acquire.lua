@@ -6,7 +6,9 @@
 --         KEYS[5] holder record (hash, as acquire.lua's), KEYS[6] waiters'
 --         owners (hash waiter id -> owner identity, expiring with the queue),
 --         KEYS[7] (optional) leader record, set to '<token> <ARGV[7]>' with
---         the lock's TTL on success (elections)
+--         the lock's TTL on success (elections), KEYS[8] (optional, with
+--         KEYS[7]) the mutex's lock key of the election's name: the kind
+--         check, and the election's marker while it has a leader (kind.lua)
 -- ARGV[1] waiter id, ARGV[2] owner token, ARGV[3] lock TTL in ms,
 -- ARGV[4] queue entry TTL in ms, ARGV[5] '1' to queue when not acquired
 --         ('0': try once, leave no entry), ARGV[6] channel (with KEYS[5]:
@@ -23,7 +25,10 @@
 --         {-1, 0} lock key not a string, {-2, 0} fencing counter not an
 --         integer, {-3, 0} fencing counter exhausted (2^53),
 --         {-4, 0} a queue key that is not a sorted set (or the owners key
---                 not a hash).
+--                 not a hash),
+--         {-5, kind} another kind holds the name (kind.lua's kind_other:
+--                 1..3 a marker in the lock key, 4 a mutex token for an
+--                 election, 5 not a string); nothing changed.
 -- Entries that were not refreshed within their TTL are dropped first: a dead
 -- waiter holds up the queue only until its own entry expires, never more
 -- (entries expire side by side, not one after another). Both queue keys
@@ -44,6 +49,10 @@ local owners_type = redis.call('TYPE', KEYS[6])['ok']
 if owners_type ~= 'none' and owners_type ~= 'hash' then
   return {-4, 0}
 end
+if KEYS[8] then
+  local other = kind_other(KEYS[8], 'distlock:election')
+  if other ~= 0 then return {-5, other} end
+end
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   redis.call('ZREM', KEYS[3], dead)
   redis.call('ZREM', KEYS[4], dead)
@@ -52,6 +61,9 @@ end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[2] then
   return {2, 0}
+end
+if holder and KIND_MARKERS[holder] then
+  return {-5, KIND_MARKERS[holder]}
 end
 -- An entry without a deadline (its deadline key expired first, or was
 -- changed by hand) could never expire: it is dropped as dead.
@@ -88,6 +100,9 @@ if not holder and (head == nil or head == ARGV[1]) then
   if KEYS[7] then
     redis.call('SET', KEYS[7], string.format('%.0f', token) .. ' ' .. ARGV[7], 'PX', ARGV[3])
     redis.call('PUBLISH', ARGV[6], 'elected')
+    if KEYS[8] then
+      kind_keep(KEYS[8], 'distlock:election', now + tonumber(ARGV[3]))
+    end
   end
   return {1, token}
 end

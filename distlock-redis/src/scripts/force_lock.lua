@@ -2,7 +2,10 @@
 -- holds it (a distlock, redis-py or hand-set value): for operators.
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] fair queue,
 -- KEYS[4] queue deadlines, KEYS[5] holder record, KEYS[6] waiters' owners,
--- KEYS[7] (optional) election leader record
+-- KEYS[7] (optional) election leader record, KEYS[8] (optional, with
+-- KEYS[7]) the election's kind marker (kind.lua), deleted with the leader
+-- A mutex's force-release leaves another kind's marker in the lock key
+-- alone (it is no mutex hold): nothing is evicted.
 -- ARGV[1] the release channel
 -- Returns {holds removed (0 or 1), fencing counter after it was advanced},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
@@ -33,7 +36,14 @@ if token < floor then
   token = floor
 end
 if token >= 9007199254740992 then return {-3, 0} end
-local evicted = redis.call('DEL', KEYS[1])
+local evicted = 0
+local value = redis.call('GET', KEYS[1])
+if not (value and string.sub(value, 1, 9) == 'distlock:' and not KEYS[7]) then
+  evicted = redis.call('DEL', KEYS[1])
+end
+if KEYS[8] and redis.pcall('GET', KEYS[8]) == 'distlock:election' then
+  redis.call('DEL', KEYS[8])
+end
 redis.call('DEL', KEYS[5])
 if KEYS[7] then redis.call('DEL', KEYS[7]) end
 if evicted == 1 then

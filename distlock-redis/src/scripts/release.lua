@@ -4,7 +4,9 @@
 --         arrival), KEYS[3] fair queue deadlines ({…}:fair:timeouts, zset
 --         waiter id -> expiry in server ms), KEYS[4] holder record,
 --         KEYS[5] fair waiters' owners (hash waiter id -> owner identity),
---         KEYS[6] (optional) an election's leader record
+--         KEYS[6] (optional) an election's leader record, KEYS[7]
+--         (optional) the election's kind marker (the mutex's lock key of its
+--         name, deleted when it holds 'distlock:election'; see kind.lua)
 -- ARGV[1] owner token, ARGV[2] release channel
 -- Returns 1 when released, 0 when the lock is not ours (nothing changed).
 -- The hand-over: the queue's expired entries are dropped, then the message
@@ -21,6 +23,9 @@ for i = 4, 6, 2 do
   if KEYS[i] then
     redis.call('DEL', KEYS[i])
   end
+end
+if KEYS[7] and redis.pcall('GET', KEYS[7]) == 'distlock:election' then
+  redis.call('DEL', KEYS[7])
 end
 local head = nil
 if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'

@@ -14,6 +14,7 @@
 -- ARGV[4] '1' to queue up when not admitted, ARGV[5] queue entry TTL ms,
 -- ARGV[6] 'r' or 'w', ARGV[7] the release channel ({lock}:rw:released),
 -- ARGV[8] owner identity
+-- KEYS[8] the mutex's lock key (prefix + name): the kind check (kind.lua)
 -- Admission: a writer when no writer holds, no reader holds and no live
 -- waiter is queued ahead of it; a reader when no writer holds and no live
 -- writer is queued ahead of it (a reader not queued: none queued at all).
@@ -23,6 +24,9 @@
 --         {-1, index of the key of the wrong type}
 --         {-2, 0} the fencing counter is not an integer
 --         {-3, 0} the fencing counter is exhausted (2^53)
+--         {-5, kind} another kind holds the name (kind.lua's kind_other:
+--                  1..3 a marker, 4 a mutex token, 5 not a string); nothing
+--                  changed
 -- Expired readers and dead waiters (entries not refreshed) are purged first.
 -- Wake-ups: every queued waiter this call lets in (a purge that unblocked
 -- the queue) gets 'to:<its id>' on the channel (rw_wake.lua). An admission
@@ -39,6 +43,8 @@ end
 for i = 6, 7 do
   if not typed(KEYS[i], 'hash') then return {-1, i} end
 end
+local other = kind_other(KEYS[8], 'distlock:rw')
+if other ~= 0 then return {-5, other} end
 local before = admissible()
 local function attempt()
   local t = redis.call('TIME')
@@ -101,6 +107,7 @@ local function attempt()
       expire_with_last(KEYS[2])
     end
     stretch(KEYS[6], now + tonumber(ARGV[2]), now)
+    kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
     if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
       redis.call('ZREM', KEYS[4], ARGV[3])
     end

@@ -1,6 +1,6 @@
 -- Force-release a read-write lock (writer and every reader), whoever holds
 -- it: for operators. Prefixed with rw_wake.lua. KEYS as rw_acquire.lua;
--- ARGV[1] the release channel.
+-- ARGV[1] the release channel; KEYS[8] the kind marker (deleted).
 -- Returns {holds removed, fencing counter after it was advanced},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
@@ -29,5 +29,6 @@ local evicted = redis.call('DEL', KEYS[1])
 evicted = evicted + redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 redis.call('DEL', KEYS[2], KEYS[6])
 purge_dead(now)
+if KEYS[8] then kind_keep(KEYS[8], 'distlock:rw', nil) end
 wake_newly(before, admissible(), ARGV[1], '')
 return {evicted, token}

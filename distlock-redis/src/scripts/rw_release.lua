@@ -1,5 +1,6 @@
 -- Release a read-write lock hold and/or leave its waiting queue.
--- KEYS as rw_acquire.lua; ARGV[1] token of the hold ('' for none),
+-- KEYS as rw_acquire.lua (KEYS[8]: the kind marker, kept for the holds
+-- left or deleted with the last); ARGV[1] token of the hold ('' for none),
 -- ARGV[2] waiter to take out of the queue ('' for none), ARGV[3] the release
 -- channel ({lock}:rw:released), ARGV[4] 'r' or 'w'
 -- Returns 1 when the hold was ours and is released, 0 otherwise.
@@ -32,5 +33,6 @@ if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[4], ARGV[2])
   redis.pcall('HDEL', KEYS[7], ARGV[2])
 end
+kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
 wake_newly(before, admissible(), ARGV[3], '')
 return released

@@ -14,6 +14,7 @@
 -- ARGV[4] '1' to queue up when not admitted, ARGV[5] queue entry TTL ms,
 -- ARGV[6] permits asked, ARGV[7] the release channel ({lock}:sem:released),
 -- ARGV[8] owner identity
+-- KEYS[8] the mutex's lock key (prefix + name): the kind check (kind.lua)
 -- Admission: holders + live waiters queued ahead < permits (a waiter not
 -- queued counts every queued waiter as ahead).
 -- Returns {1, fencing token}
@@ -24,6 +25,9 @@
 --         {-3, 0} the fencing counter is exhausted (2^53)
 --         {-4, permits held under} holders exist under another number of
 --                  permits (nothing changed but the purge)
+--         {-5, kind} another kind holds the name (kind.lua's kind_other:
+--                  1..3 a marker, 4 a mutex token, 5 not a string); nothing
+--                  changed
 -- Expired holders and dead waiters (entries not refreshed) are purged first.
 -- Wake-ups: every queued waiter this call lets in (a purge that freed
 -- permits or unblocked the queue) gets 'to:<its id>' on the channel
@@ -40,6 +44,8 @@ end
 for i = 6, 7 do
   if not typed(KEYS[i], 'hash') then return {-1, i} end
 end
+local other = kind_other(KEYS[8], 'distlock:semaphore')
+if other ~= 0 then return {-5, other} end
 local permits = tonumber(ARGV[6])
 local before = admissible(permits)
 local function attempt()
@@ -86,6 +92,7 @@ local function attempt()
     redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', token) .. ' '
       .. string.format('%.0f', now) .. ' ' .. ARGV[8])
     expire_with_last(KEYS[2], KEYS[1], KEYS[6])
+    kind_keep(KEYS[8], 'distlock:semaphore', kind_latest(now, KEYS[2]))
     if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
       redis.call('ZREM', KEYS[4], ARGV[3])
     end

@@ -1,6 +1,6 @@
 -- Force-release every permit of a semaphore, whoever holds them: for
 -- operators. Prefixed with sem_wake.lua. KEYS as sem_acquire.lua;
--- ARGV[1] the release channel.
+-- ARGV[1] the release channel; KEYS[8] the kind marker (deleted).
 -- Returns {holds removed, fencing counter after it was advanced},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
@@ -30,5 +30,6 @@ if token >= 9007199254740992 then return {-3, 0} end
 local evicted = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
 purge_dead(now)
+if KEYS[8] then kind_keep(KEYS[8], 'distlock:semaphore', nil) end
 wake_newly(before, admissible(under), ARGV[1], '')
 return {evicted, token}

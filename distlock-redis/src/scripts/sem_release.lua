@@ -1,5 +1,6 @@
 -- Release a semaphore permit and/or leave the waiting queue.
--- KEYS as sem_acquire.lua; ARGV[1] token of the permit ('' for none),
+-- KEYS as sem_acquire.lua (KEYS[8]: the kind marker, kept for the permits
+-- left or deleted with the last); ARGV[1] token of the permit ('' for none),
 -- ARGV[2] waiter to take out of the queue ('' for none), ARGV[3] the release
 -- channel ({lock}:sem:released), ARGV[4] the caller's number of permits
 -- Returns 1 when the permit was ours and is released, 0 otherwise.
@@ -29,5 +30,6 @@ if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[4], ARGV[2])
   redis.pcall('HDEL', KEYS[7], ARGV[2])
 end
+kind_keep(KEYS[8], 'distlock:semaphore', kind_latest(now, KEYS[2]))
 wake_newly(before, admissible(permits), ARGV[3], '')
 return released

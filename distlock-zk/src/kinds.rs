@@ -1,0 +1,407 @@
+//! One name is one lock: the node layout of every kind of primitive under a
+//! lock's directory, and the check each acquisition runs before it holds.
+//!
+//! Every kind keeps its nodes under the same directory `DIR` (Curator's
+//! layouts): the unfair mutex's one node `DIR/_unfair_lock`; the fair
+//! mutex's `DIR/_c_<uuid>-lock-<seq>` (and kazoo's `…__lock__<seq>`); the
+//! read-write lock's `DIR/_c_<uuid>-__READ__<seq>` / `…__WRIT__<seq>`; the
+//! election's `DIR/_c_<uuid>-<tag>-latch-<seq>`; the semaphore's lease
+//! nodes `DIR/leases/_c_<uuid>-lease-<seq>` (its internal lock's nodes under
+//! `DIR/locks` are waiters and are not counted).
+//!
+//! **The check (create, then list).** Once an acquisition's own node exists
+//! and its own recipe says it holds, it lists `DIR` (and `DIR/leases` when
+//! there is one). Of each other kind present it takes the *front*: its
+//! oldest node, by `czxid` (a global order over the ensemble's history; the
+//! sequence numbers only order the nodes of one parent, so they pick the
+//! front within a kind and one `exists` per kind reads its `czxid`). The
+//! mutex and the fair mutex are one family. If another family's front is
+//! older than our own node (a holder, or a waiter that came first), the
+//! acquisition deletes its node and fails with [`Error::Conflict`] naming
+//! both kinds; else it holds. Why two kinds never both hold: of two
+//! holders `a` and `b`, say `b` checked later; `a` was alive then, so `b`
+//! saw it and holds only if `a` is younger than `b`; then `b` was created
+//! before `a` and, alive when `b` checked, was alive when `a` checked after
+//! its own create, so `a` saw the older `b` and did not hold. Arriving at
+//! once, the older node wins and the younger is refused. Both are refused
+//! only when a waiter of one kind comes to hold while a refused node of
+//! another kind, created before it, is not deleted yet (a node that came
+//! and went while the name was held).
+//!
+//! **Mutex and fair mutex wait for each other.** The fair queue's head
+//! holds only if the unfair node is absent or younger than the head; the
+//! unfair node's creator holds only if no fair node is older than its node.
+//! The one that yields keeps its node and watches the other's (the unfair
+//! node, or the oldest fair node): when that goes it looks again, so no
+//! free lock sits unused while the other waits, and the older arrival goes
+//! first.
+//!
+//! `inspect` reads each kind's own nodes: an unfair node that yields to an
+//! older fair node shows as the mutex's holder meanwhile.
+//!
+//! Nothing more is read when no other kind has a node under the directory:
+//! the check decides on the listing its recipe already made after creating
+//! the node (the queue's listing that showed the fair mutex's, read-write
+//! lock's or election's node holding; for the unfair mutex a listing sent
+//! right behind its create on the same session, answered in the same round
+//! trip). Another kind present costs one `exists` per kind (pipelined); the
+//! semaphore lists its directory once more after counting its leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::backend::{with_timeout, CleanupGuard};
+use distlock_core::{Error, Name, Result, Wait};
+use tokio::time::Instant;
+use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
+
+use crate::error::{triage_timed, Triage};
+use crate::provider::Shared;
+use crate::queue::{
+    clean_up_now, passed, pause_before_retry, sequence, sequence_digits, watch_fired,
+    watch_noticed, Acquired, Withdraw,
+};
+use crate::session::Session;
+
+/// The unfair lock's node under the lock's directory.
+pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
+/// Curator's `READ_LOCK_NAME`.
+pub(crate) const READ: &str = "__READ__";
+/// Curator's `WRITE_LOCK_NAME` (the same length as `READ`).
+pub(crate) const WRITE: &str = "__WRIT__";
+/// The semaphore's internal lock's directory under the lock's.
+pub(crate) const LOCKS: &str = "locks";
+/// The semaphore's lease nodes' directory under the lock's.
+pub(crate) const LEASES: &str = "leases";
+
+/// A kind of primitive, as its nodes show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Mutex,
+    Fair,
+    Rw,
+    Semaphore,
+    Election,
+}
+
+impl Kind {
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Fair => "fair mutex",
+            Kind::Rw => "read-write lock",
+            Kind::Semaphore => "semaphore",
+            Kind::Election => "election",
+        }
+    }
+
+    /// The kinds that are one lock: the mutex and the fair mutex.
+    fn family(self) -> Kind {
+        match self {
+            Kind::Fair => Kind::Mutex,
+            k => k,
+        }
+    }
+}
+
+/// The kind of a child of a lock's directory, and its sequence (`None` for
+/// the unfair node and the semaphore's `leases` directory); `None` for a
+/// child of no kind (the semaphore's `locks`, foreign nodes).
+fn classify(child: &str) -> Option<(Kind, Option<u64>)> {
+    if child == UNFAIR_NODE {
+        return Some((Kind::Mutex, None));
+    }
+    if child == LEASES {
+        return Some((Kind::Semaphore, None));
+    }
+    if let Some((_, digits)) = child.rsplit_once(WRITE).or_else(|| child.rsplit_once(READ)) {
+        return sequence_digits(digits)
+            .ok()
+            .flatten()
+            .map(|s| (Kind::Rw, Some(s)));
+    }
+    if let Ok(Some(s)) = sequence(child, "latch") {
+        return Some((Kind::Election, Some(s)));
+    }
+    if let Ok(Some(s)) = sequence(child, "lock") {
+        return Some((Kind::Fair, Some(s)));
+    }
+    None
+}
+
+/// What the check found.
+pub(crate) enum Verdict {
+    /// Our node may hold.
+    Clear,
+    /// Our node must wait for this node (of the other half of the mutex
+    /// family) to go.
+    Wait(String),
+}
+
+/// The front (oldest node) of each kind present, as paths.
+#[derive(Default)]
+struct Fronts {
+    /// `(kind, sequence, path)`; the unfair node with sequence 0.
+    of: Vec<(Kind, u64, String)>,
+}
+
+impl Fronts {
+    fn offer(&mut self, kind: Kind, seq: u64, path: String) {
+        match self.of.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some(front) if front.1 <= seq => {}
+            Some(front) => *front = (kind, seq, path),
+            None => self.of.push((kind, seq, path)),
+        }
+    }
+}
+
+/// The fronts of the kinds present among `children` of `dir` (and in its
+/// `leases`, listed here when there is one).
+async fn fronts(
+    session: &Session,
+    dir: &str,
+    children: Vec<String>,
+    timeout: Duration,
+) -> Result<Fronts, Triage> {
+    let mut fronts = Fronts::default();
+    let mut leases = false;
+    for child in children {
+        match classify(&child) {
+            Some((Kind::Semaphore, _)) => leases = true,
+            Some((kind, seq)) => fronts.offer(kind, seq.unwrap_or(0), format!("{dir}/{child}")),
+            None => {}
+        }
+    }
+    if leases {
+        let path = format!("{dir}/{LEASES}");
+        let listed = with_timeout("list", timeout, session.client.list_children(&path)).await;
+        let children = match listed {
+            Ok(Err(ZkError::NoNode)) => Vec::new(),
+            other => triage_timed("list", timeout, other)?,
+        };
+        for child in children {
+            if let Ok(Some(seq)) = sequence(&child, "lease") {
+                fronts.offer(Kind::Semaphore, seq, format!("{path}/{child}"));
+            }
+        }
+    }
+    Ok(fronts)
+}
+
+/// One look at `children` of `dir`: `Ok(None)` when a front went between
+/// the listing and its `exists` (look again).
+async fn look(
+    session: &Session,
+    (dir, children): (&str, Vec<String>),
+    name: &Name,
+    mine: Kind,
+    own_czxid: i64,
+    timeout: Duration,
+) -> Result<Option<Verdict>, Triage> {
+    let mut fronts = fronts(session, dir, children, timeout).await?;
+    // Our own kind's nodes are ordered by its own recipe.
+    fronts.of.retain(|(k, _, _)| *k != mine);
+    if fronts.of.is_empty() {
+        return Ok(Some(Verdict::Clear));
+    }
+    let family = mine.family();
+    let stats = fronts.of.iter().map(|(_, _, path)| {
+        let path = path.clone();
+        async move { session.client.check_stat(&path).await }
+    });
+    let read = with_timeout("stat", timeout, futures::future::join_all(stats)).await;
+    let read = read.map(|all| {
+        all.into_iter()
+            .collect::<std::result::Result<Vec<Option<Stat>>, ZkError>>()
+    });
+    let read = triage_timed("stat", timeout, read)?;
+    let mut czxids: Vec<(Kind, i64, &str)> = Vec::with_capacity(fronts.of.len());
+    for ((kind, _, path), stat) in fronts.of.iter().zip(read) {
+        let Some(stat) = stat else {
+            return Ok(None);
+        };
+        czxids.push((*kind, stat.czxid, path));
+    }
+    if let Some((other, _, _)) = czxids
+        .iter()
+        .filter(|(k, c, _)| k.family() != family && *c < own_czxid)
+        .min_by_key(|(_, c, _)| *c)
+    {
+        return Err(Triage::Fail(Error::kind_conflict(
+            name.as_str(),
+            other.noun(),
+            mine.noun(),
+        )));
+    }
+    // The other half of the mutex family, older than our node: wait for it.
+    Ok(Some(
+        match czxids
+            .iter()
+            .find(|(k, c, _)| k.family() == family && *k != mine && *c < own_czxid)
+        {
+            Some((_, _, path)) => Verdict::Wait((*path).to_owned()),
+            None => Verdict::Clear,
+        },
+    ))
+}
+
+/// The check of the module docs for our node of kind `mine` with
+/// `own_czxid` under `dir`, on `listing` (the directory's children listed
+/// after our node was created) if given, else on a listing of its own.
+/// Also returns when the listing it decided on was sent, if it made one.
+///
+/// # Errors
+///
+/// `Triage::Fail` with [`Error::Conflict`] when another kind has the name;
+/// `Triage::Retry` when the fronts kept going before they could be read.
+pub(crate) async fn check(
+    session: &Session,
+    (dir, mut listing): (&str, Option<Vec<String>>),
+    name: &Name,
+    mine: Kind,
+    own_czxid: i64,
+    timeout: Duration,
+) -> Result<(Verdict, Option<Instant>), Triage> {
+    for _ in 0..8 {
+        let (children, sent) = match listing.take() {
+            Some(children) => (children, None),
+            None => {
+                let sent = Instant::now();
+                let listed = with_timeout("list", timeout, session.client.list_children(dir)).await;
+                (triage_timed("list", timeout, listed)?, Some(sent))
+            }
+        };
+        if let Some(verdict) =
+            look(session, (dir, children), name, mine, own_czxid, timeout).await?
+        {
+            return Ok((verdict, sent));
+        }
+    }
+    Err(Triage::Retry)
+}
+
+/// What [`settle`] came to.
+pub(crate) enum Settled {
+    /// The node holds.
+    Held(Acquired),
+    /// Given up: `Wait::No` or the deadline while waiting for the other
+    /// half of the mutex family; the node is deleted.
+    NotAcquired,
+    /// The session ended (with the node): join again.
+    Again,
+}
+
+/// Runs [`check`] on a node its own recipe just found holding: gives it
+/// back when it may hold, waits (watching the other node) while the other
+/// half of the mutex family is older, and deletes it and fails with
+/// [`Error::Conflict`] when another kind has the name.
+///
+/// Cancellation safe: the node is deleted (in the background if need be)
+/// unless it is given back.
+pub(crate) async fn settle(
+    shared: &Shared,
+    name: &Name,
+    dir: &str,
+    mine: Kind,
+    mut acquired: Acquired,
+    wait: Wait,
+) -> Result<Settled> {
+    let timeout = shared.timeout;
+    let deadline = wait.deadline();
+    let session: Arc<Session> = Arc::clone(&acquired.session);
+    let mut undo = CleanupGuard::arm(
+        "withdraw a node another kind refused",
+        Withdraw::node(&session, &acquired.node, timeout),
+    )?;
+    loop {
+        let listing = (dir, acquired.listing.take());
+        let checked = check(&session, listing, name, mine, acquired.czxid, timeout).await;
+        let waiting_for = match checked {
+            Ok((verdict, sent)) => {
+                if let Some(sent) = sent {
+                    acquired.heard_at = sent;
+                }
+                match verdict {
+                    Verdict::Clear => {
+                        undo.disarm();
+                        return Ok(Settled::Held(acquired));
+                    }
+                    Verdict::Wait(path) => path,
+                }
+            }
+            Err(Triage::Fail(e)) => {
+                clean_up_now(undo, timeout).await;
+                return Err(e);
+            }
+            Err(Triage::SessionEnded) => {
+                undo.disarm();
+                return Ok(Settled::Again);
+            }
+            Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+            Err(Triage::Retry) => {
+                clean_up_now(undo, timeout).await;
+                return Ok(Settled::NotAcquired);
+            }
+        };
+        if wait == Wait::No || passed(deadline) {
+            clean_up_now(undo, timeout).await;
+            return Ok(Settled::NotAcquired);
+        }
+        let watched = with_timeout(
+            "watch",
+            timeout,
+            session.client.check_and_watch_stat(&waiting_for),
+        )
+        .await;
+        let watcher: OneshotWatcher = match triage_timed("watch", timeout, watched) {
+            Ok((None, _)) => continue,
+            Ok((Some(_), watcher)) => watcher,
+            Err(Triage::Fail(e)) => {
+                clean_up_now(undo, timeout).await;
+                return Err(e);
+            }
+            Err(Triage::SessionEnded) => {
+                undo.disarm();
+                return Ok(Settled::Again);
+            }
+            Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+            Err(Triage::Retry) => {
+                clean_up_now(undo, timeout).await;
+                return Ok(Settled::NotAcquired);
+            }
+        };
+        if !watch_fired(shared, watcher, deadline).await? {
+            clean_up_now(undo, timeout).await;
+            return Ok(Settled::NotAcquired);
+        }
+        watch_noticed(shared);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_has_its_kind() {
+        let fair = classify("_c_0f-lock-0000000007");
+        assert_eq!(fair, Some((Kind::Fair, Some(7))));
+        assert_eq!(classify("x__lock__0000000003"), Some((Kind::Fair, Some(3))));
+        assert_eq!(
+            classify("_c_0f-__READ__0000000001"),
+            Some((Kind::Rw, Some(1)))
+        );
+        assert_eq!(
+            classify("_c_0f-__WRIT__0000000002"),
+            Some((Kind::Rw, Some(2)))
+        );
+        assert_eq!(
+            classify("_c_0f-tag-latch-0000000009"),
+            Some((Kind::Election, Some(9)))
+        );
+        assert_eq!(classify(UNFAIR_NODE), Some((Kind::Mutex, None)));
+        assert_eq!(classify(LEASES), Some((Kind::Semaphore, None)));
+        assert_eq!(classify(LOCKS), None);
+        assert_eq!(classify("something-else"), None);
+    }
+}

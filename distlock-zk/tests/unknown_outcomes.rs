@@ -1,0 +1,483 @@
+//! Requests whose outcome is unknown, on real ZooKeeper: a connection reset
+//! (`ECONNRESET`, which zookeeper-client reports as `Error::Custom`, not as
+//! a connection loss) right after the proxy forwarded a create or a delete.
+//! The request ran; its reply is lost. Such an outcome is looked up or
+//! retried, never taken for a refusal: no node of ours is left to block
+//! the lock, a release completes, and a waiter that times out still
+//! withdraws within its deadline. And bad input that used to wait: a
+//! persistent node in a queue, locks on an id counter.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{Error, Lock, Provider};
+use distlock_zk::zookeeper_client::{self, Acls, CreateMode};
+use distlock_zk::{ZkOptions, ZkProvider};
+use test_support::{unique_name, Proxy};
+
+const SLACK: Duration = Duration::from_secs(3);
+
+/// The victim's operation timeout: a wait may overrun its deadline by this
+/// much at most.
+const OPERATION: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Fair,
+    Unfair,
+    Write,
+    Read,
+    /// A semaphore of one permit (its lease node).
+    Semaphore,
+    /// A semaphore of one permit, through its internal lock's node.
+    SemaphoreLock,
+}
+
+const ALL: [Kind; 6] = [
+    Kind::Fair,
+    Kind::Unfair,
+    Kind::Write,
+    Kind::Read,
+    Kind::Semaphore,
+    Kind::SemaphoreLock,
+];
+
+impl Kind {
+    fn lock(self, p: &ZkProvider, name: &str) -> Arc<dyn Lock> {
+        match self {
+            Kind::Fair => p.fair_mutex(name).unwrap(),
+            Kind::Unfair => p.mutex(name).unwrap(),
+            Kind::Write => p.rw_lock(name).unwrap().write(),
+            Kind::Read => p.rw_lock(name).unwrap().read(),
+            Kind::Semaphore | Kind::SemaphoreLock => p.semaphore(name, 1).unwrap(),
+        }
+    }
+
+    /// What the holder of a conflicting hold takes (a reader waits for a
+    /// writer only).
+    fn blocker(self, p: &ZkProvider, name: &str) -> Arc<dyn Lock> {
+        match self {
+            Kind::Read => Kind::Write.lock(p, name),
+            other => other.lock(p, name),
+        }
+    }
+
+    /// Bytes only the create of this kind's node carries.
+    fn create_marker(self) -> &'static [u8] {
+        match self {
+            Kind::Fair | Kind::SemaphoreLock => b"-lock-",
+            Kind::Unfair => b"_unfair_lock",
+            Kind::Write => b"__WRIT__",
+            Kind::Read => b"__READ__",
+            Kind::Semaphore => b"-lease-",
+        }
+    }
+
+    /// The directory this kind's node is in.
+    fn node_dir(self, dir: &str) -> String {
+        match self {
+            Kind::Semaphore => format!("{dir}/leases"),
+            Kind::SemaphoreLock => format!("{dir}/locks"),
+            _ => dir.to_owned(),
+        }
+    }
+}
+
+async fn provider(hosts: &str) -> ZkProvider {
+    ZkProvider::connect_with(ZkOptions::new(hosts))
+        .await
+        .unwrap()
+}
+
+/// A provider through `proxy`, with a session long enough that a node it
+/// left would outlast the test.
+async fn victim(proxy: &Proxy) -> ZkProvider {
+    ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(20))
+            .operation_timeout(OPERATION),
+    )
+    .await
+    .unwrap()
+}
+
+async fn raw() -> zookeeper_client::Client {
+    zookeeper_client::Client::connect(&test_support::zookeeper::shared().connect_string())
+        .await
+        .unwrap()
+}
+
+/// The children of `path`, none if it does not exist.
+async fn children(client: &zookeeper_client::Client, path: &str) -> Vec<String> {
+    match client.list_children(path).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {path}: {e}"),
+    }
+}
+
+/// Every lock node under a primitive's directory (a semaphore's `locks`
+/// and `leases` included).
+async fn nodes_under(client: &zookeeper_client::Client, dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for child in children(client, dir).await {
+        if child == "locks" || child == "leases" {
+            for n in children(client, &format!("{dir}/{child}")).await {
+                found.push(format!("{child}/{n}"));
+            }
+        } else {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// Waits until nothing is left under `dir`.
+async fn nothing_under(client: &zookeeper_client::Client, dir: &str, what: &str) {
+    nothing_under_within(client, dir, what, SLACK).await;
+}
+
+/// Waits until nothing is left under `dir`, for up to `within`.
+async fn nothing_under_within(
+    client: &zookeeper_client::Client,
+    dir: &str,
+    what: &str,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = nodes_under(client, dir).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: stray nodes {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The newest node of `dir` (by the sequence at the end of its name).
+async fn newest(client: &zookeeper_client::Client, dir: &str) -> String {
+    let mut nodes = children(client, dir).await;
+    nodes.sort_by_key(|n| n[n.len().saturating_sub(10)..].to_owned());
+    format!("{dir}/{}", nodes.last().expect("a node"))
+}
+
+/// A delete request of `path` on the wire: opcode 2, then the path
+/// (length-prefixed).
+fn delete_request(path: &str) -> Vec<u8> {
+    let mut delete = vec![0, 0, 0, 2];
+    delete.extend_from_slice(&i32::try_from(path.len()).unwrap().to_be_bytes());
+    delete.extend_from_slice(path.as_bytes());
+    delete
+}
+
+/// The create reaches the server, and the client's connection is reset at
+/// once: the acquisition must look its node up (it exists) and hold with
+/// it, not fail with a server error and leave the node in a live session.
+/// The cause of the old flake of `connection_cuts_during_acquisition_leave_no_stray_node`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_connection_is_reset_is_looked_up_not_failed() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let other = provider(&zk.connect_string()).await;
+    for kind in ALL {
+        let proxy = Proxy::start(zk.addr(0));
+        let locks = victim(&proxy).await;
+        let name = unique_name("reset-create");
+        let dir = locks.path(&name).unwrap();
+        let lock = kind.lock(&locks, &name);
+        // Parents first, so the create below is the lock node's.
+        lock.lock().await.unwrap().release().await.unwrap();
+        proxy.reset_after_request(kind.create_marker());
+        let got = tokio::time::timeout(SLACK * 2, lock.lock_timeout(SLACK))
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?}: the acquisition hung"));
+        assert_eq!(proxy.resets(), 1, "{kind:?}: the create was not reset");
+        let guard = got
+            .unwrap_or_else(|e| panic!("{kind:?}: a reset create failed the acquisition: {e:?}"))
+            .unwrap_or_else(|| panic!("{kind:?}: its own node was not found"));
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+        let next = kind
+            .lock(&other, &name)
+            .try_lock()
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: a node of the victim blocks the lock"));
+        next.release().await.unwrap();
+        nothing_under(&operator, &dir, &format!("{kind:?}")).await;
+    }
+}
+
+/// The release's delete reaches the server, and the connection is reset at
+/// once: the release completes (the node is gone), or fails with a
+/// retryable error and keeps deleting in the background; never a plain
+/// server error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_connection_is_reset_completes() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let other = provider(&zk.connect_string()).await;
+    for kind in ALL {
+        if kind == Kind::SemaphoreLock {
+            // A held permit's node is its lease node.
+            continue;
+        }
+        let proxy = Proxy::start(zk.addr(0));
+        let locks = victim(&proxy).await;
+        let name = unique_name("reset-release");
+        let dir = locks.path(&name).unwrap();
+        let guard = kind.lock(&locks, &name).lock().await.unwrap();
+        let node = newest(&operator, &kind.node_dir(&dir)).await;
+        proxy.reset_after_request(&delete_request(&node));
+        let released = tokio::time::timeout(SLACK * 2, guard.release())
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?}: the release hung"));
+        assert_eq!(proxy.resets(), 1, "{kind:?}: the delete was not reset");
+        if let Err(e) = released {
+            assert!(e.is_retryable(), "{kind:?}: release failed for good: {e:?}");
+        }
+        let next = kind
+            .lock(&other, &name)
+            .lock_timeout(SLACK)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: the released node is still there"));
+        next.release().await.unwrap();
+        nothing_under(&operator, &dir, &format!("{kind:?}")).await;
+    }
+}
+
+/// A waiter times out, and the connection is reset as it sends the delete
+/// of its node (which never reaches the server): `lock_timeout` still
+/// returns within its deadline and one operation timeout, and the waiter's
+/// node goes (it used to stay queued for the whole session: once the holder
+/// released, it headed the queue and nobody got the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_waiter_whose_delete_is_reset_still_withdraws() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let holder = provider(&zk.connect_string()).await;
+    let next = provider(&zk.connect_string()).await;
+    for kind in [Kind::Fair, Kind::Write, Kind::Read, Kind::Semaphore] {
+        let proxy = Proxy::start(zk.addr(0));
+        let locks = victim(&proxy).await;
+        let name = unique_name("reset-withdraw");
+        let dir = locks.path(&name).unwrap();
+        let node_dir = kind.node_dir(&dir);
+        let guard = kind.blocker(&holder, &name).lock().await.unwrap();
+        let lock = kind.lock(&locks, &name);
+        let started = Instant::now();
+        let waiting = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(1)).await });
+        // The waiter's node, behind the holder's.
+        let deadline = Instant::now() + SLACK;
+        while children(&operator, &node_dir).await.len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{kind:?}: the waiter never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let node = newest(&operator, &node_dir).await;
+        proxy.reset_instead_of_request(&delete_request(&node));
+        let got = tokio::time::timeout(SLACK * 2, waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?}: the wait hung"))
+            .unwrap();
+        let took = started.elapsed();
+        assert!(
+            matches!(got, Ok(None)),
+            "{kind:?}: a timed-out wait returned {got:?}"
+        );
+        assert_eq!(proxy.resets(), 1, "{kind:?}: the delete was not reset");
+        // The deadline, one operation timeout, and room for a loaded
+        // machine: not the session (20 s).
+        assert!(
+            took < Duration::from_secs(1) + OPERATION + SLACK,
+            "{kind:?}: a 1 s wait took {took:?}"
+        );
+        let deadline = Instant::now() + SLACK;
+        while operator.check_stat(&node).await.unwrap().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{kind:?}: the timed-out waiter's node {node} is still queued"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let lock = kind.lock(&next, &name);
+        let taking = tokio::spawn(async move { lock.lock_timeout(SLACK * 2).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard.release().await.unwrap();
+        let taken = taking
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: an orphan node heads the queue"));
+        taken.release().await.unwrap();
+        nothing_under(&operator, &dir, &format!("{kind:?}")).await;
+    }
+}
+
+/// A persistent node with a lock's name at the head of a queue never goes:
+/// `lock()` is refused with `Error::Conflict` instead of waiting for it
+/// forever, and leaves no node of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_node_at_the_head_of_a_queue_is_a_conflict() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let locks = provider(&zk.connect_string()).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let sequential = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+    for kind in [Kind::Fair, Kind::Write, Kind::Read, Kind::Semaphore] {
+        let name = unique_name("persistent-head");
+        let dir = locks.path(&name).unwrap();
+        let (sub, stuck) = match kind {
+            Kind::Fair => (dir.clone(), "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-lock-"),
+            Kind::Write | Kind::Read => (
+                dir.clone(),
+                "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-__WRIT__",
+            ),
+            // A persistent internal-lock node: every acquisition queues
+            // behind it.
+            _ => (
+                format!("{dir}/locks"),
+                "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-lock-",
+            ),
+        };
+        operator.mkdir(&sub, &open).await.unwrap();
+        let (_, seq) = operator
+            .create(&format!("{sub}/{stuck}"), b"stuck", &sequential)
+            .await
+            .unwrap();
+        let stuck = format!("{stuck}{seq}");
+        let r = tokio::time::timeout(SLACK, kind.lock(&locks, &name).lock())
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?}: lock() waits for a persistent node"));
+        assert!(matches!(r, Err(Error::Conflict { .. })), "{kind:?}: {r:?}");
+        assert_eq!(children(&operator, &sub).await, vec![stuck], "{kind:?}");
+    }
+    // An election queue with a persistent latch node at its head.
+    let name = unique_name("persistent-latch");
+    let dir = locks.path(&name).unwrap();
+    operator.mkdir(&dir, &open).await.unwrap();
+    operator
+        .create(
+            &format!("{dir}/_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-latch-"),
+            b"stuck",
+            &sequential,
+        )
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(SLACK, locks.election(&name).unwrap().campaign("c"))
+        .await
+        .expect("campaign waits for a persistent node");
+    assert!(
+        matches!(r, Err(Error::Conflict { .. })),
+        "{:?}",
+        r.map(|_| ())
+    );
+    assert_eq!(children(&operator, &dir).await.len(), 1);
+}
+
+/// Every kind of lock on a name whose node is an id counter is refused
+/// with `Error::Conflict`, and leaves the counter as it was: no child under
+/// it, its count unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_an_id_counter_are_a_conflict_and_add_nothing() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let locks = provider(&zk.connect_string()).await;
+    let name = unique_name("counter");
+    let counter = locks.path(&name).unwrap();
+    let ids = locks.id_generator(&name, 1).unwrap();
+    let first = ids.next().await.unwrap();
+    let (data, _) = operator.get_data(&counter).await.unwrap();
+    for kind in ALL {
+        let lock = kind.lock(&locks, &name);
+        for attempt in ["try_lock", "lock"] {
+            let r = tokio::time::timeout(SLACK, async {
+                if attempt == "lock" {
+                    lock.lock().await.map(Some)
+                } else {
+                    lock.try_lock().await
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{kind:?} {attempt}: waits on an id counter"));
+            assert!(
+                matches!(r, Err(Error::Conflict { .. })),
+                "{kind:?} {attempt}: {r:?}"
+            );
+            assert_eq!(
+                children(&operator, &counter).await,
+                Vec::<String>::new(),
+                "{kind:?} {attempt}: left a node under the counter"
+            );
+        }
+    }
+    let r = tokio::time::timeout(SLACK, locks.election(&name).unwrap().campaign("c"))
+        .await
+        .expect("campaign waits on an id counter");
+    assert!(
+        matches!(r, Err(Error::Conflict { .. })),
+        "{:?}",
+        r.map(|_| ())
+    );
+    assert!(children(&operator, &counter).await.is_empty());
+    assert_eq!(operator.get_data(&counter).await.unwrap().0, data);
+    assert_eq!(ids.next().await.unwrap(), first + 1);
+}
+
+/// `lock_timeout(1 s)` on every lock primitive, partitioned (blackhole and
+/// cut) 200 ms into its wait: it returns within its deadline and one
+/// operation timeout (700 ms here), without the lock and with at most a
+/// retryable error; once the partition heals, its node goes and the lock
+/// passes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_wait_keeps_its_deadline_through_a_partition() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let holder = provider(&zk.connect_string()).await;
+    let next = provider(&zk.connect_string()).await;
+    for kind in [
+        Kind::Fair,
+        Kind::Unfair,
+        Kind::Write,
+        Kind::Read,
+        Kind::Semaphore,
+    ] {
+        let proxy = Proxy::start(zk.addr(0));
+        let locks = ZkProvider::connect_with(
+            ZkOptions::new(proxy.addr().to_string())
+                .session_timeout(Duration::from_secs(20))
+                .operation_timeout(Duration::from_millis(700)),
+        )
+        .await
+        .unwrap();
+        let name = unique_name("partitioned-wait");
+        let dir = locks.path(&name).unwrap();
+        let guard = kind.blocker(&holder, &name).lock().await.unwrap();
+        let what = format!("{kind:?}");
+        test_support::proxy::wait_keeps_its_deadline_through_a_partition(
+            &proxy,
+            kind.lock(&locks, &name),
+            &what,
+        )
+        .await;
+        let lock = kind.lock(&next, &name);
+        let taking = tokio::spawn(async move { lock.lock_timeout(SLACK * 2).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard.release().await.unwrap();
+        let taken =
+            taking.await.unwrap().unwrap().unwrap_or_else(|| {
+                panic!("{kind:?}: the partitioned waiter's node blocks the lock")
+            });
+        taken.release().await.unwrap();
+        // The victim's node goes once its client is back: a connection
+        // attempt made during the partition may take the connect timeout
+        // (5 s) to give up before the next one gets through.
+        nothing_under_within(&operator, &dir, &what, Duration::from_secs(5) + SLACK * 2).await;
+    }
+}
