@@ -157,13 +157,20 @@ impl Election for RedisElection {
                     // the read and the subscription is missed.
                     None => {
                         let channel = state.keys.channel.clone();
-                        state.subscription = Some(state.shared.subscriber.observe(channel).await);
+                        // Its confirmation wakes the wait below for
+                        // another read.
+                        state.subscription = Some(state.shared.subscriber.observe(channel));
                     }
                     Some(sub) if state.last.is_some() => {
                         let expires = state.expires;
+                        // Never on pub/sub alone: a silent connection (until
+                        // the subscriber replaces it) or a lost message is
+                        // made up for by a read every re-check interval.
+                        let recheck = state.shared.options.recheck_interval;
                         tokio::select! {
-                            () = sub.changed() => {}
+                            _ = sub.changed() => {}
                             () = sleep_until(expires.unwrap_or_else(Instant::now)), if expires.is_some() => {}
+                            () = tokio::time::sleep(recheck) => {}
                             () = state.shared.lifecycle.closed() => {}
                         }
                     }

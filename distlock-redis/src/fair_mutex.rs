@@ -461,17 +461,15 @@ impl FairQueue {
                 return Ok(None);
             }
             if subscription.is_none() {
-                // Subscribe, then look again at once: a hand-over between
-                // the attempt and the subscription is not missed.
+                // Subscribe; its confirmation wakes the wait below to look
+                // again: a hand-over between the attempt and the
+                // subscription is not missed, and a slow confirmation never
+                // holds the caller past its deadline.
                 subscription = Some(
-                    Box::pin(
-                        shared
-                            .subscriber
-                            .subscribe_as(self.keys.channel.clone(), Arc::clone(&leave.id)),
-                    )
-                    .await,
+                    shared
+                        .subscriber
+                        .subscribe_as(self.keys.channel.clone(), Arc::clone(&leave.id)),
                 );
-                continue;
             }
             // The next look: a hand-over message, the holder's expiry (or a
             // dead head's), the heartbeat that keeps our entry, the re-check

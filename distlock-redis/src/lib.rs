@@ -46,14 +46,20 @@
 //!   lock over and over while others wait. The mutex stays unfair in that a
 //!   free lock with nobody in line goes to whoever asks, and within a
 //!   provider any of its waiters may be the one woken. A provider whose last
-//!   waiter leaves (timeout, cancellation) takes itself off the line and
-//!   passes a reservation made for it on (`mutex_pass`); so does a
-//!   provider being closed: `close()` wakes its waiters and waits, at most
-//!   one response timeout, until they have left the lines (and the fair
-//!   mutex's queues) before its connection goes. A provider that
-//!   died costs the waiters behind it the reservation (50 ms: a waiter
-//!   refused by a reservation looks again when it expires) or, if nobody
-//!   was refused, one re-check interval. `try_lock` ignores reservations: a
+//!   waiter leaves takes itself off the line and passes a reservation made
+//!   for it on (`mutex_pass`): a waiter that times out or fails does so
+//!   **before `lock_timeout` returns** (within what is left of one response
+//!   timeout past its deadline), so a program that ends right after leaves
+//!   nothing behind; a cancelled one, through the provider's line task. A
+//!   waiter that gets the lock while the other waiters of its provider
+//!   left during its attempt takes the provider off the line too (the
+//!   attempt was sent while they still waited). So does a provider being
+//!   closed: `close()` wakes its waiters and waits, at most one response
+//!   timeout, until they have left the lines (and the fair mutex's queues)
+//!   before its connection goes. A place in line lives only as long as its
+//!   provider is known to hear hand-overs (see [Liveness](#liveness)): a
+//!   dead, closed or silent provider drops out by itself, and a release
+//!   skips it. `try_lock` ignores reservations: a
 //!   free lock is free. The channel stays subscribed 2 s after its last
 //!   waiter left, so a lock contended again and again costs no `SUBSCRIBE`
 //!   per wait. The reservation binds distlock clients only; mutual
@@ -79,6 +85,54 @@
 //!   the next wait, and its waiters are woken to re-check and read the key
 //!   again on the new one.
 //!
+//! # Liveness
+//!
+//! Nothing dead or silent stalls a lock for long, and no wait depends on
+//! pub/sub alone. With the re-check interval `R` (500 ms by default), the
+//! response timeout `T` (2 s) and the health-check interval `H = min(R, 1
+//! s)` (500 ms):
+//!
+//! * **The pub/sub connection is health-checked.** While any channel is
+//!   subscribed (a waiter, an observer, or a channel lingering after its
+//!   last waiter), the subscriber sends `PING` on it every `H` (RESP2 and
+//!   RESP3 allow it while subscribed). A `PING` or `SUBSCRIBE` with no
+//!   answer within `T` drops the connection: a silent (half-open)
+//!   connection is found at most `H + T` (2.5 s) after it last answered.
+//!   Every waiter and observer is then woken to look again, and the
+//!   subscriber reconnects and resubscribes while anyone waits (within the
+//!   connect timeout, 5 s by default, retried with backoff up to 1 s).
+//!   Meanwhile, and always, waiters re-check every `R` and at the holder's
+//!   expiry; `observe()` re-reads the leader record every `R` too.
+//! * **A place in the plain mutex's line expires by itself.** Each place
+//!   has a deadline (`{PREFIX NAME}:waiting:alive`, by the server's `TIME`)
+//!   that its provider pushes on only while its pub/sub connection is known
+//!   to deliver: each attempt of a waiter carries how long that is (until
+//!   the next health check's answer is due, at most `H + T`; `0` takes the
+//!   provider off the line rather than queuing it, its waiter then relying
+//!   on re-checks), and each answered health check refreshes the places
+//!   of the locks its plain waiters wait on (`line_alive`, one script call
+//!   per lock and health check, only while someone waits). A release, and
+//!   a pass, hand over to the first place whose deadline has not passed,
+//!   dropping the others. So **a provider that died (even `SIGKILL`: nothing
+//!   runs at exit), was cut off, or whose pub/sub connection went silent
+//!   drops out of every line at most `H + T` (2.5 s by default) after its
+//!   last sign of life**, and no release reserves the lock for it after
+//!   that. A release within that window still reserves the lock for it
+//!   once: the waiters behind it lose the reservation (50 ms, for a waiter
+//!   refused by it) or at most one re-check interval `R`; the place is gone
+//!   with that release.
+//! * **Queues expire by themselves**: a fair waiter's, a read-write lock's
+//!   or a semaphore's queue entry lives `2R + T` (3 s) after its waiter's
+//!   last attempt (see each section below); a hand-over to a waiter whose
+//!   subscriber is silent costs the queue at most its waiter's next
+//!   heartbeat (`R`, or a third of the entry's life if shorter), or the
+//!   subscriber's replacement, whichever comes first.
+//! * **Every wait keeps the caller's deadline**, subscribing included: a
+//!   waiter never waits for the `SUBSCRIBE` reply (its subscription wakes
+//!   it to look again when the reply comes), so `lock_timeout(d)` returns
+//!   at `d` plus its last attempt and its leave, one response timeout at
+//!   most, even when the reply never comes.
+//!
 //! # Keys
 //!
 //! | key | what |
@@ -91,6 +145,7 @@
 //! | `{PREFIX NAME}:holder` | the holder record (plain and fair mutex, and each Redlock master): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
 //! | `{PREFIX NAME}:fair:owners` | fair waiters' owner identities: hash waiter id → owner, expiring with the queue |
 //! | `{PREFIX NAME}:waiting` | the plain mutex's line of waiting providers: zset provider id (`RedisProvider::line_id`) → place, expiring 60 s after the last join |
+//! | `{PREFIX NAME}:waiting:alive` | the line's liveness: zset provider id → server ms until which it is known to hear hand-overs (see [Liveness](#liveness)), expiring with the line |
 //! | `{PREFIX NAME}:handoff` | the provider a release reserved the free lock for (50 ms) |
 //! | `{PREFIX NAME}:elect` | an election's lease: value = leader's token, TTL = lease |
 //! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |
@@ -109,7 +164,9 @@
 //! replies): `acquire` (plain), `fair_acquire` (fair mutex and election),
 //! `release` and `extend` (every lease of this kind; the plain mutex
 //! releases with `mutex_release`, which also hands over to its line, and
-//! leaves the line with `mutex_pass`), `fair_leave` (a fair
+//! leaves the line with `mutex_pass`; both pick the first live provider
+//! with the `line_pop` prelude, and `line_alive` keeps a place alive),
+//! `fair_leave` (a fair
 //! waiter or candidate leaving), `elect_leader` (reading the leader record),
 //! `inspect_lock` and `force_lock` (see [Inspect and
 //! force-release](#inspect-and-force-release)).
@@ -158,9 +215,10 @@
 //! `elected`; the watchdog extends both, a resignation or a dropped
 //! [`Leadership`](distlock_core::Leadership) deletes both and hands over.
 //! The term is the election's fencing token. `observe()` re-reads the record
-//! on every message of the election's channel and when the record expires
-//! (an expiry publishes nothing); an observer that falls behind sees the
-//! latest leader.
+//! on every message of the election's channel, when the record expires
+//! (an expiry publishes nothing) and every re-check interval (a message
+//! lost to a silent pub/sub connection); an observer that falls behind
+//! sees the latest leader.
 //!
 //! ## Read-write lock and semaphore keys
 //!

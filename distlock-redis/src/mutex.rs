@@ -15,8 +15,8 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::conn::{not_replicated, Pinned, Sticky};
 use crate::provider::Shared;
-use crate::scripts::{ACQUIRE, EXTEND, MUTEX_PASS, MUTEX_RELEASE, RELEASE};
-use crate::subscriber::{Pending, Subscription};
+use crate::scripts::{ACQUIRE, EXTEND, LINE_ALIVE, MUTEX_PASS, MUTEX_RELEASE, RELEASE};
+use crate::subscriber::Subscription;
 
 /// How long a release reserves the free lock for the provider it woke: long
 /// enough for the woken waiter to ask (a loopback round trip is ~0.1 ms; a
@@ -59,9 +59,10 @@ pub(crate) struct Keys {
     /// leader (`kind.lua`); `None` for the mutex's own keys.
     pub(crate) marker: Option<String>,
     /// The plain mutex's line: `{lock}:waiting` (zset of waiting provider
-    /// ids) and `{lock}:handoff` (the provider a release reserved the lock
-    /// for); `None` for the other users of these keys.
-    pub(crate) line: Option<(String, String)>,
+    /// ids), `{lock}:handoff` (the provider a release reserved the lock
+    /// for) and `{lock}:waiting:alive` (zset of the waiting providers'
+    /// liveness deadlines); `None` for the other users of these keys.
+    pub(crate) line: Option<(String, String, String)>,
 }
 
 impl Keys {
@@ -89,10 +90,7 @@ impl Keys {
     /// The plain mutex's keys: [`Keys::new`]'s and its line.
     pub(crate) fn mutex(prefix: &str, name: &Name) -> Keys {
         let mut keys = Keys::new(prefix, name);
-        keys.line = Some((
-            format!("{{{}}}:waiting", keys.lock),
-            format!("{{{}}}:handoff", keys.lock),
-        ));
+        keys.line = Some(line_keys(&keys.lock));
         keys
     }
 
@@ -101,21 +99,38 @@ impl Keys {
     pub(crate) fn of_channel(channel: &str) -> Option<Keys> {
         let lock = channel.strip_prefix('{')?.strip_suffix("}:released")?;
         let mut keys = Keys::from_lock(lock.to_owned());
-        keys.line = Some((format!("{{{lock}}}:waiting"), format!("{{{lock}}}:handoff")));
+        keys.line = Some(line_keys(lock));
         Some(keys)
     }
 
     /// The script a provider runs when it leaves this lock's line (see
     /// `mutex_pass.lua`); `None` without a line.
     pub(crate) fn pass<'a>(&'a self, provider: &'a str) -> Option<redis::ScriptInvocation<'a>> {
-        let (waiting, handoff) = self.line.as_ref()?;
+        let (waiting, handoff, alive) = self.line.as_ref()?;
         let mut invocation = MUTEX_PASS.key(&self.lock);
         invocation
             .key(waiting)
             .key(handoff)
+            .key(alive)
             .arg(provider)
             .arg(&self.channel)
             .arg(RESERVATION.as_millis().to_string());
+        Some(invocation)
+    }
+
+    /// The script that keeps `provider`'s place in this lock's line alive
+    /// for `alive` more (see `line_alive.lua`); `None` without a line.
+    pub(crate) fn keep_alive<'a>(
+        &'a self,
+        provider: &'a str,
+        alive: Duration,
+    ) -> Option<redis::ScriptInvocation<'a>> {
+        let (waiting, _, deadlines) = self.line.as_ref()?;
+        let mut invocation = LINE_ALIVE.key(waiting);
+        invocation
+            .key(deadlines)
+            .arg(provider)
+            .arg(alive.as_millis().to_string());
         Some(invocation)
     }
 
@@ -139,7 +154,7 @@ impl Keys {
 
     /// The release script with its keys (the hand-over reads the queue).
     pub(crate) fn release<'a>(&'a self, token: &'a str) -> redis::ScriptInvocation<'a> {
-        if let Some((waiting, handoff)) = &self.line {
+        if let Some((waiting, handoff, alive)) = &self.line {
             let mut invocation = MUTEX_RELEASE.key(&self.lock);
             invocation
                 .key(&self.queue)
@@ -148,6 +163,7 @@ impl Keys {
                 .key(&self.owners)
                 .key(waiting)
                 .key(handoff)
+                .key(alive)
                 .arg(token)
                 .arg(&self.channel)
                 .arg(RESERVATION.as_millis().to_string());
@@ -168,6 +184,15 @@ impl Keys {
         invocation.arg(token).arg(&self.channel);
         invocation
     }
+}
+
+/// The line keys of the lock key `lock`.
+fn line_keys(lock: &str) -> (String, String, String) {
+    (
+        format!("{{{lock}}}:waiting"),
+        format!("{{{lock}}}:handoff"),
+        format!("{{{lock}}}:waiting:alive"),
+    )
 }
 
 /// A Redis mutex (unfair: whoever asks first after a release wins).
@@ -262,18 +287,23 @@ impl RedisMutex {
         conn: &Pinned,
         token: &str,
         queue: Queue,
-        counted: bool,
+        others: bool,
         in_line: bool,
     ) -> Result<Attempt> {
         let subscriber = &self.shared.subscriber;
-        let (waiting, handoff) = self
+        let (waiting, handoff, alive) = self
             .keys
             .line
             .as_ref()
             .ok_or_else(|| Error::server("redis", "a plain mutex without its line keys"))?;
-        // Other waiters of this provider on this lock besides this one (a
-        // waiter is `counted` once it subscribed).
-        let others = subscriber.plain_waiters(&self.keys.channel) > usize::from(counted);
+        // Whether a hand-over to this provider would be heard: not while
+        // its pub/sub connection is not known to deliver (see
+        // `Subscriber::alive_for`). Only a waiting attempt asks.
+        let alive_ms = if queue == Queue::No {
+            0
+        } else {
+            subscriber.alive_for(&self.keys.channel).as_millis()
+        };
         let ((status, value, publishes), acked): ((i64, i64, i64), _) = conn
             .script_acked(
                 "acquire",
@@ -284,6 +314,7 @@ impl RedisMutex {
                     .key(&self.keys.holder)
                     .key(waiting)
                     .key(handoff)
+                    .key(alive)
                     .arg(token)
                     .arg(self.lease.ttl_millis())
                     .arg(&self.shared.owner)
@@ -294,7 +325,8 @@ impl RedisMutex {
                         Queue::Front => "2",
                     })
                     .arg(if others { "1" } else { "0" })
-                    .arg(if in_line { "1" } else { "0" }),
+                    .arg(if in_line { "1" } else { "0" })
+                    .arg(alive_ms.to_string()),
                 self.shared.options.wait,
             )
             .await?;
@@ -326,7 +358,7 @@ impl RedisMutex {
         wait: Wait,
         deadline: Option<Instant>,
         queue: Queue,
-        (counted, in_line): (bool, bool),
+        (others, in_line): (bool, bool),
         pause: &mut Duration,
         waited: Instant,
     ) -> Step {
@@ -363,7 +395,7 @@ impl RedisMutex {
         // response timeout even while the client reconnects (which may
         // take its connect timeout), so a deadline is passed by one
         // response timeout at most.
-        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, counted, in_line));
+        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, others, in_line));
         match with_timeout("acquire", timeout, attempt)
             .await
             .and_then(|r| r)
@@ -506,6 +538,7 @@ impl Lock for RedisMutex {
         shared.lifecycle.check_open()?;
         let deadline = wait.deadline();
         let waited = Instant::now();
+        let timeout = shared.options.response_timeout;
         let subscriber = &shared.subscriber;
         let channel = &self.keys.channel;
         // Declared before the subscription: dropped after it, so it counts
@@ -520,60 +553,85 @@ impl Lock for RedisMutex {
         // this provider), the subscription is queued before the first
         // attempt and needs no second attempt after it (see
         // `Subscriber::start_subscribe`).
-        // Either a subscription queued but not confirmed yet (`Err`) or a
-        // subscription (`Ok`): one field, as a waiting task keeps it.
-        let mut subscription: Option<std::result::Result<Subscription, Pending>> =
-            (queue != Queue::No && subscriber.is_live(channel))
-                .then(|| Err(subscriber.start_subscribe(channel.clone())));
+        let mut subscription: Option<Subscription> = (queue != Queue::No
+            && subscriber.is_live(channel))
+        .then(|| subscriber.start_subscribe(channel.clone()));
         let mut pause = Duration::from_millis(20);
         let mut foreign_pause = FOREIGN_RECHECK;
         let mut foreign_left = None;
+        // What a leave before returning may take: what is left of one
+        // response timeout past the caller's deadline (a wait gives up at
+        // most one response timeout late), or one response timeout.
+        let leave_within = || {
+            deadline.map_or(timeout, |d| {
+                (d + timeout).saturating_duration_since(Instant::now())
+            })
+        };
         loop {
             // The attempt is boxed: a waiter keeps only the small state of
             // its wait between attempts (see `benches/README.md`, memory
             // per waiting contender).
             let counted = subscription.is_some();
+            // Other waiters of this provider on this lock besides this one
+            // (a waiter is `counted` once it subscribed).
+            let others = subscriber.plain_waiters(channel) > usize::from(counted);
             let in_line = line.armed;
             // Armed before the attempt: one that may queue us and whose
             // answer is lost (an error, a cancellation) leaves the line too.
             line.armed |= queue != Queue::No;
-            let step = self.step(
-                wait,
-                deadline,
-                queue,
-                (counted, in_line),
-                &mut pause,
-                waited,
-            );
-            let remaining = match Box::pin(step).await {
-                Step::Done(result) => {
-                    if matches!(result, Ok(Some(_))) {
+            let step = self.step(wait, deadline, queue, (others, in_line), &mut pause, waited);
+            // The outcome is boxed, and the step's value gone, before the
+            // awaits below: a waiting task keeps no room for a guard.
+            let step = match Box::pin(step).await {
+                Step::Done(result) => Err(Box::new(result)),
+                Step::Again => continue,
+                Step::Held(remaining, publishes) => Ok((remaining, publishes)),
+            };
+            let (remaining, publishes) = match step {
+                Ok(held) => held,
+                Err(done) => {
+                    if matches!(*done, Ok(Some(_))) {
                         // The script left the line, or stayed for the others.
                         line.armed = false;
+                        // Reconciled with the waiters there are now: the
+                        // script's choice was made with the count of before.
+                        let others_now = subscriber.plain_waiters(channel) > usize::from(counted);
+                        if others && !others_now {
+                            // They left while the attempt was in flight, and
+                            // it put this provider back in line for them:
+                            // leave (the lock is ours: nothing is passed on).
+                            line.armed = true;
+                        } else if !others && others_now {
+                            // One came meanwhile, and the attempt took this
+                            // provider off the line: it looks again now and
+                            // queues, rather than at its next re-check.
+                            if let Some(sub) = &subscription {
+                                sub.nudge();
+                            }
+                        }
                     }
-                    return result;
+                    // Out of line before returning (given up, failed, or
+                    // holding with nobody else of ours waiting).
+                    drop(subscription);
+                    Box::pin(line.leave(self, leave_within())).await;
+                    return *done;
                 }
-                Step::Again => continue,
-                Step::Held(remaining, publishes) => (remaining, publishes),
             };
-            let (remaining, publishes) = remaining;
             pause = Duration::from_millis(20);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
+                // Out of line before returning: a program that ends now
+                // leaves nothing behind that releases would reserve the
+                // lock for.
+                drop(subscription);
+                Box::pin(line.leave(self, leave_within())).await;
                 return Ok(None);
             }
-            match subscription.take() {
-                Some(Ok(ready)) => subscription = Some(Ok(ready)),
-                Some(Err(pending)) => {
-                    subscription = Some(Ok(Box::pin(pending.ready()).await));
-                }
-                None => {
-                    // Subscribe, then try again at once: a release between
-                    // the attempt and the subscription is not missed.
-                    subscription = Some(Ok(Box::pin(subscriber.subscribe(channel.clone())).await));
-                    continue;
-                }
-            }
+            // Subscribed after an attempt, the subscription's confirmation
+            // wakes the wait below to look again: a release in between is
+            // not missed, and a slow confirmation never holds the caller
+            // past its deadline.
+            let sub = subscription.get_or_insert_with(|| subscriber.subscribe(channel.clone()));
             let mut wake = now + shared.options.recheck_interval;
             let mut key_watch = None;
             if publishes {
@@ -605,26 +663,24 @@ impl Lock for RedisMutex {
                 wake = wake.min(d);
             }
             queue = Queue::Back;
-            if let Some(Ok(sub)) = &mut subscription {
-                // Woken by the hand-over: if someone who did not wait takes
-                // the lock first, back to the front.
-                if Box::pin(woken(
-                    sub,
-                    key_watch.as_deref_mut(),
-                    wake,
-                    &shared.lifecycle,
-                ))
-                .await?
-                {
-                    queue = Queue::Front;
-                }
+            // Woken by the hand-over: if someone who did not wait takes
+            // the lock first, back to the front.
+            if Box::pin(woken(
+                sub,
+                key_watch.as_deref_mut(),
+                wake,
+                &shared.lifecycle,
+            ))
+            .await?
+            {
+                queue = Queue::Front;
             }
         }
     }
 }
 
-/// Waits for a wake-up on `sub` (`true`), or for a change of the foreign
-/// holder's key or until `wake` (`false`).
+/// Waits for a wake-up on `sub` (`true`), or for its confirmation, a change
+/// of the foreign holder's key or until `wake` (`false`).
 ///
 /// # Errors
 ///
@@ -652,7 +708,7 @@ pub(crate) async fn woken_or<F: std::future::Future<Output = ()> + Send>(
     lifecycle: &distlock_core::backend::Lifecycle,
 ) -> Result<bool> {
     tokio::select! {
-        () = sub.changed() => Ok(true),
+        woken = sub.changed() => Ok(woken),
         () = other => Ok(false),
         () = sleep_until(wake) => Ok(false),
         () = lifecycle.closed() => Err(Error::Closed),
@@ -689,6 +745,48 @@ impl<'a> InLine<'a> {
             subscriber,
             channel,
             armed: false,
+        }
+    }
+}
+
+impl InLine<'_> {
+    /// Leaves the line now, within `within`, if this was the last waiter
+    /// of the provider on this lock (the subscription dropped already):
+    /// the caller returns only once the provider is out of line, so a
+    /// program that ends then (or drops its provider) leaves nothing that
+    /// a release would reserve the lock for. A leave that fails or takes
+    /// longer is left to the drop (through the subscriber's line task);
+    /// the provider's place expires by itself anyway (see the crate docs).
+    async fn leave(&mut self, mutex: &RedisMutex, within: Duration) {
+        if !self.armed {
+            return;
+        }
+        if self.subscriber.plain_waiters(self.channel) > 0 {
+            // Others of this provider still wait: they keep the place.
+            self.armed = false;
+            return;
+        }
+        if within.is_zero() {
+            return;
+        }
+        let Some(invocation) = mutex.keys.pass(self.subscriber.id()) else {
+            return;
+        };
+        let shared = &mutex.shared;
+        let left = tokio::time::timeout(within, async {
+            let conn = shared.conn()?.pin(within).await?;
+            conn.script::<i64>("leave the line", within, &invocation)
+                .await
+        })
+        .await;
+        match left {
+            Ok(Ok(_)) => self.armed = false,
+            Ok(Err(e)) => {
+                tracing::debug!(channel = %self.channel, error = %e, "distlock redis: leaving the line failed");
+            }
+            Err(_) => {
+                tracing::debug!(channel = %self.channel, "distlock redis: leaving the line timed out");
+            }
         }
     }
 }

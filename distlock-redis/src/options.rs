@@ -155,7 +155,10 @@ impl RedisOptions {
         self
     }
 
-    /// How long one command may wait for its answer. Default 2 s.
+    /// How long one command may wait for its answer. Default 2 s. It is
+    /// also how long the pub/sub connection's health check may take, and
+    /// part of how long a dead waiter's place in a line lives (see
+    /// [Liveness](crate#liveness)).
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
@@ -172,6 +175,8 @@ impl RedisOptions {
     /// How often a waiter re-checks the lock by itself, besides the release
     /// message and the holder's expiry: it bounds how late a release by a
     /// client that does not publish (redis-py) is noticed. Default 500 ms.
+    /// The pub/sub connection is health-checked as often, at most every
+    /// second, while anyone waits (see [Liveness](crate#liveness)).
     #[must_use]
     pub fn recheck_interval(mut self, interval: Duration) -> Self {
         self.recheck_interval = interval;

@@ -311,10 +311,7 @@ impl RedisProvider {
     }
 
     fn from_parts(conn: Conn, client: Source, tracker: Tracker, options: RedisOptions) -> Self {
-        let subscriber = Subscriber::spawn(
-            client,
-            options.response_timeout.max(options.connect_timeout),
-        );
+        let subscriber = Subscriber::spawn(client, crate::subscriber::Timing::of(&options));
         // The label was checked by `validate`; an identity without it is
         // the fallback that cannot fail.
         let owner = owner_identity(options.owner_label.as_deref())
@@ -379,6 +376,20 @@ impl RedisProvider {
             .subscriber
             .stats
             .connections
+            .load(Ordering::Relaxed)
+    }
+
+    /// Script calls (`EVALSHA` of `line_alive`) this provider has made so
+    /// far to keep its places in plain mutexes' lines alive after its
+    /// pub/sub connection answered a health check (see
+    /// [Liveness](crate#liveness)); for tests and benches that count a
+    /// waiter's server calls.
+    #[must_use]
+    pub fn line_refreshes(&self) -> u64 {
+        self.shared
+            .subscriber
+            .stats
+            .refreshes
             .load(Ordering::Relaxed)
     }
 }
@@ -499,41 +510,64 @@ impl Drop for Done<'_> {
     }
 }
 
-/// Takes this provider out of a plain mutex's line, passing on the lock's
-/// reservation if a release made one for it (`mutex_pass.lua`), for each
-/// channel the subscriber reports: a hand-over nobody here claimed, or the
-/// last waiter here gave up. Ends with the provider.
+/// Runs the subscriber's line work (see `subscriber::LineWork`): takes this
+/// provider out of a plain mutex's line, passing on the lock's reservation
+/// if a release made one for it (`mutex_pass.lua`), for each channel the
+/// subscriber reports a hand-over nobody here claimed, or the last waiter
+/// here gave up; and keeps its places alive after each answered health
+/// check of the pub/sub connection (`line_alive.lua`). Ends with the
+/// provider.
 async fn pass_unclaimed(
     shared: std::sync::Weak<Shared>,
-    mut channels: tokio::sync::mpsc::UnboundedReceiver<String>,
+    mut work: tokio::sync::mpsc::UnboundedReceiver<crate::subscriber::LineWork>,
 ) {
-    while let Some(channel) = channels.recv().await {
+    use crate::subscriber::LineWork;
+    while let Some(work) = work.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        // Each channel received is outstanding work (see `Passes`) until
-        // this pass is over, whatever its outcome.
-        let _done = Done(&shared.subscriber.outstanding);
+        let (channel, refresh) = match work {
+            LineWork::Pass(channel) => (channel, None),
+            LineWork::Refresh(channel, alive) => (channel, Some(alive)),
+        };
+        // Each pass received is outstanding work (see `Passes`) until it
+        // is over, whatever its outcome.
+        let _done = refresh
+            .is_none()
+            .then(|| Done(&shared.subscriber.outstanding));
         let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
             continue;
         };
-        let Some(invocation) = keys.pass(shared.subscriber.id()) else {
+        let id = shared.subscriber.id();
+        let (what, invocation) = match refresh {
+            None => ("pass the lock on", keys.pass(id)),
+            Some(alive) => ("keep the place in line", keys.keep_alive(id, alive)),
+        };
+        let Some(invocation) = invocation else {
             continue;
         };
         let timeout = shared.options.response_timeout;
-        let passed = async {
+        let done = async {
             let conn = shared.conn()?.pin(timeout).await?;
             distlock_core::backend::with_timeout(
-                "pass the lock on",
+                what,
                 timeout,
-                conn.script::<i64>("pass the lock on", timeout, &invocation),
+                conn.script::<i64>(what, timeout, &invocation),
             )
             .await?
         }
         .await;
-        if let Err(e) = passed {
-            // The reservation expires by itself; waiters re-check then.
-            tracing::debug!(%channel, error = %e, "distlock redis: passing the lock on failed");
+        if refresh.is_some() {
+            shared
+                .subscriber
+                .stats
+                .refreshes
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(e) = done {
+            // A reservation expires by itself (waiters re-check then), and
+            // so does a place in line not kept alive.
+            tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
         }
     }
 }

@@ -419,16 +419,15 @@ impl Lock for Queued {
                 return Ok(None);
             }
             if subscription.is_none() {
-                // Subscribe under our queue id, then try again at once: a
-                // wake-up between the attempt and the subscription is not
-                // missed.
+                // Subscribe under our queue id; its confirmation wakes the
+                // wait below to try again: a wake-up between the attempt
+                // and the subscription is not missed, and a slow
+                // confirmation never holds the caller past its deadline.
                 subscription = Some(
                     shared
                         .subscriber
-                        .subscribe_as(self.recipe.channel.clone(), Arc::from(member.as_str()))
-                        .await,
+                        .subscribe_as(self.recipe.channel.clone(), Arc::from(member.as_str())),
                 );
-                continue;
             }
             let mut wake = now + shared.options.recheck_interval;
             if let Some(left) = recheck {
@@ -443,7 +442,7 @@ impl Lock for Queued {
             // caller's deadline.
             if let Some(sub) = &mut subscription {
                 tokio::select! {
-                    () = sub.changed() => {}
+                    _ = sub.changed() => {}
                     () = sleep_until(wake) => {}
                     () = shared.lifecycle.closed() => return Err(Error::Closed),
                 }

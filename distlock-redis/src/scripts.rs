@@ -4,7 +4,9 @@
 //! acquire and release scripts start with their `…_wake.lua` prelude (who may
 //! get in, and the addressed wake-ups); theirs, their extend and force scripts
 //! and `fair_acquire` (the election's) start with `kind.lua` (one name is one
-//! lock: the other kinds' check and this kind's marker in the lock key).
+//! lock: the other kinds' check and this kind's marker in the lock key); the
+//! plain mutex's release and pass scripts with `line_pop.lua` (the first live
+//! provider in its line).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -32,8 +34,9 @@ macro_rules! scripts {
 scripts! {
     ACQUIRE = include_str!("scripts/acquire.lua");
     RELEASE = include_str!("scripts/release.lua");
-    MUTEX_RELEASE = include_str!("scripts/mutex_release.lua");
-    MUTEX_PASS = include_str!("scripts/mutex_pass.lua");
+    MUTEX_RELEASE = concat!(include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_release.lua"));
+    MUTEX_PASS = concat!(include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_pass.lua"));
+    LINE_ALIVE = include_str!("scripts/line_alive.lua");
     EXTEND = include_str!("scripts/extend.lua");
     FAIR_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/fair_acquire.lua"));
     FAIR_LEAVE = include_str!("scripts/fair_leave.lua");

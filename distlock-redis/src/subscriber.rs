@@ -22,9 +22,18 @@
 //! * Every message wakes every observer ([`Subscriber::observe`]); wake-ups
 //!   an observer has not consumed yet coalesce into one.
 //!
-//! When the connection drops, every waiter and observer is woken to
-//! re-check (a message may have been missed) and the actor reconnects and
-//! resubscribes while anyone waits. Where it connects to is its [`Source`]:
+//! While any channel is subscribed, the actor health-checks the connection
+//! (`PING` every [`Timing::health_every`], answered within
+//! [`Timing::answer_within`]); each answer vouches for the connection
+//! until the next one is due ([`Subscriber::alive_for`]), and refreshes
+//! this provider's places in the lines its plain waiters wait in
+//! ([`LineWork::Refresh`]). When the connection drops, or a health check
+//! or a `SUBSCRIBE` gets no answer in time (a silent, half-open
+//! connection), every waiter and observer is woken to re-check (a message
+//! may have been missed) and the actor reconnects and resubscribes while
+//! anyone waits. Nobody waits for the actor's answer to a subscription:
+//! a [`Subscription`] wakes its waiter when it took effect, so a slow
+//! `SUBSCRIBE` never holds a caller past its deadline. Where it connects to is its [`Source`]:
 //! a fixed server, or the master the Sentinels name at each (re)connect;
 //! with Sentinel it also moves (waking everyone) as soon as the provider's
 //! commands found another master, even while its own connection stands (to
@@ -97,6 +106,42 @@ async fn master_changed(
     }
 }
 
+/// The longest interval between two health checks (`PING` on the
+/// subscribed connection) while a channel is subscribed.
+pub(crate) const HEALTH_CHECK: Duration = Duration::from_secs(1);
+
+/// The subscriber's clocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    /// Bound of a connect (with its resubscription).
+    pub(crate) timeout: Duration,
+    /// Interval between health checks while a channel is subscribed.
+    pub(crate) health_every: Duration,
+    /// How long the answer to a health check, a `SUBSCRIBE` or an
+    /// `UNSUBSCRIBE` on the open connection may take.
+    pub(crate) answer_within: Duration,
+}
+
+impl Timing {
+    /// The clocks of a provider with `options`: connects within the connect
+    /// timeout (or the response timeout, if longer), a health check every
+    /// re-check interval (at most [`HEALTH_CHECK`]) answered within the
+    /// response timeout.
+    pub(crate) fn of(options: &crate::RedisOptions) -> Timing {
+        Timing {
+            timeout: options.response_timeout.max(options.connect_timeout),
+            health_every: options.recheck_interval.min(HEALTH_CHECK),
+            answer_within: options.response_timeout,
+        }
+    }
+
+    /// How long an answer of the connection vouches for it: until the next
+    /// health check's answer is due.
+    fn vouches(&self) -> Duration {
+        self.health_every + self.answer_within
+    }
+}
+
 /// The payload prefix of a message addressed to one waiter.
 pub(crate) const ADDRESSED: &str = "to:";
 
@@ -110,6 +155,11 @@ pub(crate) const LINGER: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 struct Board {
     channels: Mutex<HashMap<String, (usize, bool)>>,
+    /// Until when the current connection is known to deliver: its last
+    /// answer (connect, `SUBSCRIBE`, `PING`) plus a health-check interval
+    /// and a response timeout, the latest the next check's answer is due.
+    /// `None` while there is no connection.
+    healthy_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Board {
@@ -149,6 +199,20 @@ impl Board {
         });
     }
 
+    fn set_healthy_until(&self, until: Option<tokio::time::Instant>) {
+        *self
+            .healthy_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = until;
+    }
+
+    fn healthy_until(&self) -> Option<tokio::time::Instant> {
+        *self
+            .healthy_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn plain_waiters(&self, channel: &str) -> usize {
         self.with(|m| m.get(channel).map_or(0, |e| e.0))
     }
@@ -182,6 +246,9 @@ pub(crate) struct Stats {
     pub(crate) messages: AtomicU64,
     /// Pub/sub connections opened.
     pub(crate) connections: AtomicU64,
+    /// Places in lines kept alive after a health check: script calls the
+    /// line task made (counted once answered, or failed).
+    pub(crate) refreshes: AtomicU64,
 }
 
 /// The handle waiters use; cheap to clone.
@@ -196,7 +263,7 @@ pub(crate) struct Subscriber {
     closing: Arc<std::sync::atomic::AtomicBool>,
     board: Arc<Board>,
     id: Arc<str>,
-    unclaimed: Arc<Mutex<Option<mpsc::UnboundedReceiver<String>>>>,
+    unclaimed: Arc<Mutex<Option<mpsc::UnboundedReceiver<LineWork>>>>,
     /// Where unclaimed hand-overs and line leaves go (see
     /// [`Subscriber::take_unclaimed`]).
     passes: Passes,
@@ -244,12 +311,28 @@ impl Outstanding {
     }
 }
 
-/// The sending side of the unclaimed hand-overs: each channel sent is
-/// [`Outstanding`] work until the provider's pass task is done with it.
+/// What the subscriber asks of the provider's line task (which has the
+/// command connection) for a plain mutex's line, by release channel.
+#[derive(Debug)]
+pub(crate) enum LineWork {
+    /// Leave the line, passing on a reservation made for this provider
+    /// (`mutex_pass.lua`): [`Outstanding`] work until done.
+    Pass(String),
+    /// Keep this provider's place alive for this long from now
+    /// (`line_alive.lua`): sent at each answered health check while plain
+    /// waiters of this provider wait on the channel.
+    Refresh(String, Duration),
+}
+
+/// The sending side of the line work: each pass sent is [`Outstanding`]
+/// work until the provider's line task is done with it.
 #[derive(Clone, Debug)]
 struct Passes {
-    tx: mpsc::UnboundedSender<String>,
+    tx: mpsc::UnboundedSender<LineWork>,
     outstanding: Arc<Outstanding>,
+    /// Set once the receiver was taken: a provider without a line task
+    /// (Redlock's masters) is sent no refreshes.
+    taken: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Passes {
@@ -258,11 +341,17 @@ impl Passes {
         self.forward(channel);
     }
 
-    /// Sends a channel counted as outstanding already.
+    /// Sends a pass counted as outstanding already.
     fn forward(&self, channel: String) {
-        if self.tx.send(channel).is_err() {
-            // No pass task (the provider is gone): nothing to wait for.
+        if self.tx.send(LineWork::Pass(channel)).is_err() {
+            // No line task (the provider is gone): nothing to wait for.
             self.outstanding.exit();
+        }
+    }
+
+    fn refresh(&self, channel: String, alive: Duration) {
+        if self.taken.load(Ordering::Relaxed) {
+            let _ = self.tx.send(LineWork::Refresh(channel, alive));
         }
     }
 }
@@ -271,11 +360,21 @@ impl Passes {
 ///
 /// It exists from the moment the subscribe command is sent, so a waiter
 /// cancelled while waiting for the actor's answer still unsubscribes: every
-/// subscribe command is matched by exactly one unsubscribe.
+/// subscribe command is matched by exactly one unsubscribe. Nobody waits
+/// for the actor's answer apart from its [`Subscription::changed`]: a
+/// waiter keeps its own timers (and the caller's deadline) while the
+/// server takes its time to confirm the `SUBSCRIBE`.
 pub(crate) struct Subscription {
     channel: String,
     kind: Kind,
     wake: Option<Arc<Notify>>,
+    /// The actor's answer, until it came.
+    answer: Option<oneshot::Receiver<Arc<Notify>>>,
+    /// Whether the answer counts as a wake-up ([`Subscription::changed`]
+    /// resolves with `false` on it): a waiter that subscribed after its
+    /// attempt looks again once subscribed, so a release in between is not
+    /// missed.
+    recheck_when_ready: bool,
     tx: mpsc::UnboundedSender<Command>,
     sent: bool,
     /// Set for a plain waiter, counted on the board while it lives.
@@ -283,16 +382,43 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Resolves when this waiter is woken (a release message, or a reconnect
-    /// that may have lost one); pends forever if the subscriber is gone,
-    /// leaving waiters to their timers.
-    pub(crate) async fn changed(&mut self) {
+    /// Resolves when this waiter is woken: `true` for a release message or
+    /// a reconnect that may have lost one, `false` when the subscription
+    /// has just taken effect and it was made with a re-check then (see
+    /// [`Subscriber::subscribe`]). Pends forever if the subscriber is gone,
+    /// leaving waiters to their timers. Cancel-safe.
+    pub(crate) async fn changed(&mut self) -> bool {
+        if let Some(answer) = &mut self.answer {
+            let answered = answer.await.ok();
+            self.answer = None;
+            self.wake = answered;
+            if self.wake.is_some() && self.recheck_when_ready {
+                return false;
+            }
+        }
         match &self.wake {
             Some(wake) => {
                 wake.notified().await;
                 distlock_core::backend::woke();
+                true
             }
-            None => std::future::pending::<()>().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Resolves once the actor registered the subscription (or is gone).
+    pub(crate) async fn ready(&mut self) {
+        if let Some(answer) = &mut self.answer {
+            self.wake = answer.await.ok();
+            self.answer = None;
+        }
+    }
+
+    /// Wakes one other plain waiter of this provider on this channel (one
+    /// that may have missed its turn in the line), if it registered.
+    pub(crate) fn nudge(&self) {
+        if let Some(wake) = &self.wake {
+            wake.notify_one();
         }
     }
 }
@@ -314,20 +440,21 @@ impl Drop for Subscription {
 impl Subscriber {
     /// Starts the actor on the current runtime. It ends when every handle is
     /// dropped.
-    pub(crate) fn spawn(client: Source, timeout: Duration) -> Subscriber {
+    pub(crate) fn spawn(client: Source, timing: Timing) -> Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
         let (unclaimed_tx, unclaimed_rx) = mpsc::unbounded_channel();
         let outstanding = Arc::new(Outstanding::default());
         let passes = Passes {
             tx: unclaimed_tx,
             outstanding: Arc::clone(&outstanding),
+            taken: Arc::default(),
         };
         let stats = Arc::new(Stats::default());
         let board = Arc::new(Board::default());
         let id: Arc<str> = Arc::from(format!("p{}", uuid::Uuid::new_v4().simple()));
         tokio::spawn(run(
             client,
-            timeout,
+            timing,
             rx,
             Arc::clone(&stats),
             Arc::clone(&board),
@@ -356,7 +483,8 @@ impl Subscriber {
     /// docs), once: the provider passes them on, and calls
     /// [`Outstanding::exit`] on [`Subscriber::outstanding`] once done with
     /// each.
-    pub(crate) fn take_unclaimed(&self) -> Option<mpsc::UnboundedReceiver<String>> {
+    pub(crate) fn take_unclaimed(&self) -> Option<mpsc::UnboundedReceiver<LineWork>> {
+        self.passes.taken.store(true, Ordering::Relaxed);
         self.unclaimed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -399,14 +527,9 @@ impl Subscriber {
     /// command is queued before the caller's next request to the server,
     /// and the actor handles commands before messages, so on a live
     /// channel ([`Self::is_live`]) every message caused by that request
-    /// finds the waiter counted.
-    pub(crate) fn start_subscribe(&self, channel: String) -> Pending {
-        let (reply, answer) = oneshot::channel();
-        let subscription = self.new_subscription(channel, Kind::Plain, reply);
-        Pending {
-            subscription,
-            answer,
-        }
+    /// finds the waiter counted; the actor's answer is not a wake-up.
+    pub(crate) fn start_subscribe(&self, channel: String) -> Subscription {
+        self.new_subscription(channel, Kind::Plain, false)
     }
 
     /// Ends the actor and its connection (the provider was closed); later
@@ -416,42 +539,46 @@ impl Subscriber {
         let _ = self.tx.send(Command::ShutDown);
     }
 
-    /// Registers interest in `channel`; returns once the server confirmed the
-    /// subscription (or the attempt failed: the waiter then relies on its
-    /// timers).
-    pub(crate) async fn subscribe(&self, channel: String) -> Subscription {
-        self.register(channel, Kind::Plain).await
+    /// Registers interest in `channel` without waiting: the subscription's
+    /// first [`Subscription::changed`] resolves (`false`) once the server
+    /// confirmed it, for the waiter to look again (or never, if the attempt
+    /// failed: the waiter then relies on its timers).
+    pub(crate) fn subscribe(&self, channel: String) -> Subscription {
+        self.new_subscription(channel, Kind::Plain, true)
     }
 
-    /// Registers a waiter known by `id` on `channel`: it is woken only by a
-    /// `to:<id>` message (and by a reconnect), and a wake-up that comes while
-    /// it is not waiting is kept for its next [`Subscription::changed`].
-    pub(crate) async fn subscribe_as(&self, channel: String, id: Arc<str>) -> Subscription {
-        self.register(channel, Kind::Id(id)).await
+    /// Registers a waiter known by `id` on `channel`, as
+    /// [`Subscriber::subscribe`]: it is woken only by a `to:<id>` message
+    /// (and by a reconnect), and a wake-up that comes while it is not
+    /// waiting is kept for its next [`Subscription::changed`].
+    pub(crate) fn subscribe_as(&self, channel: String, id: Arc<str>) -> Subscription {
+        self.new_subscription(channel, Kind::Id(id), true)
     }
 
-    /// Registers an observer of `channel`: woken by every message (and by a
-    /// reconnect); wake-ups not consumed yet coalesce into one.
-    pub(crate) async fn observe(&self, channel: String) -> Subscription {
+    /// Registers an observer of `channel`, as [`Subscriber::subscribe`]:
+    /// woken by every message (and by a reconnect); wake-ups not consumed
+    /// yet coalesce into one.
+    pub(crate) fn observe(&self, channel: String) -> Subscription {
         let n = self.observers.fetch_add(1, Ordering::Relaxed);
-        self.register(channel, Kind::Observer(n)).await
+        self.new_subscription(channel, Kind::Observer(n), true)
     }
 
-    async fn register(&self, channel: String, kind: Kind) -> Subscription {
-        let (reply, answer) = oneshot::channel();
-        let mut subscription = self.new_subscription(channel, kind, reply);
-        if subscription.sent {
-            subscription.wake = answer.await.ok();
+    /// How long from now this provider can be counted on to hear a
+    /// hand-over on `channel`: zero unless the channel is subscribed on a
+    /// connection that answered its last health check in time; otherwise
+    /// until that connection's next answer is due. A plain waiter's attempt
+    /// keeps its provider's place in the line alive for that long.
+    pub(crate) fn alive_for(&self, channel: &str) -> Duration {
+        if !self.board.is_live(channel) {
+            return Duration::ZERO;
         }
-        subscription
+        self.board.healthy_until().map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(tokio::time::Instant::now())
+        })
     }
 
-    fn new_subscription(
-        &self,
-        channel: String,
-        kind: Kind,
-        reply: oneshot::Sender<Arc<Notify>>,
-    ) -> Subscription {
+    fn new_subscription(&self, channel: String, kind: Kind, recheck: bool) -> Subscription {
+        let (reply, answer) = oneshot::channel();
         let board = (kind == Kind::Plain).then(|| {
             self.board.plain(&channel, 1);
             Arc::clone(&self.board)
@@ -460,6 +587,8 @@ impl Subscriber {
             channel: channel.clone(),
             kind: kind.clone(),
             wake: None,
+            answer: Some(answer),
+            recheck_when_ready: recheck,
             tx: self.tx.clone(),
             sent: false,
             board,
@@ -472,26 +601,8 @@ impl Subscriber {
                 reply,
             })
             .is_ok();
-        subscription
-    }
-}
-
-/// A plain subscription whose command is queued; [`Pending::ready`] waits
-/// for the actor's answer. Dropped, it unsubscribes.
-pub(crate) struct Pending {
-    subscription: Subscription,
-    answer: oneshot::Receiver<Arc<Notify>>,
-}
-
-impl Pending {
-    /// The subscription, once the actor registered it.
-    pub(crate) async fn ready(self) -> Subscription {
-        let Pending {
-            mut subscription,
-            answer,
-        } = self;
-        if subscription.sent {
-            subscription.wake = answer.await.ok();
+        if !subscription.sent {
+            subscription.answer = None;
         }
         subscription
     }
@@ -509,9 +620,16 @@ struct Channel {
     observers: HashMap<u64, Arc<Notify>>,
 }
 
+/// A health check in flight: resolves `true` when answered in time.
+type Ping = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
 struct Actor {
     client: Source,
-    timeout: Duration,
+    timing: Timing,
+    /// The health check in flight on `conn`, if any.
+    ping: Option<Ping>,
+    /// When the next health check is due.
+    next_ping: tokio::time::Instant,
     channels: HashMap<String, Channel>,
     board: Arc<Board>,
     id: Arc<str>,
@@ -535,7 +653,7 @@ impl Actor {
 
     /// Opens the connection and subscribes to every channel in use.
     async fn connect(&mut self) -> bool {
-        let opened = tokio::time::timeout(self.timeout, async {
+        let opened = tokio::time::timeout(self.timing.timeout, async {
             let client = self.client.client().await?;
             self.connected_to = Some(crate::sentinel::address(&client));
             let (mut sink, stream) = client.get_async_pubsub().await?.split();
@@ -550,6 +668,7 @@ impl Actor {
             Ok(Ok(conn)) => {
                 self.stats.connections.fetch_add(1, Ordering::Relaxed);
                 self.conn = Some(conn);
+                self.answered();
                 for name in self.channels.keys() {
                     self.board.set_live(name, true);
                 }
@@ -568,7 +687,51 @@ impl Actor {
         }
     }
 
+    /// The connection answered (connected, subscribed, a health check).
+    fn answered(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.next_ping = now + self.timing.health_every;
+        self.board
+            .set_healthy_until(Some(now + self.timing.vouches()));
+    }
+
+    /// Sends a health check on the connection.
+    fn start_ping(&mut self) {
+        let Some((sink, _)) = &self.conn else {
+            return;
+        };
+        let mut sink = sink.clone();
+        let within = self.timing.answer_within;
+        self.ping = Some(Box::pin(async move {
+            matches!(
+                tokio::time::timeout(within, sink.ping::<redis::Value>()).await,
+                Ok(Ok(_))
+            )
+        }));
+    }
+
+    /// A health check is over: answered, the places of this provider in
+    /// the lines its plain waiters wait in are kept alive; not, the
+    /// connection is replaced.
+    fn pinged(&mut self, answered: bool) {
+        self.ping = None;
+        if !answered {
+            tracing::debug!("distlock redis subscriber connection does not answer: replacing it");
+            self.disconnect();
+            return;
+        }
+        self.answered();
+        let alive = self.timing.vouches();
+        for name in self.channels.keys() {
+            if self.board.plain_waiters(name) > 0 {
+                self.unclaimed.refresh(name.clone(), alive);
+            }
+        }
+    }
+
     fn disconnect(&mut self) {
+        self.ping = None;
+        self.board.set_healthy_until(None);
         self.board.none_live();
         if self.conn.take().is_some() {
             tracing::debug!("distlock redis subscriber lost its connection");
@@ -604,9 +767,13 @@ impl Actor {
             return rx;
         }
         if let Some((sink, _)) = &mut self.conn {
-            let ok = tokio::time::timeout(self.timeout, sink.subscribe(&channel)).await;
+            // A command on an open connection: answered within the
+            // response timeout, or the connection is silent.
+            let ok =
+                tokio::time::timeout(self.timing.answer_within, sink.subscribe(&channel)).await;
             if matches!(ok, Ok(Ok(()))) {
                 self.board.set_live(&channel, true);
+                self.answered();
             } else {
                 self.disconnect();
             }
@@ -656,7 +823,9 @@ impl Actor {
             self.channels.remove(&channel);
             self.board.set_live(&channel, false);
             if let Some((sink, _)) = &mut self.conn {
-                let ok = tokio::time::timeout(self.timeout, sink.unsubscribe(&channel)).await;
+                let ok =
+                    tokio::time::timeout(self.timing.answer_within, sink.unsubscribe(&channel))
+                        .await;
                 if !matches!(ok, Ok(Ok(()))) {
                     self.disconnect();
                 }
@@ -704,9 +873,16 @@ async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<r
     }
 }
 
+async fn ping_done(ping: &mut Option<Ping>) -> bool {
+    match ping {
+        Some(ping) => ping.await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn run(
     client: Source,
-    timeout: Duration,
+    timing: Timing,
     mut commands: mpsc::UnboundedReceiver<Command>,
     stats: Arc<Stats>,
     board: Arc<Board>,
@@ -715,7 +891,9 @@ async fn run(
 ) {
     let mut actor = Actor {
         client,
-        timeout,
+        timing,
+        ping: None,
+        next_ping: tokio::time::Instant::now(),
         channels: HashMap::new(),
         board,
         id,
@@ -729,6 +907,9 @@ async fn run(
     loop {
         let reconnect = actor.conn.is_none() && actor.channels.values().any(|c| c.refs > 0);
         let sweep = actor.next_sweep();
+        // Health checks while any channel is subscribed (waited on, or
+        // lingering): a silent connection is found and replaced.
+        let check = actor.conn.is_some() && actor.ping.is_none() && !actor.channels.is_empty();
         tokio::select! {
             // Commands first: a waiter's subscription queued before its
             // request to the server is counted before any message that
@@ -769,6 +950,8 @@ async fn run(
                     actor.disconnect();
                 }
             }
+            answered = ping_done(&mut actor.ping) => actor.pinged(answered),
+            () = tokio::time::sleep_until(actor.next_ping), if check => actor.start_ping(),
             () = tokio::time::sleep_until(sweep.unwrap_or_else(tokio::time::Instant::now)), if sweep.is_some() => {
                 actor.sweep().await;
             }

@@ -308,10 +308,10 @@ async fn deaths(shape: LiveShape) {
 /// Three providers, two of them silenced in turn (the first is spared):
 /// when the spared one releases and pauses, the waiters left are on silent
 /// providers, so a lost wake-up leaves the lock free until a re-check.
-/// Fails on every primitive until issue 24 item 3 lands (a silent
-/// subscriber is never detected: 7-9 stalls over 200 ms in CI-sized runs and
-/// 20-37 over the 250 ms threshold in 30 s runs, for 2 silenced providers,
-/// each primitive), hence `#[ignore]` on its tests.
+/// Failed on every primitive before issue 24 item 3 (a silent subscriber
+/// was never detected: 7-9 stalls over 200 ms in CI-sized runs and 20-37
+/// over the 250 ms threshold in 30 s runs, for 2 silenced providers, each
+/// primitive); with the subscriber's health check, 0 stalls over 250 ms.
 async fn silent_subscribers(shape: LiveShape) {
     liveness(
         shape,
@@ -347,19 +347,16 @@ mod liveness {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "fails until issue 24 item 3 (silent subscriber) is fixed: the lead enables it after the merge"]
     async fn silent_subscribers_mutex() {
         silent_subscribers(LiveShape::Mutex).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "fails until issue 24 item 3 (silent subscriber) is fixed: the lead enables it after the merge"]
     async fn silent_subscribers_fair_mutex() {
         silent_subscribers(LiveShape::FairMutex).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "fails until issue 24 item 3 (silent subscriber) is fixed: the lead enables it after the merge"]
     async fn silent_subscribers_election() {
         silent_subscribers(LiveShape::Election).await;
     }

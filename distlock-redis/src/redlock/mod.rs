@@ -476,7 +476,7 @@ impl RedlockProvider {
                 .map_err(|e| Error::InvalidOptions(e.to_string()))?;
             let subscriber = Subscriber::spawn(
                 crate::subscriber::Source::Fixed(Box::new(client)),
-                options.response_timeout.max(options.connect_timeout),
+                crate::subscriber::Timing::of(&options),
             );
             masters.push(Master {
                 conn,

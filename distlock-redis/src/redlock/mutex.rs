@@ -349,11 +349,13 @@ impl RedlockMutex {
         if let Some(d) = deadline {
             until = until.min(d);
         }
-        let subscribing = self
-            .shared
-            .masters
-            .iter()
-            .map(|m| timeout_at(until, m.subscriber.subscribe(self.keys.channel.clone())));
+        let subscribing = self.shared.masters.iter().map(|m| {
+            let mut sub = m.subscriber.subscribe(self.keys.channel.clone());
+            timeout_at(until, async move {
+                sub.ready().await;
+                sub
+            })
+        });
         futures::future::join_all(subscribing)
             .await
             .into_iter()

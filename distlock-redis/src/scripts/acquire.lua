@@ -3,7 +3,7 @@
 -- KEYS[3] (optional) holder record ({lock key}:holder, hash: lock = the lock's value,
 --         fence, at = acquired at in server ms, owner = owner identity;
 --         same TTL as the lock key),
--- KEYS[4] (optional, with KEYS[5]) the waiting providers ({lock key}:waiting,
+-- KEYS[4] (optional, with KEYS[5] and KEYS[6]) the waiting providers ({lock key}:waiting,
 --         zset provider id -> place in line), KEYS[5] the hand-over
 --         reservation ({lock key}:handoff, string: the provider id a release
 --         woke, with a short TTL)
@@ -11,9 +11,13 @@
 -- ARGV[3] owner identity, ARGV[4] this provider's id, ARGV[5] '0' do not
 -- queue (try_lock), '1' queue at the back when refused, '2' queue at the
 -- front when refused (a woken waiter that lost the lock to someone else),
+-- KEYS[6] (with KEYS[4]) the line's liveness ({lock key}:waiting:alive, zset
+--         provider id -> server ms until which it can hear a hand-over)
 -- ARGV[6] '1' when other waiters of this provider still wait after this one,
 -- ARGV[7] '1' when an earlier attempt of this call queued (this provider may
--- be in line)
+-- be in line), ARGV[8] how long from now (ms) this provider can be counted
+-- on to hear a hand-over ('0': its pub/sub connection is not known to
+-- deliver: it is taken off the line rather than queued)
 -- Returns {1, fencing token, 0} when acquired,
 --         {0, remaining PTTL, publishes} when held by someone else (or
 --                reserved for another provider: the reservation's PTTL);
@@ -43,10 +47,27 @@
 -- exclusion never depends on it.
 -- Nothing is left changed unless the lock is acquired, except the line
 -- (scripts run atomically, so undoing the SET is invisible to everyone else).
-local line = KEYS[4] and KEYS[5]
+local line = KEYS[4] and KEYS[5] and KEYS[6]
 local reserved = false
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Keeps this provider's place alive (or, unreachable, takes it off the line).
+local function alive()
+  local ms = tonumber(ARGV[8]) or 0
+  if ms <= 0 then
+    redis.call('ZREM', KEYS[4], ARGV[4])
+    redis.call('ZREM', KEYS[6], ARGV[4])
+    return false
+  end
+  redis.call('ZADD', KEYS[6], now_ms() + ms, ARGV[4])
+  redis.call('PEXPIRE', KEYS[6], 60000)
+  return true
+end
 local function queue()
   if not line or ARGV[5] == '0' then return end
+  if not alive() then return end
   if ARGV[5] == '2' then
     local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
     local place = 0
@@ -112,10 +133,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
       redis.call('DEL', KEYS[5])
     end
     if ARGV[6] == '1' then
-      redis.call('ZADD', KEYS[4], 'NX', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), ARGV[4])
-      redis.call('PEXPIRE', KEYS[4], 60000)
+      if alive() then
+        redis.call('ZADD', KEYS[4], 'NX', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), ARGV[4])
+        redis.call('PEXPIRE', KEYS[4], 60000)
+      end
     elseif ARGV[7] == '1' then
       redis.call('ZREM', KEYS[4], ARGV[4])
+      redis.call('ZREM', KEYS[6], ARGV[4])
     end
   end
   return {1, token, 0}

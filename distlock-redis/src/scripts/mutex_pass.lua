@@ -4,11 +4,13 @@
 -- next provider in line gets the lock reserved and is woken (or, nobody in
 -- line, the lock is announced free): the wake-up this provider did not use
 -- goes on.
--- KEYS[1] lock key, KEYS[2] the waiting providers, KEYS[3] the reservation
+-- KEYS[1] lock key, KEYS[2] the waiting providers, KEYS[3] the reservation,
+-- KEYS[4] the line's liveness (see line_pop.lua)
 -- ARGV[1] this provider's id, ARGV[2] release channel, ARGV[3] reservation
 -- TTL in ms
 -- Returns 1 when it passed the lock on, 0 otherwise.
 redis.pcall('ZREM', KEYS[2], ARGV[1])
+redis.pcall('ZREM', KEYS[4], ARGV[1])
 local reserved = redis.call('GET', KEYS[3])
 if reserved and reserved ~= ARGV[1] then
   -- Reserved for another, who was woken.
@@ -21,11 +23,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   -- Held: its release wakes the next.
   return 0
 end
-local first = redis.pcall('ZRANGE', KEYS[2], 0, 0)
-if type(first) == 'table' and first[1] then
-  redis.call('ZREM', KEYS[2], first[1])
-  redis.call('SET', KEYS[3], first[1], 'PX', ARGV[3])
-  redis.call('PUBLISH', ARGV[2], 'to:' .. first[1])
+local first = pop_live(KEYS[2], KEYS[4])
+if first then
+  redis.call('SET', KEYS[3], first, 'PX', ARGV[3])
+  redis.call('PUBLISH', ARGV[2], 'to:' .. first)
 else
   redis.call('PUBLISH', ARGV[2], 'released')
 end

@@ -4,11 +4,12 @@
 -- KEYS[4] holder record, KEYS[5] fair waiters' owners (as release.lua: fair
 -- waiters of the same name go first), KEYS[6] the waiting providers
 -- ({lock key}:waiting, zset provider id -> place), KEYS[7] the hand-over
--- reservation ({lock key}:handoff)
+-- reservation ({lock key}:handoff), KEYS[8] the line's liveness
+-- ({lock key}:waiting:alive, see line_pop.lua)
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] reservation TTL in ms
 -- Returns 1 when released, 0 when the lock is not ours (nothing changed).
 -- The hand-over: 'to:<id>' of the first live fair waiter; else the first
--- waiting provider is taken off the line, the lock is reserved for it for
+-- live waiting provider is taken off the line (dead ones are dropped), the lock is reserved for it for
 -- ARGV[3] ms and 'to:<provider id>' wakes one waiter there (one wake-up per
 -- release across all providers); else 'released' (nobody in line: one plain
 -- waiter of each provider that waits wakes, as for clients that do not
@@ -39,10 +40,10 @@ if head then
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)
   return 1
 end
-local nxt = redis.pcall('ZPOPMIN', KEYS[6])
-if type(nxt) == 'table' and nxt[1] then
-  redis.call('SET', KEYS[7], nxt[1], 'PX', ARGV[3])
-  redis.call('PUBLISH', ARGV[2], 'to:' .. nxt[1])
+local nxt = pop_live(KEYS[6], KEYS[8])
+if nxt then
+  redis.call('SET', KEYS[7], nxt, 'PX', ARGV[3])
+  redis.call('PUBLISH', ARGV[2], 'to:' .. nxt)
 else
   redis.call('PUBLISH', ARGV[2], 'released')
 end

@@ -1,0 +1,591 @@
+//! Liveness of the waits on real redis-server processes, with the in-test
+//! proxy for faults: nothing dead or silent stalls a lock, and every wait
+//! keeps its caller's deadline (issue 24, items 1 to 5).
+//!
+//! Waiters here re-check every 30 s, so a hand-over lost to a dead, closed
+//! or silent provider shows as a stall of seconds; the bounds the tests
+//! allow are the crate's documented ones plus slack for a loaded machine.
+// Tests unwrap: a failure is a panic with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{LeaseOptions, Lock, LockGuard, Provider};
+use distlock_redis::{RedisOptions, RedisProvider};
+use futures::StreamExt;
+use test_support::{unique_name, Proxy};
+
+/// Generous slack for a loaded machine, far below the 30 s re-check.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// The response timeout of the providers under fault.
+const RESPONSE: Duration = Duration::from_millis(500);
+
+/// Waiters that re-check only every 30 s: a lost hand-over shows.
+fn slow() -> RedisOptions {
+    RedisOptions::new()
+        .recheck_interval(Duration::from_secs(30))
+        .response_timeout(RESPONSE)
+}
+
+async fn connect(url: &str, options: RedisOptions) -> RedisProvider {
+    RedisProvider::connect_with(url, options).await.unwrap()
+}
+
+fn long() -> LeaseOptions {
+    LeaseOptions::new(Duration::from_secs(30)).unwrap()
+}
+
+/// How long a place in a line outlives its provider's last sign of life
+/// with [`slow`]'s options: a health-check interval (the re-check
+/// interval, at most 1 s) plus a response timeout (see the crate docs,
+/// "Liveness").
+const PLACE_BOUND: Duration = Duration::from_millis(1000 + 500);
+
+struct Line {
+    waiting: String,
+    alive: String,
+}
+
+fn line(provider: &RedisProvider, name: &str) -> Line {
+    let key = provider.lock_key(name).unwrap();
+    Line {
+        waiting: format!("{{{key}}}:waiting"),
+        alive: format!("{{{key}}}:waiting:alive"),
+    }
+}
+
+fn in_line(redis: &test_support::redis::RedisServer, line: &Line, id: &str) -> bool {
+    !redis.cli(&["ZSCORE", &line.waiting, id]).is_empty()
+}
+
+/// Waits until `id` is in `line` (its waiter's attempt queued it).
+async fn until_in_line(
+    redis: &test_support::redis::RedisServer,
+    line: &Line,
+    id: &str,
+    what: &str,
+) {
+    let deadline = Instant::now() + SLACK;
+    while !in_line(redis, line, id) {
+        assert!(Instant::now() < deadline, "{what} never joined the line");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A waiter task that reports when it got the lock.
+fn waiter(
+    lock: Arc<dyn Lock>,
+) -> tokio::task::JoinHandle<distlock_core::Result<(Instant, LockGuard)>> {
+    tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) })
+}
+
+/// Item 1: a plain waiter that times out on a `current_thread` runtime
+/// that ends at once (as a small program's `main` does) has left the line
+/// by the time `lock_timeout` returns; the next release goes to a live
+/// waiter at once, not to a reservation for the gone provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_times_out_as_its_program_ends_leaves_nothing_in_line() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("gone-waiter");
+    let holder = connect(&redis.url(), slow()).await;
+    let live = connect(&redis.url(), slow()).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+
+    // The program: its own runtime, one lock_timeout, then it ends.
+    let url = redis.url();
+    let program_name = name.clone();
+    let program = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let provider = connect(&url, slow()).await;
+            let lock = provider.mutex_with(&program_name, long()).unwrap();
+            let got = lock.lock_timeout(Duration::from_millis(500)).await.unwrap();
+            assert!(got.is_none(), "the lock is held");
+            provider.line_id().to_owned()
+        })
+    });
+    // A live waiter queues behind the program's.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, live.line_id(), "the live waiter").await;
+    let gone = tokio::task::spawn_blocking(move || program.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !in_line(redis, &line, &gone),
+        "the program's provider is still in line after its lock_timeout returned"
+    );
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("the live waiter got the lock, long before its 30 s re-check")
+        .unwrap()
+        .unwrap();
+    println!(
+        "after a program's timed-out waiter: lock taken {:?} after the release",
+        acquired.duration_since(released)
+    );
+    assert!(
+        acquired.duration_since(released) < Duration::from_secs(2),
+        "the free lock sat {:?} with a live waiter",
+        acquired.duration_since(released)
+    );
+    g.release().await.unwrap();
+}
+
+/// Item 2: the last waiter of a provider leaves (cancelled) while another
+/// of its waiters has an attempt in flight that was sent with "others
+/// wait" (so the script keeps the provider in line). Once that attempt
+/// has the lock, the provider is not left in line with nobody waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_waiter_leaving_during_an_attempt_leaves_no_one_in_line() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("others-flag");
+    let holder = connect(&redis.url(), slow()).await;
+    let options = slow().response_timeout(Duration::from_secs(3));
+    let provider = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let line = line(&holder, &name);
+    let lock = provider.mutex_with(&name, long()).unwrap();
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+
+    // The second waiter: queued and subscribed.
+    let second = waiter(Arc::clone(&lock));
+    until_in_line(redis, &line, provider.line_id(), "the provider").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every byte through the proxy now takes 300 ms: the first waiter's
+    // first attempt (sent with "others wait": the second is counted) is in
+    // flight when the lock is released and the second waiter leaves.
+    proxy.set_delay(Duration::from_millis(300));
+    let first = waiter(Arc::clone(&lock));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    second.abort();
+    let (_, g) = tokio::time::timeout(SLACK * 2, first)
+        .await
+        .expect("the first waiter got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        !in_line(redis, &line, provider.line_id()),
+        "the provider stayed in line with no waiter left"
+    );
+    proxy.set_delay(Duration::ZERO);
+    g.release().await.unwrap();
+}
+
+/// Item 3: a provider whose pub/sub connection goes silent (open, but
+/// nothing passes) while its waiter is first in line. A release right
+/// then hands over to it, and the hand-over is lost; the subscriber finds
+/// the silence within a health check and a response timeout, replaces the
+/// connection and its waiter looks again: the lock is taken within that
+/// bound, and later hand-overs reach it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_subscriber_is_replaced_and_stalls_the_lock_at_most_once() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("silent-sub");
+    let holder = connect(&redis.url(), slow()).await;
+    let silent = connect(&format!("redis://{}", proxy.addr()), slow()).await;
+    let other = connect(&redis.url(), slow()).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let first = waiter(silent.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, silent.line_id(), "the silent provider").await;
+    let second = waiter(other.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, other.line_id(), "the other provider").await;
+    let connections = silent.subscriber_connections();
+    assert_eq!(proxy.silence_connections_that_sent(b"SUBSCRIBE"), 1);
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let bound = PLACE_BOUND + RESPONSE + SLACK;
+    let (acquired, g) = tokio::time::timeout(bound, first)
+        .await
+        .expect("the silent provider's waiter got the lock once its subscriber was replaced")
+        .unwrap()
+        .unwrap();
+    println!(
+        "silent subscriber: the hand-over lost to it stalled the lock {:?}",
+        acquired.duration_since(released)
+    );
+    assert!(acquired.duration_since(released) < bound);
+    // The next hand-overs are heard: to the other provider, then back on a
+    // new pub/sub connection (opened by this wait: its waiters were woken
+    // to look again when the silence was found).
+    let again = waiter(silent.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, silent.line_id(), "the silent provider").await;
+    assert!(
+        silent.subscriber_connections() > connections,
+        "the silent connection was replaced"
+    );
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, second)
+        .await
+        .expect("the other provider got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, again)
+        .await
+        .expect("the replaced subscriber heard its hand-over")
+        .unwrap()
+        .unwrap();
+    assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    g.release().await.unwrap();
+}
+
+/// The rule: a provider cut off from the server (every connection
+/// blackholed, so nothing it sends arrives, its leaves included) drops out
+/// of the line within the documented bound, and a release then goes to a
+/// live waiter rather than to a reservation for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_cut_off_drops_out_of_the_line_within_the_bound() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("cut-off");
+    let holder = connect(&redis.url(), slow()).await;
+    let dead = connect(&format!("redis://{}", proxy.addr()), slow()).await;
+    let live = connect(&redis.url(), slow()).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let doomed = waiter(dead.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, dead.line_id(), "the doomed provider").await;
+    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, live.line_id(), "the live provider").await;
+
+    proxy.set_blackhole(true);
+    let cut = Instant::now();
+    // Its place's deadline, pushed on by nobody from now on.
+    let deadline = redis.cli(&["ZSCORE", &line.alive, dead.line_id()]);
+    let now_ms = server_ms(redis);
+    let bound = PLACE_BOUND;
+    tokio::time::sleep_until((cut + bound + Duration::from_millis(100)).into()).await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("the live waiter got the lock, not a reservation for the dead one")
+        .unwrap()
+        .unwrap();
+    println!(
+        "cut-off provider: the live waiter took the lock {:?} after the release",
+        acquired.duration_since(released)
+    );
+    assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    assert!(!in_line(redis, &line, dead.line_id()));
+    // The place had a deadline at most the bound away when the cut came.
+    let deadline: f64 = deadline.parse().expect("a place has a deadline");
+    println!(
+        "cut-off provider: its place lived {:.0} ms past the cut",
+        deadline - now_ms
+    );
+    assert!(
+        deadline - now_ms <= bound.as_secs_f64() * 1000.0 + 50.0,
+        "the cut-off provider's place lived {} ms more, over the bound of {bound:?}",
+        deadline - now_ms
+    );
+    doomed.abort();
+    g.release().await.unwrap();
+    proxy.heal();
+}
+
+/// Item 4: an observer that has seen "no leader" while its subscriber is
+/// silent still reports the next leader, within a re-check interval (and
+/// at the latest once the subscriber is replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_reports_a_new_leader_with_a_silent_subscriber() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("silent-observer");
+    let options = RedisOptions::new()
+        .recheck_interval(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(2));
+    let observer = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let candidate = connect(&redis.url(), RedisOptions::new()).await;
+    let mut stream = observer.election(&name).unwrap().observe();
+    let first = tokio::time::timeout(SLACK, stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, None, "no leader yet");
+    // The observer's SUBSCRIBE went out; its connection goes silent.
+    let deadline = Instant::now() + SLACK;
+    while proxy.silence_connections_that_sent(b"SUBSCRIBE") == 0 {
+        assert!(Instant::now() < deadline, "the observer never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Whatever wake-up the stream has pending (its subscription's) is used
+    // up: nothing changes, nothing is reported.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), stream.next())
+            .await
+            .is_err(),
+        "no change to report"
+    );
+    let leadership = candidate
+        .election(&name)
+        .unwrap()
+        .campaign("leader-1")
+        .await
+        .unwrap();
+    let elected = Instant::now();
+    let next = tokio::time::timeout(SLACK, async {
+        loop {
+            if let Some(leader) = stream.next().await.unwrap().unwrap() {
+                return leader;
+            }
+        }
+    })
+    .await
+    .expect("the observer reported the new leader");
+    println!(
+        "silent observer: new leader reported {:?} after the election",
+        elected.elapsed()
+    );
+    assert_eq!(next.id, "leader-1");
+    assert!(elected.elapsed() < SLACK);
+    leadership.resign().await.unwrap();
+}
+
+/// Item 5: `lock_timeout(300 ms)` keeps its deadline (plus one response
+/// timeout at most) on every primitive when the `SUBSCRIBE` of its wait
+/// gets no reply (the pub/sub connection went silent just before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_timeout_keeps_its_deadline_when_subscribe_gets_no_reply() {
+    let redis = test_support::redis::shared();
+    let holder = connect(&redis.url(), RedisOptions::new()).await;
+    let response = Duration::from_secs(1);
+    for kind in ["mutex", "fair mutex", "write side", "semaphore"] {
+        let proxy = Proxy::start(redis.addr());
+        let options = RedisOptions::new().response_timeout(response);
+        let provider = connect(&format!("redis://{}", proxy.addr()), options).await;
+        let name = unique_name("silent-subscribe");
+        let pick = |p: &RedisProvider| -> Arc<dyn Lock> {
+            match kind {
+                "mutex" => p.mutex_with(&name, long()).unwrap(),
+                "fair mutex" => p.fair_mutex_with(&name, long()).unwrap(),
+                "write side" => p.rw_lock_with(&name, long()).unwrap().write(),
+                _ => p.semaphore_with(&name, 1, long()).unwrap() as Arc<dyn Lock>,
+            }
+        };
+        let held = pick(&holder).lock().await.unwrap();
+        // Open the pub/sub connection with a wait on another lock, then
+        // silence it: the next SUBSCRIBE gets no reply.
+        let other = unique_name("opener");
+        let other_held = holder
+            .mutex_with(&other, long())
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let opener = provider.mutex_with(&other, long()).unwrap();
+        assert!(opener
+            .lock_timeout(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            proxy.silence_connections_that_sent(b"SUBSCRIBE"),
+            1,
+            "{kind}"
+        );
+        let started = Instant::now();
+        let got = pick(&provider)
+            .lock_timeout(Duration::from_millis(300))
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        println!("{kind}: lock_timeout(300 ms) with no SUBSCRIBE reply took {took:?}");
+        assert!(got.is_none(), "{kind}: the lock is held");
+        assert!(
+            took < Duration::from_millis(300) + response + Duration::from_millis(500),
+            "{kind}: lock_timeout(300 ms) took {took:?}"
+        );
+        held.release().await.unwrap();
+        other_held.release().await.unwrap();
+        provider.close().await.unwrap();
+    }
+}
+
+/// Set in the child process of
+/// [`a_killed_provider_drops_out_of_the_line_within_the_bound`]: the
+/// server's URL and the lock's name.
+const CHILD: &str = "DISTLOCK_LIVENESS_CHILD";
+
+/// The child: waits for the lock until it is killed. Does nothing in a
+/// plain test run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_waits_until_killed() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let (url, name) = spec.split_once(' ').unwrap();
+    let provider = connect(url, slow()).await;
+    let _ = provider.mutex_with(name, long()).unwrap().lock().await;
+}
+
+/// The rule, with a real death: a provider in another process, first in
+/// line, is killed with SIGKILL (nothing runs at exit). Its place expires
+/// within the bound, and the release after that goes to the live waiter
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_provider_drops_out_of_the_line_within_the_bound() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("killed");
+    let holder = connect(&redis.url(), slow()).await;
+    let live = connect(&redis.url(), slow()).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_waits_until_killed", "--nocapture"])
+        .env(CHILD, format!("{} {name}", redis.url()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child's place: the one in line that is not the live provider's.
+    let deadline = Instant::now() + SLACK * 3;
+    let dead = loop {
+        let members = redis.cli(&["ZRANGE", &line.waiting, "0", "-1"]);
+        if let Some(id) = members.lines().find(|m| !m.is_empty()) {
+            break id.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the child never joined the line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &line, live.line_id(), "the live provider").await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    assert!(
+        in_line(redis, &line, &dead),
+        "the killed provider left nothing"
+    );
+    tokio::time::sleep_until((killed + PLACE_BOUND + Duration::from_millis(100)).into()).await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (acquired, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("the live waiter got the lock, not a reservation for the killed one")
+        .unwrap()
+        .unwrap();
+    println!(
+        "killed provider: the live waiter took the lock {:?} after the release",
+        acquired.duration_since(released)
+    );
+    assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    assert!(!in_line(redis, &line, &dead));
+    g.release().await.unwrap();
+}
+
+/// The server's clock in ms (`TIME`).
+fn server_ms(redis: &test_support::redis::RedisServer) -> f64 {
+    let time = redis.cli(&["TIME"]);
+    // Two lines: seconds, microseconds.
+    let mut time = time.split_whitespace().map(|t| t.parse::<f64>().unwrap());
+    time.next().unwrap() * 1000.0 + time.next().unwrap() / 1000.0
+}
+
+fn ping_calls(redis: &test_support::redis::RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The health check keeps what is healthy: while a waiter waits (its own
+/// re-check 30 s away), its provider's pub/sub connection answers a `PING`
+/// every second, stays the one connection, and each answer keeps the
+/// provider's place in line alive past the documented bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_keep_a_live_waiters_place_and_its_connection() {
+    let redis = test_support::redis::RedisServer::start();
+    let name = unique_name("healthy");
+    // A response timeout a loaded machine keeps: the connection must not
+    // be replaced for a slow answer.
+    let response = Duration::from_secs(2);
+    let options = slow().response_timeout(response);
+    let holder = connect(&redis.url(), options.clone()).await;
+    let provider = connect(&redis.url(), options).await;
+    let line = line(&holder, &name);
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let task = waiter(provider.mutex_with(&name, long()).unwrap());
+    until_in_line(&redis, &line, provider.line_id(), "the waiter").await;
+    let pings = ping_calls(&redis);
+    // Past the life of a place its waiter's attempt gave it (a health
+    // check interval, 1 s here, plus a response timeout).
+    tokio::time::sleep(Duration::from_secs(1) + response + Duration::from_millis(500)).await;
+    assert!(
+        ping_calls(&redis) >= pings + 2,
+        "the subscriber health-checks its connection"
+    );
+    assert_eq!(
+        provider.subscriber_connections(),
+        1,
+        "a healthy connection is kept"
+    );
+    let deadline: f64 = redis
+        .cli(&["ZSCORE", &line.alive, provider.line_id()])
+        .parse()
+        .expect("the waiter's place has a deadline");
+    assert!(
+        deadline > server_ms(&redis),
+        "the waiter's place was kept alive by the health checks"
+    );
+    held.release().await.unwrap();
+    let (_, g) = tokio::time::timeout(SLACK, task)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+}
