@@ -95,6 +95,31 @@ async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> boo
     }
 }
 
+/// Locks `lock` with its key on every master: an acquisition returns once a
+/// quorum took the lock and drops the straggler's call (it may not have been
+/// sent yet, e.g. behind the script load that follows `connect`), so the
+/// key can be on two masters only. Tests whose premise is the key on all
+/// three release and lock again until it is (a straggler that was sent lands
+/// within a round trip).
+async fn lock_on_every_master(
+    m: &RedisMasters,
+    lock: &Arc<dyn Lock>,
+    key: &str,
+) -> distlock_core::LockGuard {
+    for _ in 0..20 {
+        let g = lock.lock().await.unwrap();
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            if (0..3).all(|i| exists(m, i, key)) {
+                return g;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        g.release().await.unwrap();
+    }
+    panic!("20 acquisitions of {key} never held it on every master");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_down_at_connect_and_after_still_locks_and_releases() {
     let mut m = RedisMasters::start(3);
@@ -648,12 +673,7 @@ async fn a_release_finishing_in_the_background_reloads_a_lost_script_and_deletes
     let name = unique_name("release_noscript");
     let key = client.lock_key(&name).unwrap();
     let lock = client.mutex_with(&name, lease(60_000)).unwrap();
-    let g = lock.lock().await.unwrap();
-    // The straggler's acquire went out with the others.
-    eventually("every master holds the key", Duration::from_secs(2), || {
-        (0..3).all(|i| exists(&m, i, &key))
-    })
-    .await;
+    let g = lock_on_every_master(&m, &lock, &key).await;
     assert_eq!(m.node(1).cli(&["SCRIPT", "FLUSH"]), "OK");
     g.release().await.unwrap();
     eventually(
@@ -679,11 +699,7 @@ async fn a_renewal_landing_after_a_later_one_changes_nothing() {
     let holder = format!("{{{key}}}:holder");
     let manual = LeaseOptions::manual(Duration::from_secs(5)).unwrap();
     let lock = client.mutex_with(&name, manual).unwrap();
-    let g = lock.lock().await.unwrap();
-    eventually("every master holds the key", Duration::from_secs(2), || {
-        (0..3).all(|i| exists(m, i, &key))
-    })
-    .await;
+    let g = lock_on_every_master(m, &lock, &key).await;
     // Round 1: a short extension; round 2: a long one.
     g.extend(Duration::from_secs(2)).await.unwrap();
     g.extend(Duration::from_secs(60)).await.unwrap();
