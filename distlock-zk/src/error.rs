@@ -10,18 +10,28 @@
 //! * `Custom`: a socket error (`ECONNRESET`, `EPIPE`, …, wrapped with
 //!   `Error::other`), and the client's own no-response timeout ("no
 //!   response from connection in …ms", 2/5 of the session timeout);
-//! * `UnexpectedError`, `UnmarshalError`, `UnexpectedErrorCode`: a reply
-//!   the client could not read (a server error code it does not know, such
-//!   as `OPERATIONTIMEOUT` or `REQUESTTIMEOUT`, among them);
-//! * `SessionMoved`, `Throttled`: the server did not run the request, but
-//!   the session lives on (Curator retries both);
+//! * `UnexpectedError`, `UnmarshalError`: a reply the client could not read
+//!   (a reply to no pending request, an unknown op code, bytes that do not
+//!   parse);
 //! * `Timeout`, `NoHosts`: a reconnection that ran out of time or hosts.
 //!
-//! None of these says the request did not take effect, so every recipe
-//! treats them as **unknown outcomes** (look, then act again), and only the
-//! server's definitive answers ([`refused`]) as refusals. An error variant
-//! this crate does not know yet counts as unknown too: looking again is
-//! safe, giving up on a node that may exist is not.
+//! None of these says whether the request took effect, so every recipe
+//! treats them as **unknown outcomes** (look, then act again). An error
+//! variant this crate does not know yet counts as unknown too: looking
+//! again is safe, giving up on a node that may exist is not.
+//!
+//! Every other error is an **answer**: an error code in the header of the
+//! server's reply (`record.rs` and `proto/error_code.rs`: `NoNode`,
+//! `NodeExists`, `BadVersion`, …, and `UnexpectedErrorCode(code)` for a
+//! code the client has no variant for, such as -120
+//! `EPHEMERALONLOCALSESSION`), or the client's refusal before sending
+//! (`BadArguments`, `RuntimeInconsistent`). The server answers only for a
+//! request it ran or refused, and a refused one changed nothing: the
+//! client's own `Error::has_no_data_change` (crate-private) lists the same
+//! codes. Such an answer is never looked up ([`refused`]). Two of them,
+//! `SessionMoved` and `Throttled`, say "not now" rather than "never":
+//! they map to a retryable error (Curator retries both), but the request
+//! did not take effect, so no lookup follows.
 
 use std::time::Duration;
 
@@ -39,6 +49,8 @@ pub(crate) fn from_zk(operation: &'static str, timeout: Duration, e: ZkError) ->
             backend: "zookeeper",
             source: Box::new(e),
         },
+        // Answers that may be different next time: the caller may retry.
+        e @ (ZkError::SessionMoved | ZkError::Throttled) => Error::connection("zookeeper", e),
         e if refused(&e) => Error::server("zookeeper", e),
         // The session's end and every unknown outcome: retryable.
         e => Error::connection("zookeeper", e),
@@ -54,9 +66,10 @@ pub(crate) fn session_ended(e: &ZkError) -> bool {
 }
 
 /// Whether the server (or the client, before sending) answered the request
-/// definitively: it did not take effect, and sending it again would get
-/// the same answer. Everything else but the session's end leaves the
-/// outcome unknown (see the module docs).
+/// definitively: it did not take effect, so there is nothing to look up.
+/// Every error code in a server's reply is such an answer, a code the
+/// client does not know (`UnexpectedErrorCode`) included. Everything else
+/// but the session's end leaves the outcome unknown (see the module docs).
 pub(crate) fn refused(e: &ZkError) -> bool {
     matches!(
         e,
@@ -67,12 +80,15 @@ pub(crate) fn refused(e: &ZkError) -> bool {
             | ZkError::NodeExists
             | ZkError::NotEmpty
             | ZkError::InvalidAcl
+            | ZkError::SessionMoved
             | ZkError::NotReadOnly
             | ZkError::NoWatcher
             | ZkError::QuotaExceeded
+            | ZkError::Throttled
             | ZkError::MarshallingError
             | ZkError::Unimplemented
             | ZkError::ReconfigDisabled
+            | ZkError::UnexpectedErrorCode(_)
             | ZkError::BadArguments(_)
             | ZkError::RuntimeInconsistent
     )
@@ -92,7 +108,8 @@ pub(crate) enum Triage {
     Retry,
     /// The session is gone for good, with every ephemeral node it had.
     SessionEnded,
-    /// The server refused: give up with this error.
+    /// The server answered (the request did not take effect): give up with
+    /// this error (retryable for `SessionMoved` and `Throttled`).
     Fail(Error),
 }
 
@@ -128,19 +145,21 @@ mod tests {
 
     /// The errors zookeeper-client gives a request whose connection failed
     /// are unknown outcomes, and map to retryable errors; the server's
-    /// answers are refusals. (`Custom`, a socket error or the client's own
-    /// no-response timeout, has no public constructor: the fault tests
-    /// reach it through a connection reset.)
+    /// answers are refusals, a code the client does not know included.
+    /// (`Custom`, a socket error or the client's own no-response timeout,
+    /// has no public constructor: the fault tests reach it through a
+    /// connection reset.)
     #[test]
     fn lost_connections_and_unreadable_replies_are_unknown_outcomes() {
         for e in [
             ZkError::ConnectionLoss,
             ZkError::Timeout,
-            ZkError::SessionMoved,
-            ZkError::Throttled,
             ZkError::NoHosts,
             ZkError::UnexpectedError("no response".into()),
-            ZkError::UnexpectedErrorCode(-122),
+            ZkError::UnmarshalError {
+                entity: "reply",
+                reason: &"insufficient buf",
+            },
         ] {
             assert!(unknown(&e), "{e:?}");
             assert!(matches!(
@@ -152,9 +171,23 @@ mod tests {
                 "{e:?}"
             );
         }
-        for e in [ZkError::NoNode, ZkError::NodeExists, ZkError::BadVersion] {
-            assert!(refused(&e) && !unknown(&e));
+        for e in [
+            ZkError::NoNode,
+            ZkError::NodeExists,
+            ZkError::BadVersion,
+            ZkError::UnexpectedErrorCode(-120),
+        ] {
+            assert!(refused(&e) && !unknown(&e), "{e:?}");
+            assert!(!from_zk("x", Duration::ZERO, e.clone()).is_retryable());
             assert!(matches!(triage("x", Duration::ZERO, e), Triage::Fail(_)));
+        }
+        // Not done, but may be done next time.
+        for e in [ZkError::SessionMoved, ZkError::Throttled] {
+            assert!(refused(&e) && !unknown(&e), "{e:?}");
+            match triage("x", Duration::ZERO, e) {
+                Triage::Fail(e) => assert!(e.is_retryable(), "{e:?}"),
+                _ => panic!("not an answer"),
+            }
         }
         for e in [ZkError::SessionExpired, ZkError::ClientClosed] {
             assert!(!unknown(&e));

@@ -140,10 +140,15 @@
 //!   loss, a socket error such as `ECONNRESET` or `EPIPE` and its own
 //!   no-response timeout (2/5 of the session timeout: shorter than the
 //!   operation timeout with the defaults) as `Error::Custom`, a reply it
-//!   cannot read, `SessionMoved`, `Throttled`, and our own operation
-//!   timeout. All of these are **unknown outcomes**, never refusals: only
-//!   the server's definitive answers (`NoNode`, `NodeExists`,
-//!   `BadVersion`, `NoAuth`, …) are, and the session's end. After a
+//!   cannot read, and our own operation timeout. All of these are
+//!   **unknown outcomes**, never refusals. Every error code in a server's
+//!   reply is an answer instead (the request did not take effect), and so
+//!   is the session's end: `NoNode`, `NodeExists`, `BadVersion`, `NoAuth`,
+//!   …, and a code zookeeper-client has no variant for
+//!   (`UnexpectedErrorCode`, such as -120 `EPHEMERALONLOCALSESSION` from an
+//!   ensemble whose local sessions are never upgraded: every lock then
+//!   fails at once with `Error::Server`); `SessionMoved` and `Throttled`
+//!   map to a retryable `Error::Connection`, with no lookup. After a
 //!   create of unknown outcome, only the lookup is retried (after a
 //!   `sync`, so a server we reconnected to has seen our create), never
 //!   the create: a node with our owner id or `_c_<uuid>-` prefix in our
@@ -154,7 +159,11 @@
 //!   is kept, the others deleted, so an acquisition never waits behind its
 //!   own node), and an acquisition that had a create of unknown outcome
 //!   deletes every node with its prefix in its session when it gives up,
-//!   and in the background after its release. An acquisition that ends
+//!   and in the background after its release. A create sent again after
+//!   a lookup found that the last one did not happen first pauses (50 ms,
+//!   doubling to 1 s): a wait stops at its deadline, a try after three
+//!   creates (with the last one's retryable error), so no error makes an
+//!   acquisition spin. An acquisition that ends
 //!   without the lock deletes what it may have created, finishing in the
 //!   background if it is cancelled midway. A failed operation maps to a
 //!   retryable error (`Error::Connection` or `Error::Timeout`) unless the

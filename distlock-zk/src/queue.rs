@@ -241,6 +241,47 @@ pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
     true
 }
 
+/// How many creates a try ([`Wait::No`]) sends in all when lookups keep
+/// finding that the last one did not happen; then it fails with the last
+/// create's (retryable) error.
+pub(crate) const TRY_CREATES: u32 = 3;
+
+/// The creates of one acquisition sent again after a lookup found that a
+/// create of unknown outcome did not happen: each waits first, 50 ms
+/// doubling to 1 s, so that no error can make an acquisition spin; a wait
+/// stops at its deadline, a try after [`TRY_CREATES`] creates.
+pub(crate) struct Recreate {
+    creates: u32,
+    pause: Duration,
+}
+
+impl Recreate {
+    pub(crate) fn new() -> Self {
+        Recreate {
+            creates: 1,
+            pause: Duration::from_millis(50),
+        }
+    }
+
+    /// Waits before the next create; `false` when there is none to send
+    /// (the deadline would pass first, or a try has sent its creates).
+    pub(crate) async fn pause(&mut self, wait: Wait) -> bool {
+        let until = Instant::now() + self.pause;
+        let go = match wait {
+            Wait::No => self.creates < TRY_CREATES,
+            Wait::Until(d) => until < d,
+            Wait::Forever => true,
+        };
+        if !go {
+            return false;
+        }
+        tokio::time::sleep_until(until).await;
+        self.creates += 1;
+        self.pause = (self.pause * 2).min(Duration::from_secs(1));
+        true
+    }
+}
+
 /// The provider's live session, for an acquisition that may wait: a
 /// retryable failure to open one (the ensemble unreachable for now, after
 /// our last session expired) is retried, with a pause that doubles from
@@ -698,6 +739,7 @@ pub(crate) async fn join(
     let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
     // An earlier create of ours in this session had an unknown outcome.
     let mut unsure = false;
+    let mut again = Recreate::new();
     loop {
         // Pipelined: the requests leave now, and ZooKeeper answers a
         // session's requests in order, so the listing includes our node.
@@ -759,7 +801,7 @@ pub(crate) async fn join(
                 undo.disarm();
                 return Err(conflict(dir));
             }
-            Err(e) => match triage("create", timeout, e) {
+            Err(e) => match triage("create", timeout, e.clone()) {
                 Triage::SessionEnded => {
                     start_over(shared, session, undo).await;
                     return Ok(Joined::SessionEnded);
@@ -780,10 +822,18 @@ pub(crate) async fn join(
                     }
                     Lookup::Absent => {
                         // Not there now; it may still land late (read by
-                        // the server, not yet run): create again, and keep
-                        // the withdraw's sweep of our prefix armed.
+                        // the server, not yet run): create again after a
+                        // pause, and keep the withdraw's sweep of our
+                        // prefix armed (nothing known yet: the undo, armed
+                        // on every return below, sweeps it).
                         unsure = true;
-                        continue;
+                        if again.pause(wait).await {
+                            continue;
+                        }
+                        if wait == Wait::No {
+                            return Err(crate::error::from_zk("create", timeout, e));
+                        }
+                        return Ok(Joined::DeadlinePassed);
                     }
                     Lookup::SessionEnded => {
                         start_over(shared, session, undo).await;

@@ -18,14 +18,14 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
-use crate::error::{triage, triage_timed, Triage};
+use crate::error::{from_zk, triage, triage_timed, Triage};
 use crate::kinds::{settle, Kind, Settled};
 use crate::lease::guard;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
     check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, start_over,
-    watch_fired, watch_noticed, within, Acquired,
+    watch_fired, watch_noticed, within, Acquired, Recreate,
 };
 use crate::session::Session;
 
@@ -193,6 +193,9 @@ async fn attempt(
         // `true` while the last create's outcome is unknown: only the
         // lookup may be retried, never the create.
         let mut unknown = false;
+        // The last create's error, while its outcome is unknown.
+        let mut last = None;
+        let mut again = Recreate::new();
         loop {
             if !unknown {
                 let sent = Instant::now();
@@ -278,7 +281,7 @@ async fn attempt(
                         undo.disarm();
                         return Err(conflict(dir));
                     }
-                    Ok(Err(e)) => match triage("create", timeout, e) {
+                    Ok(Err(e)) => match triage("create", timeout, e.clone()) {
                         Triage::SessionEnded => {
                             start_over(shared, &session, &mut undo).await;
                             continue 'session;
@@ -287,9 +290,15 @@ async fn attempt(
                             undo.disarm();
                             return Err(e);
                         }
-                        Triage::Retry => unknown = true,
+                        Triage::Retry => {
+                            unknown = true;
+                            last = Some(from_zk("create", timeout, e));
+                        }
                     },
-                    Err(_) => unknown = true,
+                    Err(e) => {
+                        unknown = true;
+                        last = Some(e);
+                    }
                 }
             }
             if unknown {
@@ -325,9 +334,20 @@ async fn attempt(
                         listing: None,
                     })));
                 }
-                Ok(Found::Absent) => {
-                    // Definitive: ours never landed (or it went); create.
+                Ok(Found::Absent) if unknown => {
+                    // Definitive: ours never landed (or it went); create
+                    // again after a pause. A late create may still land:
+                    // the undo, armed on every return, deletes it.
                     unknown = false;
+                    if !again.pause(wait).await {
+                        return match last.take() {
+                            Some(e) if wait == Wait::No => Err(e),
+                            _ => Ok(Step::Done(None)),
+                        };
+                    }
+                }
+                Ok(Found::Absent) => {
+                    // The holder's node went: race for it at once.
                 }
                 Ok(Found::Theirs(watcher)) => {
                     undo.disarm();

@@ -481,3 +481,71 @@ async fn every_wait_keeps_its_deadline_through_a_partition() {
         nothing_under_within(&operator, &dir, &what, Duration::from_secs(5) + SLACK * 2).await;
     }
 }
+
+/// The sum of `zk_packets_received` over the ensemble (`mntr`).
+fn packets_received(zk: &test_support::ZkCluster) -> u64 {
+    use std::io::{Read, Write};
+    (0..zk.len())
+        .map(|i| {
+            let Ok(mut s) = std::net::TcpStream::connect(zk.addr(i)) else {
+                return 0;
+            };
+            let _ = s.write_all(b"mntr");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out.lines()
+                .find_map(|l| l.strip_prefix("zk_packets_received"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// An ensemble whose sessions are local and never upgraded refuses every
+/// ephemeral create with `EPHEMERALONLOCALSESSION` (-120), a code
+/// zookeeper-client has no variant for (`UnexpectedErrorCode(-120)`). It
+/// is the server's answer, not an unknown outcome: `try_lock` and
+/// `lock_timeout` on the fair and the unfair mutex fail at once with a
+/// non-retryable error and a handful of requests (they used to create,
+/// look up and create again in a hot loop: 15-18 thousand requests in 10 s,
+/// and `try_lock` never returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_creates_refused_by_a_local_session_fail_at_once() {
+    let zk = test_support::zookeeper::ZkCluster::start_with(
+        3,
+        "localSessionsEnabled=true\nlocalSessionsUpgradingEnabled=false\n",
+    );
+    let locks = provider(&zk.connect_string()).await;
+    let name = unique_name("local-session");
+    for fair in [true, false] {
+        let lock: Arc<dyn Lock> = if fair {
+            locks.fair_mutex(&name).unwrap()
+        } else {
+            locks.mutex(&name).unwrap()
+        };
+        let before = packets_received(&zk);
+        let tried = tokio::time::timeout(Duration::from_secs(10), lock.try_lock())
+            .await
+            .unwrap_or_else(|_| panic!("fair {fair}: try_lock did not return in 10 s"));
+        let requests = packets_received(&zk) - before;
+        println!("fair {fair}: try_lock: {tried:?}, {requests} requests received by the ensemble");
+        assert!(
+            matches!(&tried, Err(Error::Server { .. })),
+            "fair {fair}: try_lock: {tried:?}"
+        );
+        // The directories, the create and what rides with it, a lookup at
+        // most: a loop sends thousands.
+        assert!(requests < 50, "fair {fair}: {requests} requests");
+        let waited = tokio::time::timeout(
+            Duration::from_secs(10),
+            lock.lock_timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("fair {fair}: lock_timeout(1 s) did not return in 10 s"));
+        println!("fair {fair}: lock_timeout(1 s): {waited:?}");
+        assert!(
+            matches!(&waited, Err(e) if !e.is_retryable()),
+            "fair {fair}: lock_timeout(1 s) on a free lock: {waited:?}"
+        );
+    }
+}
