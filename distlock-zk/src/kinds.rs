@@ -58,8 +58,8 @@ use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
 use crate::error::{triage_timed, Triage};
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, passed, pause_before_retry, sequence, sequence_digits, watch_fired,
-    watch_noticed, Acquired, Withdraw,
+    clean_up_now, passed, pause_before_retry, sequence, sequence_digits, slack, watch_fired,
+    watch_noticed, within, Acquired, Withdraw,
 };
 use crate::session::Session;
 
@@ -315,7 +315,8 @@ pub(crate) async fn settle(
     )?;
     loop {
         let listing = (dir, acquired.listing.take());
-        let checked = check(&session, listing, name, mine, acquired.czxid, timeout).await;
+        let ask = slack(timeout, wait);
+        let checked = check(&session, listing, name, mine, acquired.czxid, ask).await;
         let waiting_for = match checked {
             Ok((verdict, sent)) => {
                 if let Some(sent) = sent {
@@ -330,7 +331,7 @@ pub(crate) async fn settle(
                 }
             }
             Err(Triage::Fail(e)) => {
-                clean_up_now(undo, timeout).await;
+                clean_up_now(undo, slack(timeout, wait)).await;
                 return Err(e);
             }
             Err(Triage::SessionEnded) => {
@@ -339,17 +340,17 @@ pub(crate) async fn settle(
             }
             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
             Err(Triage::Retry) => {
-                clean_up_now(undo, timeout).await;
+                clean_up_now(undo, slack(timeout, wait)).await;
                 return Ok(Settled::NotAcquired);
             }
         };
         if wait == Wait::No || passed(deadline) {
-            clean_up_now(undo, timeout).await;
+            clean_up_now(undo, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
         let watched = with_timeout(
             "watch",
-            timeout,
+            within(timeout, wait),
             session.client.check_and_watch_stat(&waiting_for),
         )
         .await;
@@ -357,7 +358,7 @@ pub(crate) async fn settle(
             Ok((None, _)) => continue,
             Ok((Some(_), watcher)) => watcher,
             Err(Triage::Fail(e)) => {
-                clean_up_now(undo, timeout).await;
+                clean_up_now(undo, slack(timeout, wait)).await;
                 return Err(e);
             }
             Err(Triage::SessionEnded) => {
@@ -366,12 +367,12 @@ pub(crate) async fn settle(
             }
             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
             Err(Triage::Retry) => {
-                clean_up_now(undo, timeout).await;
+                clean_up_now(undo, slack(timeout, wait)).await;
                 return Ok(Settled::NotAcquired);
             }
         };
         if !watch_fired(shared, watcher, deadline).await? {
-            clean_up_now(undo, timeout).await;
+            clean_up_now(undo, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
         watch_noticed(shared);

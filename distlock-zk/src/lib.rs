@@ -177,16 +177,21 @@
 //!   doubles from 20 ms to 500 ms, **for as long as the session lives**
 //!   (until the delete is answered, or the session expires or closes and
 //!   its ephemeral nodes go with it): a node of a live session would
-//!   block its lock for as long as the process lives. `release()` and a
-//!   waiter that gives up wait for that delete for one operation timeout
-//!   at most, then leave it to a background task; and every request a
-//!   waiter sends after its create (listings, watches, lookups) is cut
-//!   short at the deadline. So `lock_timeout(d)` returns within `d` and
-//!   one operation timeout (a create keeps its whole operation timeout,
-//!   so that a free lock is taken with any timeout: one sent again near
-//!   the deadline, after a session ended, can add one more), and
-//!   `release()` completes or fails with a retryable error (never a plain
-//!   server error). While the connection works, the node is gone as soon as the
+//!   block its lock for as long as the process lives. `release()` waits
+//!   for that delete for one operation timeout at most, then leaves it to
+//!   a background task. **`lock_timeout(d)` returns within `d` plus one
+//!   operation timeout** (plus scheduling), whatever the network does: a
+//!   create sent before the deadline keeps its whole operation timeout
+//!   (so a free lock is taken with any timeout), one sent after it (a
+//!   semaphore's lease create behind its internal lock, a create after a
+//!   session ended) gets only what is left of `d` plus one operation
+//!   timeout; every request a waiter sends besides (listings, watches,
+//!   lookups, the pauses between them) is cut short at the deadline; and
+//!   the withdraw of a waiter that gives up (the kind check's too) is
+//!   bounded by what is left of `d` plus one operation timeout, and by one
+//!   operation timeout, the rest of it finishing in the background for as
+//!   long as the session lives. `release()` completes or fails with a
+//!   retryable error (never a plain server error). While the connection works, the node is gone as soon as the
 //!   client has reconnected and the delete is answered; while it does
 //!   not, the node stays at most until the server expires the session
 //!   (the session timeout after it last heard the client).

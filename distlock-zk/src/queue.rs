@@ -214,14 +214,33 @@ pub(crate) fn conflict(dir: &str) -> Error {
 
 /// How long a request of an acquisition that waits until `deadline` may
 /// take: the operation timeout, but not past the deadline, so that the
-/// deadline's only slack is the cleanup's own operation timeout. A try
-/// (`deadline` now) and a wait without a deadline get the operation
-/// timeout, and so does a create (every acquisition makes one whole
-/// attempt: a free lock is taken with any timeout).
+/// deadline's only slack is the create's and the cleanup's ([`slack`]).
+/// A try (`deadline` now) and a wait without a deadline get the operation
+/// timeout.
 pub(crate) fn within(timeout: Duration, wait: Wait) -> Duration {
     match wait {
         Wait::Until(d) => timeout
             .min(d.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1)),
+        Wait::No | Wait::Forever => timeout,
+    }
+}
+
+/// How long a request that may end past the deadline may take: a create
+/// (every acquisition makes one whole attempt) and a withdraw or other
+/// cleanup after giving up. The operation timeout, but not past the
+/// deadline plus one operation timeout, so that `lock_timeout(d)` returns
+/// within `d` and one operation timeout whatever came before: a create
+/// sent before the deadline gets the whole operation timeout, one sent
+/// after it (a second create: a semaphore's lease, a session's end) only
+/// what is left, and a withdraw only what the create left (a cleanup cut
+/// short finishes in the background, for as long as the session lives).
+/// A try and a wait without a deadline get the operation timeout.
+pub(crate) fn slack(timeout: Duration, wait: Wait) -> Duration {
+    match wait {
+        Wait::Until(d) => (d + timeout)
+            .saturating_duration_since(Instant::now())
+            .min(timeout)
             .max(Duration::from_millis(1)),
         Wait::No | Wait::Forever => timeout,
     }
@@ -749,8 +768,8 @@ pub(crate) async fn join(
         let checked = under.map(|p| session.client.check_stat(p));
         // The full operation timeout, even near the deadline: every
         // acquisition makes one whole attempt (a free lock is taken with
-        // any timeout).
-        let outcome = with_timeout("create", timeout, async {
+        // any timeout); past it, only what is left of the slack.
+        let outcome = with_timeout("create", slack(timeout, wait), async {
             let (created, listed, checked) = futures::join!(
                 created,
                 futures::future::OptionFuture::from(listed),
@@ -1042,7 +1061,7 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
             };
             if !watch_fired(shared, watcher, wait.deadline()).await? {
                 if let Some(waiting) = ours.take() {
-                    Box::pin(clean_up_now(waiting.undo, shared.timeout)).await;
+                    Box::pin(clean_up_now(waiting.undo, slack(shared.timeout, wait))).await;
                 }
                 return Ok(None);
             }
@@ -1099,7 +1118,7 @@ async fn queue_step(
                     }
                     Joined::Again | Joined::SessionEnded => continue 'session,
                     Joined::DeadlinePassed => {
-                        clean_up_now(undo, timeout).await;
+                        clean_up_now(undo, slack(timeout, wait)).await;
                         return Ok(QueueStep::Done(None));
                     }
                 }
@@ -1124,7 +1143,7 @@ async fn queue_step(
                         }
                         Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                         Err(Triage::Retry) => {
-                            clean_up_now(q.undo, timeout).await;
+                            clean_up_now(q.undo, slack(timeout, wait)).await;
                             return Ok(QueueStep::Done(None));
                         }
                         Err(Triage::Fail(e)) => return Err(e),
@@ -1150,7 +1169,7 @@ async fn queue_step(
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                     Err(Triage::Retry) => {
-                        clean_up_now(q.undo, timeout).await;
+                        clean_up_now(q.undo, slack(timeout, wait)).await;
                         return Ok(QueueStep::Done(None));
                     }
                     Err(Triage::Fail(e)) => return Err(e),
@@ -1162,7 +1181,7 @@ async fn queue_step(
             let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
-                    clean_up_now(q.undo, timeout).await;
+                    clean_up_now(q.undo, slack(timeout, wait)).await;
                     return Err(wrapped(dir));
                 }
             };
@@ -1189,7 +1208,7 @@ async fn queue_step(
                 Standing::Behind(child) => format!("{dir}/{child}"),
             };
             if wait == Wait::No || passed(deadline) {
-                clean_up_now(q.undo, timeout).await;
+                clean_up_now(q.undo, slack(timeout, wait)).await;
                 return Ok(QueueStep::Done(None));
             }
             let watched = with_timeout(
@@ -1205,7 +1224,7 @@ async fn queue_step(
                     // A persistent (or container, or TTL) node in the queue
                     // never goes by itself: waiting for it is waiting
                     // forever. Refused, and our node withdrawn.
-                    clean_up_now(q.undo, timeout).await;
+                    clean_up_now(q.undo, slack(timeout, wait)).await;
                     return Err(Error::Conflict {
                         what: format!("zookeeper node {predecessor:?}"),
                         expected: "lock node of a session (it is persistent, so it would never be released)",
@@ -1221,7 +1240,7 @@ async fn queue_step(
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(q.undo, timeout).await;
+                    clean_up_now(q.undo, slack(timeout, wait)).await;
                     return Ok(QueueStep::Done(None));
                 }
                 Err(Triage::Fail(e)) => return Err(e),

@@ -39,8 +39,8 @@ use crate::lease::guard;
 use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, enter_queue_below, join, passed, pause_before_retry, start_over, watch_fired,
-    watch_noticed, within, Acquired, Joined, Withdraw,
+    clean_up_now, enter_queue_below, join, passed, pause_before_retry, slack, start_over,
+    watch_fired, watch_noticed, within, Acquired, Joined, Withdraw,
 };
 use crate::session::Session;
 
@@ -254,11 +254,12 @@ async fn count_leases(
 }
 
 /// Deletes the lease node (if any) and then the internal lock node, both
-/// within one operation timeout (what is left then finishes in the
+/// within `budget` (at most one operation timeout, and not past the
+/// deadline plus one: [`slack`]; what is left then finishes in the
 /// background), so that a wait that gives up overruns its deadline by one
 /// operation timeout at most.
-async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, timeout: std::time::Duration) {
-    let _ = with_timeout("withdraw", timeout, async {
+async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, budget: std::time::Duration) {
+    let _ = with_timeout("withdraw", budget, async {
         let _ = lease.run_now().await;
         let _ = lock.run_now().await;
     })
@@ -304,7 +305,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                     continue 'attempt;
                 }
                 Joined::DeadlinePassed => {
-                    give_up(undo, unlock, timeout).await;
+                    give_up(undo, unlock, slack(timeout, wait)).await;
                     return Ok(None);
                 }
             }
@@ -330,7 +331,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                 Err(Triage::Retry) => {
-                    give_up(undo, unlock, timeout).await;
+                    give_up(undo, unlock, slack(timeout, wait)).await;
                     return Ok(None);
                 }
                 Err(Triage::Fail(e)) => return Err(e),
@@ -338,14 +339,14 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
             if !counted.ours_there {
                 // Deleted by someone else: Curator starts over, and so do we.
                 undo.disarm();
-                clean_up_now(unlock, timeout).await;
+                clean_up_now(unlock, slack(timeout, wait)).await;
                 if wait == Wait::No || passed(deadline) {
                     return Ok(None);
                 }
                 continue 'attempt;
             }
             if let Some(held) = counted.mismatch {
-                give_up(undo, unlock, timeout).await;
+                give_up(undo, unlock, slack(timeout, wait)).await;
                 return Err(Error::PermitsMismatch {
                     name: sem.name.to_string(),
                     held,
@@ -361,7 +362,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                     &sem.name,
                     Kind::Semaphore,
                     czxid,
-                    timeout,
+                    slack(timeout, wait),
                 );
                 match Box::pin(checked).await {
                     Ok(_) => {}
@@ -372,11 +373,11 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                     Err(Triage::Retry) => {
-                        give_up(undo, unlock, timeout).await;
+                        give_up(undo, unlock, slack(timeout, wait)).await;
                         return Ok(None);
                     }
                     Err(Triage::Fail(e)) => {
-                        give_up(undo, unlock, timeout).await;
+                        give_up(undo, unlock, slack(timeout, wait)).await;
                         return Err(e);
                     }
                 }
@@ -392,11 +393,11 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).
                 let held = guard(&sem.shared, &sem.name, acquired, true, sem.hold)?;
-                clean_up_now(unlock, timeout).await;
+                clean_up_now(unlock, slack(timeout, wait)).await;
                 return Ok(Some(held));
             }
             if wait == Wait::No {
-                give_up(undo, unlock, timeout).await;
+                give_up(undo, unlock, slack(timeout, wait)).await;
                 return Ok(None);
             }
             tracing::debug!(
@@ -406,7 +407,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 "distlock semaphore full; waiting for a release"
             );
             if !watch_fired(shared, counted.watcher, deadline).await? {
-                give_up(undo, unlock, timeout).await;
+                give_up(undo, unlock, slack(timeout, wait)).await;
                 return Ok(None);
             }
             watch_noticed(shared);

@@ -24,8 +24,8 @@ use crate::lease::guard;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
-    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, start_over,
-    watch_fired, watch_noticed, within, Acquired, Recreate,
+    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, slack,
+    start_over, watch_fired, watch_noticed, within, Acquired, Recreate,
 };
 use crate::session::Session;
 
@@ -204,8 +204,9 @@ async fn attempt(
                 // counter is refused, not locked.
                 let check = !dir_checked.load(Ordering::Relaxed);
                 // The full operation timeout, even near the deadline: a
-                // free lock is taken with any timeout.
-                let asked = with_timeout("create", timeout, async {
+                // free lock is taken with any timeout; past it, only what
+                // is left of the slack.
+                let asked = with_timeout("create", slack(timeout, wait), async {
                     let stat = check.then(|| session.client.check_stat(dir));
                     let creating = session.client.create(node, owner, &create);
                     // Sent right behind the create on the same session, so
@@ -240,7 +241,7 @@ async fn attempt(
                     } else {
                         // Ours may be there: nothing may stay under a name
                         // that is refused.
-                        clean_up_now(undo, timeout).await;
+                        clean_up_now(undo, slack(timeout, wait)).await;
                     }
                     return Err(e);
                 }
@@ -314,7 +315,7 @@ async fn attempt(
                         }
                         Triage::Retry if pause_before_retry(deadline).await => continue,
                         Triage::Retry => {
-                            clean_up_now(undo, timeout).await;
+                            clean_up_now(undo, slack(timeout, wait)).await;
                             return Ok(Step::Done(None));
                         }
                         // No directory: the create cannot have happened.
@@ -359,12 +360,12 @@ async fn attempt(
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(undo, timeout).await;
+                    clean_up_now(undo, slack(timeout, wait)).await;
                     return Ok(Step::Done(None));
                 }
                 Err(Triage::Fail(e)) => {
                     if unknown {
-                        clean_up_now(undo, timeout).await;
+                        clean_up_now(undo, slack(timeout, wait)).await;
                     }
                     return Err(e);
                 }

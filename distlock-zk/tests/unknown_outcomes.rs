@@ -549,3 +549,112 @@ async fn ephemeral_creates_refused_by_a_local_session_fail_at_once() {
         );
     }
 }
+
+/// A provider through `proxy` with a long operation timeout, so that the
+/// deadline plus one operation timeout and plus two are far apart.
+async fn slow_victim(proxy: &Proxy, operation: Duration) -> ZkProvider {
+    ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(20))
+            .operation_timeout(operation),
+    )
+    .await
+    .unwrap()
+}
+
+/// What a deadline check allows beyond the documented bound (`d` and one
+/// operation timeout): scheduling on a loaded machine.
+const SCHEDULING: Duration = Duration::from_millis(1500);
+
+/// A semaphore waiter gets the internal lock shortly before its deadline
+/// (the waiter ahead of it gives up), and the reply to its lease create is
+/// lost (the request lands). The create keeps its whole operation timeout,
+/// and the withdraw after it only what is left of the deadline plus one
+/// operation timeout (the crate docs' bound); the rest of the cleanup
+/// finishes in the background, and nothing is left once the connection is
+/// back. (Before, the withdraw took one more operation timeout: a 5 s wait
+/// with a 3 s operation timeout returned after 10.9 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_lease_create_near_the_deadline_keeps_the_deadline() {
+    let operation = Duration::from_secs(3);
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let holder = provider(&zk.connect_string()).await;
+    let ahead = provider(&zk.connect_string()).await;
+    let proxy = Proxy::start(zk.addr(0));
+    let locks = slow_victim(&proxy, operation).await;
+    let name = unique_name("semaphore-deadline");
+    let dir = locks.path(&name).unwrap();
+    let held = holder.semaphore(&name, 1).unwrap().lock().await.unwrap();
+    let wait = Duration::from_secs(5);
+    let first = ahead.semaphore(&name, 1).unwrap();
+    let started_ahead = Instant::now();
+    let ahead_waits =
+        tokio::spawn(async move { first.lock_timeout(Duration::from_millis(4900)).await });
+    let locks_dir = format!("{dir}/locks");
+    while children(&operator, &locks_dir).await.is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The victim queues behind it; the one ahead gives up ~4.7 s into the
+    // victim's 5 s wait, and the victim then creates its lease node.
+    tokio::time::sleep(Duration::from_millis(200).saturating_sub(started_ahead.elapsed())).await;
+    proxy.lose_reply_to(b"-lease-");
+    let sem = locks.semaphore(&name, 1).unwrap();
+    let started = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(30), sem.lock_timeout(wait))
+        .await
+        .expect("hung");
+    let took = started.elapsed();
+    println!(
+        "semaphore lock_timeout({wait:?}), operation timeout {operation:?}: {:?} after {took:?}",
+        got.as_ref().map(Option::is_some),
+    );
+    assert!(proxy.losing_replies(), "the lease create was not sent");
+    assert!(matches!(ahead_waits.await.unwrap(), Ok(None)));
+    proxy.heal();
+    proxy.cut();
+    assert!(!matches!(got, Ok(Some(_))), "{got:?}");
+    assert!(
+        took < wait + operation + SCHEDULING,
+        "lock_timeout({wait:?}) took {took:?}: more than the deadline and one operation timeout ({operation:?})"
+    );
+    held.release().await.unwrap();
+    nothing_under(&operator, &format!("{dir}/leases"), "semaphore leases").await;
+    nothing_under(&operator, &locks_dir, "semaphore locks").await;
+}
+
+/// A fair waiter whose very first create's reply is lost: the create keeps
+/// its whole operation timeout (3 s, more than the 1 s wait), and the
+/// withdraw after it gets what is left of the deadline plus one operation
+/// timeout: `lock_timeout(d)` returns within `d` and one operation timeout.
+/// (Before, the withdraw took a whole operation timeout more: 6.0 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_whose_first_create_is_unanswered_keeps_the_deadline() {
+    let operation = Duration::from_secs(3);
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let holder = provider(&zk.connect_string()).await;
+    let proxy = Proxy::start(zk.addr(0));
+    let locks = slow_victim(&proxy, operation).await;
+    let name = unique_name("fair-deadline");
+    let dir = locks.path(&name).unwrap();
+    let held = holder.fair_mutex(&name).unwrap().lock().await.unwrap();
+    let wait = Duration::from_secs(1);
+    proxy.lose_reply_to(b"-lock-");
+    let started = Instant::now();
+    let got = locks.fair_mutex(&name).unwrap().lock_timeout(wait).await;
+    let took = started.elapsed();
+    println!(
+        "fair lock_timeout({wait:?}), operation timeout {operation:?}: {got:?} after {took:?}"
+    );
+    assert!(proxy.losing_replies(), "the create was not sent");
+    proxy.heal();
+    proxy.cut();
+    held.release().await.unwrap();
+    nothing_under(&operator, &dir, "fair deadline").await;
+    assert!(!matches!(got, Ok(Some(_))), "{got:?}");
+    assert!(
+        took < wait + operation + SCHEDULING,
+        "lock_timeout({wait:?}) took {took:?}: more than the deadline and one operation timeout ({operation:?})"
+    );
+}
