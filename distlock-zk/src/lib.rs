@@ -199,7 +199,10 @@
 //!   that no session owns (persistent, container or TTL) would never go:
 //!   a waiter whose predecessor it is fails with `Error::Conflict` (its
 //!   `Stat` comes with the watch, no extra request), and withdraws its
-//!   node. A name whose node holds data (an id counter) or is ephemeral
+//!   node; so does a semaphore acquisition that finds one in `leases`
+//!   (where it would take a permit forever: its `Stat` comes with the
+//!   read of the other lease nodes' data, done once per node anyway, so
+//!   an uncontended admission sends no extra request). A name whose node holds data (an id counter) or is ephemeral
 //!   is no lock's directory: every lock on it fails with `Error::Conflict`
 //!   and leaves nothing under it. The check rides along with the create,
 //!   pipelined: the listing that goes with a queue node's create returns

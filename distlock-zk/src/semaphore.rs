@@ -36,6 +36,7 @@ use zookeeper_client::{Error as ZkError, OneshotWatcher};
 use crate::error::{triage_timed, Triage};
 use crate::kinds::{check, Kind};
 use crate::lease::guard;
+use crate::node::session_owned;
 use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
@@ -168,7 +169,8 @@ fn permits_of(data: &[u8]) -> Option<u32> {
 
 /// Reads the lease nodes `names` (pipelined) and returns the permits of the
 /// first distlock holder admitted under another number than `permits`.
-/// Marks the nodes read (or gone) in `checked`.
+/// Marks the nodes read (or gone) in `checked`. A node no session owns
+/// (persistent) is a [`Error::Conflict`]: it would hold a permit forever.
 async fn other_permits(
     session: &Session,
     leases: &str,
@@ -188,6 +190,15 @@ async fn other_permits(
     let mut other = None;
     for (name, data) in names.into_iter().zip(read) {
         let data = match data {
+            Ok((_, stat)) if !session_owned(stat.ephemeral_owner) => {
+                // A persistent (or container, or TTL) node in `leases`
+                // never goes by itself: it would take a permit forever.
+                return Err(Triage::Fail(Error::Conflict {
+                    what: format!("zookeeper node {:?}", format!("{leases}/{name}")),
+                    expected:
+                        "lease node of a session (it is persistent, so it would never be released)",
+                }));
+            }
             Ok((data, _)) => Some(data),
             Err(ZkError::NoNode) => None,
             Err(e) => return Err(crate::error::triage("read leases", timeout, e)),
@@ -334,7 +345,10 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                     give_up(undo, unlock, slack(timeout, wait)).await;
                     return Ok(None);
                 }
-                Err(Triage::Fail(e)) => return Err(e),
+                Err(Triage::Fail(e)) => {
+                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    return Err(e);
+                }
             };
             if !counted.ours_there {
                 // Deleted by someone else: Curator starts over, and so do we.

@@ -381,6 +381,56 @@ async fn a_persistent_node_at_the_head_of_a_queue_is_a_conflict() {
     assert_eq!(children(&operator, &dir).await.len(), 1);
 }
 
+/// A persistent node in a semaphore's `leases` never goes, so it would
+/// take a permit forever: with one permit `lock()` waited for it forever
+/// (`count_leases` counted every child of `leases` and never looked at
+/// their owners). It is refused with `Error::Conflict` (the read of the
+/// other lease nodes' data shows their `ephemeral_owner`, no extra
+/// request), with free permits too, and the acquisition leaves nothing of
+/// its own in `leases` or `locks`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_node_in_a_semaphores_leases_is_a_conflict() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let locks = provider(&zk.connect_string()).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let sequential = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+    for permits in [1, 2] {
+        let name = unique_name("persistent-lease");
+        let dir = locks.path(&name).unwrap();
+        let leases = format!("{dir}/leases");
+        operator.mkdir(&leases, &open).await.unwrap();
+        let stuck = "_c_0b6e9f0c-1d2e-4f3a-8b4c-5d6e7f8a9b0c-lease-";
+        let (_, seq) = operator
+            .create(&format!("{leases}/{stuck}"), b"stuck", &sequential)
+            .await
+            .unwrap();
+        let sem = locks.semaphore(&name, permits).unwrap();
+        let r = tokio::time::timeout(SLACK, sem.lock())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{permits} permits: lock() waits for a persistent lease node")
+            });
+        println!(
+            "{permits} permits: lock() with a persistent lease node: {:?}",
+            r.as_ref().map(|_| ())
+        );
+        assert!(
+            matches!(r, Err(Error::Conflict { .. })),
+            "{permits} permits: {:?}",
+            r.map(|_| ())
+        );
+        assert_eq!(
+            children(&operator, &leases).await,
+            vec![format!("{stuck}{seq}")],
+            "{permits} permits"
+        );
+        assert!(children(&operator, &format!("{dir}/locks"))
+            .await
+            .is_empty());
+    }
+}
+
 /// Every kind of lock on a name whose node is an id counter is refused
 /// with `Error::Conflict`, and leaves the counter as it was: no child under
 /// it, its count unchanged.
