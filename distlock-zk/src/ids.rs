@@ -1,6 +1,8 @@
 //! The id counter: a persistent node holding a 64-bit big-endian number (the
 //! format of Curator's `DistributedAtomicLong`), advanced with versioned
-//! `setData` and retried on conflict.
+//! `setData` and retried on conflict. A node that is no counter (ephemeral,
+//! a container, holding other data, or with children: a lock's directory)
+//! is refused with `Error::Conflict`, and nothing is written.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +48,16 @@ impl IdSource for ZkIds {
                         } else {
                             "id counter (it is ephemeral)"
                         }));
+                    }
+                    if stat.num_children > 0 {
+                        // A lock's directory (made persistent by another
+                        // client: kazoo's `ensure_path`, an operator). Its
+                        // empty data would read as a counter at 0, and the
+                        // 8 bytes written would make every lock on the name
+                        // refused from then on.
+                        return Err(
+                            self.conflict("id counter (it has children: a lock's directory)")
+                        );
                     }
                     let current = match data.len() {
                         0 => 0,

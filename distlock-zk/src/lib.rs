@@ -224,7 +224,14 @@
 //!   `observe()` follows the head of the queue with a children watch.
 //! * **Ids** — versioned `setData` on the counter node, retried with a
 //!   jittered back-off on conflict; with a block size, one write serves many
-//!   ids.
+//!   ids. A node that is no counter is refused with `Error::Conflict` and
+//!   nothing is written: ephemeral, a container, data other than 8 bytes,
+//!   or children (a lock's directory, made persistent by another client:
+//!   its empty data would otherwise read as a counter at 0). A lock that
+//!   takes a still-empty directory between the counter's read and its
+//!   versioned write is not seen (a child does not change the data
+//!   version): the race this leaves, after which later locks on the name
+//!   are refused.
 //! * **One name is one lock** — every kind keeps its nodes under the same
 //!   directory, so a node about to hold lists it (create, then list) and
 //!   compares the oldest node of each kind present by `czxid`: if another

@@ -480,6 +480,46 @@ async fn locks_on_an_id_counter_are_a_conflict_and_add_nothing() {
     assert_eq!(ids.next().await.unwrap(), first + 1);
 }
 
+/// An id generator on a name that is a lock's directory, made persistent
+/// by another client (kazoo's `ensure_path`, an operator), while a holder
+/// holds it: the directory has no data, and the id generator used to take
+/// it for a counter at 0 and write 8 bytes into it (`Ok(1)`), after which
+/// every lock on that name was refused. It is refused with
+/// `Error::Conflict`, writes nothing, and the lock works on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_generator_on_a_lock_directory_is_a_conflict_and_writes_nothing() {
+    let zk = test_support::zookeeper::shared();
+    let operator = raw().await;
+    let locks = provider(&zk.connect_string()).await;
+    let name = unique_name("ids-on-lock");
+    let dir = locks.path(&name).unwrap();
+    operator
+        .mkdir(&dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        .await
+        .unwrap();
+    let held = locks.fair_mutex(&name).unwrap().lock().await.unwrap();
+    let id = locks.id_generator(&name, 1).unwrap().next().await;
+    let (data, stat) = operator.get_data(&dir).await.unwrap();
+    println!(
+        "ids on a held lock's persistent directory: {id:?}; it holds {} bytes",
+        data.len()
+    );
+    assert!(matches!(id, Err(Error::Conflict { .. })), "{id:?}");
+    assert!(data.is_empty(), "the id generator wrote {data:?}");
+    assert_eq!(stat.version, 0, "the directory's data was written");
+    held.release().await.unwrap();
+    locks
+        .fair_mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the lock is free")
+        .release()
+        .await
+        .unwrap();
+}
+
 /// `lock_timeout(1 s)` on every lock primitive, partitioned (blackhole and
 /// cut) 200 ms into its wait: it returns within its deadline and one
 /// operation timeout (700 ms here), without the lock and with at most a
