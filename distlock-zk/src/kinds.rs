@@ -34,7 +34,11 @@
 //! The one that yields keeps its node and watches the other's (the unfair
 //! node, or the oldest fair node): when that goes it looks again, so no
 //! free lock sits unused while the other waits, and the older arrival goes
-//! first.
+//! first. The watch is on the very node compared: the watch's stat must
+//! show the `czxid` the look compared, else (the unfair node released and
+//! created again in between, by a younger arrival that may be waiting for
+//! us) the yielder looks again instead of waiting. So a waiter only ever
+//! waits for a node older than its own, and two never wait for each other.
 //!
 //! `inspect` reads each kind's own nodes: an unfair node that yields to an
 //! older fair node shows as the mutex's holder meanwhile.
@@ -134,8 +138,11 @@ pub(crate) enum Verdict {
     /// Our node may hold.
     Clear,
     /// Our node must wait for this node (of the other half of the mutex
-    /// family) to go.
-    Wait(String),
+    /// family, older than ours) to go: its path and the `czxid` it was
+    /// compared by. The wait is on that very node: a node at the path with
+    /// another `czxid` (the unfair node deleted and created again, younger)
+    /// is compared again, never waited for.
+    Wait(String, i64),
 }
 
 /// The front (oldest node) of each kind present, as paths.
@@ -239,7 +246,7 @@ async fn look(
             .iter()
             .find(|(k, c, _)| k.family() == family && *k != mine && *c < own_czxid)
         {
-            Some((_, _, path)) => Verdict::Wait((*path).to_owned()),
+            Some((_, czxid, path)) => Verdict::Wait((*path).to_owned(), *czxid),
             None => Verdict::Clear,
         },
     ))
@@ -316,7 +323,7 @@ pub(crate) async fn settle(
     loop {
         let listing = (dir, acquired.listing.take());
         let checked = check(&session, listing, name, mine, acquired.czxid, timeout).await;
-        let waiting_for = match checked {
+        let (waiting_for, compared) = match checked {
             Ok((verdict, sent)) => {
                 if let Some(sent) = sent {
                     acquired.heard_at = sent;
@@ -326,7 +333,7 @@ pub(crate) async fn settle(
                         undo.disarm();
                         return Ok(Settled::Held(acquired));
                     }
-                    Verdict::Wait(path) => path,
+                    Verdict::Wait(path, czxid) => (path, czxid),
                 }
             }
             Err(Triage::Fail(e)) => {
@@ -354,8 +361,16 @@ pub(crate) async fn settle(
         )
         .await;
         let watcher: OneshotWatcher = match triage_timed("watch", timeout, watched) {
+            // Gone: look again.
             Ok((None, _)) => continue,
-            Ok((Some(_), watcher)) => watcher,
+            // The node we compared, still there: wait for it to go.
+            Ok((Some(stat), watcher)) if stat.czxid == compared => watcher,
+            // Another node at the path (the unfair node released and
+            // created again between the look and the watch): it is younger
+            // than the one compared and may be younger than ours, and then
+            // it waits for us: compare again instead of waiting for it (the
+            // watch, once-only, is dropped).
+            Ok((Some(_), _)) => continue,
             Err(Triage::Fail(e)) => {
                 clean_up_now(undo, timeout).await;
                 return Err(e);

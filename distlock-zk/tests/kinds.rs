@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::Provider;
 use distlock_zk::{ZkOptions, ZkProvider};
+use test_support::proxy::Proxy;
 use test_support::unique_name;
 
 fn hosts() -> String {
@@ -109,4 +110,115 @@ async fn a_mutex_that_yields_and_gives_up_leaves_no_node() {
             .await
             .unwrap();
     }
+}
+
+/// The fair head that yields to an older unfair node waits for the very
+/// node it compared, not for the path `_unfair_lock`: when that node is
+/// released and another unfair mutex creates `_unfair_lock` again between
+/// the head's check and its watch, the head compares again (the new node is
+/// younger than the head, which holds; the new unfair node yields to it).
+/// Before, the head watched the new, younger node, which in turn yielded to
+/// the older head and watched it: each waited for the other and nobody got
+/// the free lock.
+///
+/// The fair mutex runs behind a proxy that delays every chunk by `D`, so
+/// its check's stat and its watch reach the server `2 D` apart; the unfair
+/// holder hands over to another unfair mutex inside that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_head_that_yields_watches_the_unfair_node_it_compared() {
+    // Hand-over offsets after the fair node shows, in units of D / 2.
+    let mut stuck = Vec::new();
+    for half_ds in [7, 8, 9, 10, 11, 12] {
+        if let Some(report) = yield_trial(half_ds).await {
+            stuck.push(report);
+        }
+    }
+    assert!(stuck.is_empty(), "nobody got the free lock: {stuck:#?}");
+}
+
+/// One trial: `None` when someone got the lock after the hand-over.
+async fn yield_trial(half_ds: u32) -> Option<String> {
+    const D: Duration = Duration::from_millis(400);
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let slow = ZkProvider::connect_with(ZkOptions::new(proxy.addr().to_string()))
+        .await
+        .unwrap();
+    let (a, b) = (provider().await, provider().await);
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let name = unique_name("review-yield-watch");
+    let dir = a.path(&name).unwrap();
+    let first = a.mutex(&name).unwrap().lock().await.unwrap();
+    proxy.set_delay(D);
+    let fair = slow.fair_mutex(&name).unwrap();
+    let mut fair_task =
+        tokio::spawn(async move { fair.lock_timeout(Duration::from_secs(30)).await });
+    let seen = loop {
+        let children = raw.list_children(&dir).await.unwrap();
+        if children.iter().any(|c| c.contains("-lock-")) {
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    tokio::time::sleep(D * half_ds / 2).await;
+    let second = b.mutex(&name).unwrap();
+    first.release().await.unwrap();
+    let mut second_task =
+        tokio::spawn(async move { second.lock_timeout(Duration::from_secs(30)).await });
+    let handed = seen.elapsed();
+    // The fair mutex's requests already on their way drain; after that
+    // nothing is slow.
+    tokio::time::sleep(4 * D).await;
+    proxy.set_delay(Duration::ZERO);
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            f = &mut fair_task => ("fair", f.unwrap().unwrap().is_some()),
+            s = &mut second_task => ("second unfair", s.unwrap().unwrap().is_some()),
+        }
+    })
+    .await;
+    let children = raw.list_children(&dir).await.unwrap();
+    proxy.set_delay(Duration::ZERO);
+    let mut owners = Vec::new();
+    for child in &children {
+        if let Ok((_, stat)) = raw.get_data(&format!("{dir}/{child}")).await {
+            owners.push(format!(
+                "{child}: czxid {} session {:#x}",
+                stat.czxid, stat.ephemeral_owner
+            ));
+        }
+    }
+    let watches = watches_under(&dir);
+    eprintln!("offset {half_ds}/2 D: handed over {handed:?} after the fair node showed: {got:?}");
+    fair_task.abort();
+    second_task.abort();
+    if matches!(got, Ok((_, true))) {
+        None
+    } else {
+        Some(format!(
+            "offset {half_ds}/2 D (hand-over {handed:?} after the fair node showed): {got:?}, nodes {owners:?}, watches (wchp) {watches}"
+        ))
+    }
+}
+
+/// The server's watches (`wchp`: path, then the watching sessions) on the
+/// paths under `dir`.
+fn watches_under(dir: &str) -> String {
+    use std::io::{Read, Write};
+    let zk = test_support::zookeeper::shared();
+    let mut s = std::net::TcpStream::connect(zk.addr(0)).unwrap();
+    s.write_all(b"wchp").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let mut lines = Vec::new();
+    let mut ours = false;
+    for line in out.lines() {
+        if line.starts_with('/') {
+            ours = line.starts_with(dir);
+        }
+        if ours {
+            lines.push(line.trim().to_owned());
+        }
+    }
+    lines.join(" ")
 }
