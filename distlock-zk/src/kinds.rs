@@ -40,8 +40,13 @@
 //! us) the yielder looks again instead of waiting. So a waiter only ever
 //! waits for a node older than its own, and two never wait for each other.
 //!
-//! `inspect` reads each kind's own nodes: an unfair node that yields to an
-//! older fair node shows as the mutex's holder meanwhile.
+//! A node that waited is looked up (its `czxid`) after the look that
+//! cleared it: deleted meanwhile (`force_release`, an operator), it is
+//! never given back as held; the acquisition joins again.
+//!
+//! `inspect` and `force_release` of either kind apply the same rule: the
+//! older of the unfair node and the fair queue's head is the holder (it
+//! holds, or holds once its check is done); the other shows as a waiter.
 //!
 //! Nothing more is read when no other kind has a node under the directory:
 //! the check decides on the listing its recipe already made after creating
@@ -294,14 +299,16 @@ pub(crate) enum Settled {
     /// Given up: `Wait::No` or the deadline while waiting for the other
     /// half of the mutex family; the node is deleted.
     NotAcquired,
-    /// The session ended (with the node): join again.
+    /// The session ended (with the node), or the node was deleted while
+    /// it waited: join again.
     Again,
 }
 
 /// Runs [`check`] on a node its own recipe just found holding: gives it
 /// back when it may hold, waits (watching the other node) while the other
 /// half of the mutex family is older, and deletes it and fails with
-/// [`Error::Conflict`] when another kind has the name.
+/// [`Error::Conflict`] when another kind has the name. A node that waited
+/// and was deleted meanwhile comes back as [`Settled::Again`].
 ///
 /// Cancellation safe: the node is deleted (in the background if need be)
 /// unless it is given back.
@@ -320,7 +327,12 @@ pub(crate) async fn settle(
         "withdraw a node another kind refused",
         Withdraw::node(&session, &acquired.node, timeout),
     )?;
+    // Whether this is not our first look (we waited for the other half of
+    // the mutex family, or retried): the node is then looked up before it
+    // is given back as held.
+    let mut looked = false;
     loop {
+        let again = std::mem::replace(&mut looked, true);
         let listing = (dir, acquired.listing.take());
         let checked = check(&session, listing, name, mine, acquired.czxid, timeout).await;
         let (waiting_for, compared) = match checked {
@@ -329,9 +341,46 @@ pub(crate) async fn settle(
                     acquired.heard_at = sent;
                 }
                 match verdict {
-                    Verdict::Clear => {
+                    Verdict::Clear if !again => {
                         undo.disarm();
                         return Ok(Settled::Held(acquired));
+                    }
+                    Verdict::Clear => {
+                        // We waited: our node may have been deleted
+                        // meanwhile (`force_release`, an operator), and
+                        // must not come back held. Read after the listing,
+                        // so it was there for the look.
+                        let stat = with_timeout(
+                            "stat",
+                            timeout,
+                            session.client.check_stat(&acquired.node),
+                        )
+                        .await;
+                        match triage_timed("stat", timeout, stat) {
+                            Ok(Some(stat)) if stat.czxid == acquired.czxid => {
+                                undo.disarm();
+                                return Ok(Settled::Held(acquired));
+                            }
+                            // Gone (the unfair path may hold another's
+                            // node now: never delete it): join again.
+                            Ok(_) => {
+                                undo.disarm();
+                                return Ok(Settled::Again);
+                            }
+                            Err(Triage::Fail(e)) => {
+                                clean_up_now(undo, timeout).await;
+                                return Err(e);
+                            }
+                            Err(Triage::SessionEnded) => {
+                                undo.disarm();
+                                return Ok(Settled::Again);
+                            }
+                            Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                            Err(Triage::Retry) => {
+                                clean_up_now(undo, timeout).await;
+                                return Ok(Settled::NotAcquired);
+                            }
+                        }
                     }
                     Verdict::Wait(path, czxid) => (path, czxid),
                 }
