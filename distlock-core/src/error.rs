@@ -210,11 +210,16 @@ impl Error {
     /// The [`Error::Conflict`] of one name taken as two kinds of primitive:
     /// `name` is in use (held, or waited for ahead of this caller) as a
     /// `found`, and the caller asked for a `wanted`. Nothing was acquired.
-    /// The kinds are nouns such as [`PrimitiveKind::noun`](crate::PrimitiveKind::noun)
-    /// gives.
+    /// The kinds are bare nouns such as [`PrimitiveKind::noun`](crate::PrimitiveKind::noun)
+    /// gives; the message puts the article before `found` ("a semaphore",
+    /// "an election").
     pub fn kind_conflict(name: &str, found: &str, wanted: &'static str) -> Self {
+        let article = match found.bytes().next() {
+            Some(b'a' | b'e' | b'i' | b'o' | b'u' | b'A' | b'E' | b'I' | b'O' | b'U') => "an",
+            _ => "a",
+        };
         Error::Conflict {
-            what: format!("name {name:?}, in use by a {found},"),
+            what: format!("name {name:?}, in use by {article} {found},"),
             expected: wanted,
         }
     }
@@ -276,5 +281,16 @@ mod tests {
             expected: "lock"
         }
         .is_conflict());
+    }
+
+    #[test]
+    fn a_kind_conflict_names_the_kind_with_its_article() {
+        let e = Error::kind_conflict("jobs/x", "election", "mutex");
+        assert_eq!(
+            e.to_string(),
+            "name \"jobs/x\", in use by an election, is not a distlock mutex; left untouched"
+        );
+        let e = Error::kind_conflict("jobs/x", "semaphore", "election");
+        assert!(e.to_string().contains("in use by a semaphore,"), "{e}");
     }
 }

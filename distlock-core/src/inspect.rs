@@ -58,6 +58,8 @@ impl PrimitiveKind {
 impl PrimitiveKind {
     /// The kind as a noun, for messages: `mutex`, `fair mutex`,
     /// `read-write lock`, `semaphore`, `election`.
+    /// Bare, without an article ([`Error::kind_conflict`](crate::Error::kind_conflict)
+    /// adds "a" or "an").
     #[must_use]
     pub fn noun(self) -> &'static str {
         match self {

@@ -83,12 +83,24 @@
 //!   Curator or kazoo lock node as a fair mutex, Curator's read-write,
 //!   semaphore and leader-latch nodes as theirs.
 //!
+//! **Only distlock clients are refused.** Foreign clients (Curator, kazoo,
+//! redis-py) do not run distlock's kind check and never get a `Conflict`:
+//! they follow their own recipe's keys or nodes only. On ZooKeeper a
+//! Curator `InterProcessMutex` (or a kazoo `Lock`) reads only the lock
+//! nodes of its own queue: it takes a path that a distlock plain mutex
+//! (`_unfair_lock`), write side or semaphore holds, and holds beside it. On
+//! Redis a redis-py `Lock` is kept out by the lock key itself (it waits
+//! while the key holds another kind's marker), not by a check. A distlock
+//! client arriving after a foreign holder is refused (or waits) by the
+//! table above. Keep one kind per name when other libraries share it.
+//!
 //! Of two kinds arriving at once, the first gets in and the other is
 //! refused (or waits, for the mutex pair); each backend's docs say how it
 //! makes that atomic. On ZooKeeper both can be refused in one case: a
 //! waiter of one kind that comes to hold while a refused node of another
-//! kind, older than its own, is not deleted yet. [`Provider::inspect`] of one kind shows that kind's
-//! holders only (the mutex and the fair mutex show each other's).
+//! kind, older than its own, is not deleted yet. [`Provider::inspect`] of
+//! one kind shows that kind's holders only (the mutex and the fair mutex
+//! show each other's: one lock, one holder).
 //!
 //! # Telling failures apart
 //!

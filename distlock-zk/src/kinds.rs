@@ -34,10 +34,19 @@
 //! The one that yields keeps its node and watches the other's (the unfair
 //! node, or the oldest fair node): when that goes it looks again, so no
 //! free lock sits unused while the other waits, and the older arrival goes
-//! first.
+//! first. The watch is on the very node compared: the watch's stat must
+//! show the `czxid` the look compared, else (the unfair node released and
+//! created again in between, by a younger arrival that may be waiting for
+//! us) the yielder looks again instead of waiting. So a waiter only ever
+//! waits for a node older than its own, and two never wait for each other.
 //!
-//! `inspect` reads each kind's own nodes: an unfair node that yields to an
-//! older fair node shows as the mutex's holder meanwhile.
+//! A node that waited is looked up (its `czxid`) after the look that
+//! cleared it: deleted meanwhile (`force_release`, an operator), it is
+//! never given back as held; the acquisition joins again.
+//!
+//! `inspect` and `force_release` of either kind apply the same rule: the
+//! older of the unfair node and the fair queue's head is the holder (it
+//! holds, or holds once its check is done); the other shows as a waiter.
 //!
 //! Nothing more is read when no other kind has a node under the directory:
 //! the check decides on the listing its recipe already made after creating
@@ -50,12 +59,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::backend::{with_timeout, CleanupGuard};
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
 use distlock_core::{Error, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
 
 use crate::error::{triage_timed, Triage};
+use crate::node::{delete_if_ours, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
     clean_up_now, passed, pause_before_retry, sequence, sequence_digits, slack, watch_fired,
@@ -134,8 +145,11 @@ pub(crate) enum Verdict {
     /// Our node may hold.
     Clear,
     /// Our node must wait for this node (of the other half of the mutex
-    /// family) to go.
-    Wait(String),
+    /// family, older than ours) to go: its path and the `czxid` it was
+    /// compared by. The wait is on that very node: a node at the path with
+    /// another `czxid` (the unfair node deleted and created again, younger)
+    /// is compared again, never waited for.
+    Wait(String, i64),
 }
 
 /// The front (oldest node) of each kind present, as paths.
@@ -239,7 +253,7 @@ async fn look(
             .iter()
             .find(|(k, c, _)| k.family() == family && *k != mine && *c < own_czxid)
         {
-            Some((_, _, path)) => Verdict::Wait((*path).to_owned()),
+            Some((_, czxid, path)) => Verdict::Wait((*path).to_owned(), *czxid),
             None => Verdict::Clear,
         },
     ))
@@ -287,14 +301,42 @@ pub(crate) enum Settled {
     /// Given up: `Wait::No` or the deadline while waiting for the other
     /// half of the mutex family; the node is deleted.
     NotAcquired,
-    /// The session ended (with the node): join again.
+    /// The session ended (with the node), or the node was deleted while
+    /// it waited: join again.
     Again,
+}
+
+/// Deletes `node` only while it is the one this acquisition created (same
+/// czxid, in our session), retrying for as long as the session may live.
+struct DeleteTheNodeCreated {
+    session: Arc<Session>,
+    node: String,
+    czxid: i64,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl Cleanup for DeleteTheNodeCreated {
+    async fn clean_up(&self) -> Result<()> {
+        let (czxid, owner) = (self.czxid, self.session.id);
+        let is_ours = |_: &[u8], stat: &Stat| stat.czxid == czxid && stat.ephemeral_owner == owner;
+        delete_if_ours(
+            &self.session,
+            &self.node,
+            is_ours,
+            self.timeout,
+            WHILE_SESSION_LIVES,
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 /// Runs [`check`] on a node its own recipe just found holding: gives it
 /// back when it may hold, waits (watching the other node) while the other
 /// half of the mutex family is older, and deletes it and fails with
-/// [`Error::Conflict`] when another kind has the name.
+/// [`Error::Conflict`] when another kind has the name. A node that waited
+/// and was deleted meanwhile comes back as [`Settled::Again`].
 ///
 /// Cancellation safe: the node is deleted (in the background if need be)
 /// unless it is given back.
@@ -309,25 +351,78 @@ pub(crate) async fn settle(
     let timeout = shared.timeout;
     let deadline = wait.deadline();
     let session: Arc<Session> = Arc::clone(&acquired.session);
-    let mut undo = CleanupGuard::arm(
-        "withdraw a node another kind refused",
-        Withdraw::node(&session, &acquired.node, timeout),
-    )?;
+    // The unfair node's path is shared by every client: once ours may have
+    // been deleted from outside (a force-release while it yielded), another
+    // client's node can stand at that path, so it is deleted only if it is
+    // still ours (its czxid). Queue nodes have names of their own.
+    let withdraw: Arc<dyn Cleanup> = if mine == Kind::Mutex {
+        Arc::new(DeleteTheNodeCreated {
+            session: Arc::clone(&session),
+            node: acquired.node.clone(),
+            czxid: acquired.czxid,
+            timeout,
+        })
+    } else {
+        Withdraw::node(&session, &acquired.node, timeout)
+    };
+    let mut undo = CleanupGuard::arm("withdraw a node another kind refused", withdraw)?;
+    // Whether this is not our first look (we waited for the other half of
+    // the mutex family, or retried): the node is then looked up before it
+    // is given back as held.
+    let mut looked = false;
     loop {
+        let again = std::mem::replace(&mut looked, true);
         let listing = (dir, acquired.listing.take());
         let ask = slack(timeout, wait);
         let checked = check(&session, listing, name, mine, acquired.czxid, ask).await;
-        let waiting_for = match checked {
+        let (waiting_for, compared) = match checked {
             Ok((verdict, sent)) => {
                 if let Some(sent) = sent {
                     acquired.heard_at = sent;
                 }
                 match verdict {
-                    Verdict::Clear => {
+                    Verdict::Clear if !again => {
                         undo.disarm();
                         return Ok(Settled::Held(acquired));
                     }
-                    Verdict::Wait(path) => path,
+                    Verdict::Clear => {
+                        // We waited: our node may have been deleted
+                        // meanwhile (`force_release`, an operator), and
+                        // must not come back held. Read after the listing,
+                        // so it was there for the look.
+                        let stat = with_timeout(
+                            "stat",
+                            timeout,
+                            session.client.check_stat(&acquired.node),
+                        )
+                        .await;
+                        match triage_timed("stat", timeout, stat) {
+                            Ok(Some(stat)) if stat.czxid == acquired.czxid => {
+                                undo.disarm();
+                                return Ok(Settled::Held(acquired));
+                            }
+                            // Gone (the unfair path may hold another's
+                            // node now: never delete it): join again.
+                            Ok(_) => {
+                                undo.disarm();
+                                return Ok(Settled::Again);
+                            }
+                            Err(Triage::Fail(e)) => {
+                                clean_up_now(undo, timeout).await;
+                                return Err(e);
+                            }
+                            Err(Triage::SessionEnded) => {
+                                undo.disarm();
+                                return Ok(Settled::Again);
+                            }
+                            Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
+                            Err(Triage::Retry) => {
+                                clean_up_now(undo, timeout).await;
+                                return Ok(Settled::NotAcquired);
+                            }
+                        }
+                    }
+                    Verdict::Wait(path, czxid) => (path, czxid),
                 }
             }
             Err(Triage::Fail(e)) => {
@@ -355,8 +450,16 @@ pub(crate) async fn settle(
         )
         .await;
         let watcher: OneshotWatcher = match triage_timed("watch", timeout, watched) {
+            // Gone: look again.
             Ok((None, _)) => continue,
-            Ok((Some(_), watcher)) => watcher,
+            // The node we compared, still there: wait for it to go.
+            Ok((Some(stat), watcher)) if stat.czxid == compared => watcher,
+            // Another node at the path (the unfair node released and
+            // created again between the look and the watch): it is younger
+            // than the one compared and may be younger than ours, and then
+            // it waits for us: compare again instead of waiting for it (the
+            // watch, once-only, is dropped).
+            Ok((Some(_), _)) => continue,
             Err(Triage::Fail(e)) => {
                 clean_up_now(undo, slack(timeout, wait)).await;
                 return Err(e);

@@ -267,17 +267,24 @@
 //! [`Provider::inspect`] reads a name in **two requests** whatever the
 //! number of waiters: one multi-read of the directory's data and children
 //! (of `locks` and `leases` for a semaphore), then one multi-read of the
-//! data and stat of every child (one more per 512 children; the unfair
-//! mutex needs only the first). It shows each holder's owner, its fencing
-//! token (the node's `czxid`, the guard's token), when it acquired (the
-//! node's `ctime`), and its lease (`LeaseLeft::Session` with the node's
-//! `ephemeralOwner`); the waiters behind the holders in queue order, with
-//! their identities (an unfair mutex's waiters are not queued: count 0); an
+//! data and stat of every child (one more per 512 children). It shows
+//! each holder's owner, its fencing token (the node's `czxid`, the
+//! guard's token), when it acquired (the node's `ctime`), and its lease
+//! (`LeaseLeft::Session` with the node's `ephemeralOwner`); the waiters
+//! behind the holders in queue order, with their identities (an unfair
+//! mutex's waiters are not queued and do not show); an
 //! election's leader (the candidate id from the head's data, its `czxid` as
 //! term); a semaphore's permits as its distlock holders recorded them. The
 //! holders of a semaphore are its first N lease nodes by `czxid` (a waiter
 //! at the head of `locks` may have a lease node that does not hold yet: it
-//! is always the newest), and its waiters are the nodes of `locks`. A node
+//! is always the newest), and its waiters are the nodes of `locks`. The
+//! mutex and the fair mutex are one lock: `inspect` of either reads the
+//! unfair node and the fair queue, and shows the older of the unfair node
+//! and the queue's head (by `czxid`) as the holder, the other as a waiter
+//! (an unfair node that yields to an older fair holder is a waiter);
+//! `force_release` of either evicts that holder. A node that waited is
+//! looked up before its acquisition returns: one deleted while it waited
+//! is never handed back as held (the acquisition joins again). A node
 //! whose data does not begin with `distlock` (or an election node without
 //! `o=`) is **foreign**: `owner: None`, `foreign: Some("lock node <name>,
 //! data \"127.0.1.1\"")` — a Curator client's IP address, a kazoo

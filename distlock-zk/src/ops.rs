@@ -18,8 +18,12 @@
 //! `inspect` costs two requests: one multi-read of the directory's data and
 //! its children (of `locks` and `leases` for a semaphore), and one
 //! multi-read of the data and stat of every child (none when there is no
-//! child; one per [`READ_BATCH`] children beyond that). The unfair mutex
-//! needs only the first (its one node is read with the directory).
+//! child; one per [`READ_BATCH`] children beyond that). The mutex and the
+//! fair mutex are one lock (`kinds`): either kind reads the unfair node with
+//! the directory and the fair queue's nodes, and shows the older of the
+//! unfair node and the queue's head as the holder (the one that holds, or
+//! holds once its check is done), the other as a waiter; `force_release` of
+//! either evicts that holder.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -307,61 +311,76 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
         )
     };
     match kind {
-        PrimitiveKind::Mutex => {
-            let node = format!("{dir}/{UNFAIR_NODE}");
-            let (_, mut read) = first_read(shared, dir, &[], std::slice::from_ref(&node)).await?;
+        PrimitiveKind::Mutex | PrimitiveKind::FairMutex => {
+            // One lock (`kinds`): the older of the unfair node and the fair
+            // queue's head holds, whichever kind is asked about; the other
+            // waits.
+            let unfair = format!("{dir}/{UNFAIR_NODE}");
+            let (mut lists, mut read) = first_read(
+                shared,
+                dir,
+                &[dir.to_owned()],
+                std::slice::from_ref(&unfair),
+            )
+            .await?;
+            let children = lists.pop().flatten().unwrap_or_default();
+            let queue = sorted_queue(children, "lock").map_err(wrapped)?;
+            let mut nodes =
+                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
             if let Some((data, stat)) = read.pop().flatten() {
                 if stat.ephemeral_owner == 0 {
                     return Err(conflict(
-                        &node,
+                        &unfair,
                         "lock node (it is persistent, so it would never be released)",
                     ));
                 }
                 let node = Node {
                     name: UNFAIR_NODE.to_owned(),
-                    path: node,
+                    path: unfair,
                     data,
                     stat,
                 };
-                let (owner, foreign) = who(&node, "unfair lock");
-                holds.push(holder(HoldRole::Exclusive, &node, owner, foreign));
+                // Ahead of every fair node younger than it (the fair nodes'
+                // sequence order is their czxid order).
+                let at = nodes
+                    .iter()
+                    .position(|n| n.stat.czxid > node.stat.czxid)
+                    .unwrap_or(nodes.len());
+                nodes.insert(at, node);
             }
-        }
-        PrimitiveKind::FairMutex | PrimitiveKind::Election => {
-            let election = kind == PrimitiveKind::Election;
-            let marker = if election { "latch" } else { "lock" };
-            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
-            let children = lists.pop().flatten().unwrap_or_default();
-            let queue = sorted_queue(children, marker).map_err(wrapped)?;
-            let nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
-            let owner_of = |node: &Node| {
-                if election {
-                    latch_owner(&node.name)
-                } else {
-                    parse(&node.data).and_then(|o| o.owner)
-                }
-            };
             let mut nodes = nodes.iter();
             if let Some(head) = nodes.next() {
-                if election {
-                    let id = String::from_utf8_lossy(&head.data).into_owned();
-                    let owner = latch_owner(&head.name);
-                    let foreign = owner
-                        .is_none()
-                        .then(|| foreign(&format!("latch node {}", head.name), &head.data));
-                    let hold = holder(HoldRole::Leader, head, owner, foreign);
-                    snapshot.leader = Some(LeaderInfo {
-                        id,
-                        term: hold.holder.fencing_token.unwrap_or_default(),
-                    });
-                    holds.push(hold);
+                let what = if head.name == UNFAIR_NODE {
+                    "unfair lock"
                 } else {
-                    let (owner, foreign) = who(head, "lock");
-                    holds.push(holder(HoldRole::Exclusive, head, owner, foreign));
-                }
+                    "lock"
+                };
+                let (owner, foreign) = who(head, what);
+                holds.push(holder(HoldRole::Exclusive, head, owner, foreign));
             }
-            snapshot.waiters = waiters(nodes, owner_of);
+            snapshot.waiters = waiters(nodes, |n| parse(&n.data).and_then(|o| o.owner));
+        }
+        PrimitiveKind::Election => {
+            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let children = lists.pop().flatten().unwrap_or_default();
+            let queue = sorted_queue(children, "latch").map_err(wrapped)?;
+            let nodes =
+                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+            let mut nodes = nodes.iter();
+            if let Some(head) = nodes.next() {
+                let id = String::from_utf8_lossy(&head.data).into_owned();
+                let owner = latch_owner(&head.name);
+                let foreign = owner
+                    .is_none()
+                    .then(|| foreign(&format!("latch node {}", head.name), &head.data));
+                let hold = holder(HoldRole::Leader, head, owner, foreign);
+                snapshot.leader = Some(LeaderInfo {
+                    id,
+                    term: hold.holder.fencing_token.unwrap_or_default(),
+                });
+                holds.push(hold);
+            }
+            snapshot.waiters = waiters(nodes, |n| latch_owner(&n.name));
         }
         PrimitiveKind::ReadWrite => {
             let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;

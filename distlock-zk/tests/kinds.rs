@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::Provider;
 use distlock_zk::{ZkOptions, ZkProvider};
+use test_support::proxy::Proxy;
 use test_support::unique_name;
 
 fn hosts() -> String {
@@ -109,4 +110,291 @@ async fn a_mutex_that_yields_and_gives_up_leaves_no_node() {
             .await
             .unwrap();
     }
+}
+
+/// The fair head that yields to an older unfair node waits for the very
+/// node it compared, not for the path `_unfair_lock`: when that node is
+/// released and another unfair mutex creates `_unfair_lock` again between
+/// the head's check and its watch, the head compares again (the new node is
+/// younger than the head, which holds; the new unfair node yields to it).
+/// Before, the head watched the new, younger node, which in turn yielded to
+/// the older head and watched it: each waited for the other and nobody got
+/// the free lock.
+///
+/// The fair mutex runs behind a proxy that delays every chunk by `D`, so
+/// its check's stat and its watch reach the server `2 D` apart; the unfair
+/// holder hands over to another unfair mutex inside that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_head_that_yields_watches_the_unfair_node_it_compared() {
+    // Hand-over offsets after the fair node shows, in units of D / 2.
+    let mut stuck = Vec::new();
+    for half_ds in [7, 8, 9, 10, 11, 12] {
+        if let Some(report) = yield_trial(half_ds).await {
+            stuck.push(report);
+        }
+    }
+    assert!(stuck.is_empty(), "nobody got the free lock: {stuck:#?}");
+}
+
+/// One trial: `None` when someone got the lock after the hand-over.
+async fn yield_trial(half_ds: u32) -> Option<String> {
+    const D: Duration = Duration::from_millis(400);
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let slow = ZkProvider::connect_with(ZkOptions::new(proxy.addr().to_string()))
+        .await
+        .unwrap();
+    let (a, b) = (provider().await, provider().await);
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let name = unique_name("review-yield-watch");
+    let dir = a.path(&name).unwrap();
+    let first = a.mutex(&name).unwrap().lock().await.unwrap();
+    proxy.set_delay(D);
+    let fair = slow.fair_mutex(&name).unwrap();
+    let mut fair_task =
+        tokio::spawn(async move { fair.lock_timeout(Duration::from_secs(30)).await });
+    let seen = loop {
+        let children = raw.list_children(&dir).await.unwrap();
+        if children.iter().any(|c| c.contains("-lock-")) {
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    tokio::time::sleep(D * half_ds / 2).await;
+    let second = b.mutex(&name).unwrap();
+    first.release().await.unwrap();
+    let mut second_task =
+        tokio::spawn(async move { second.lock_timeout(Duration::from_secs(30)).await });
+    let handed = seen.elapsed();
+    // The fair mutex's requests already on their way drain; after that
+    // nothing is slow.
+    tokio::time::sleep(4 * D).await;
+    proxy.set_delay(Duration::ZERO);
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            f = &mut fair_task => ("fair", f.unwrap().unwrap().is_some()),
+            s = &mut second_task => ("second unfair", s.unwrap().unwrap().is_some()),
+        }
+    })
+    .await;
+    let children = raw.list_children(&dir).await.unwrap();
+    proxy.set_delay(Duration::ZERO);
+    let mut owners = Vec::new();
+    for child in &children {
+        if let Ok((_, stat)) = raw.get_data(&format!("{dir}/{child}")).await {
+            owners.push(format!(
+                "{child}: czxid {} session {:#x}",
+                stat.czxid, stat.ephemeral_owner
+            ));
+        }
+    }
+    let watches = watches_under(&dir);
+    eprintln!("offset {half_ds}/2 D: handed over {handed:?} after the fair node showed: {got:?}");
+    fair_task.abort();
+    second_task.abort();
+    if matches!(got, Ok((_, true))) {
+        None
+    } else {
+        Some(format!(
+            "offset {half_ds}/2 D (hand-over {handed:?} after the fair node showed): {got:?}, nodes {owners:?}, watches (wchp) {watches}"
+        ))
+    }
+}
+
+/// The server's watches (`wchp`: path, then the watching sessions) on the
+/// paths under `dir`.
+fn watches_under(dir: &str) -> String {
+    use std::io::{Read, Write};
+    let zk = test_support::zookeeper::shared();
+    let mut s = std::net::TcpStream::connect(zk.addr(0)).unwrap();
+    s.write_all(b"wchp").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let mut lines = Vec::new();
+    let mut ours = false;
+    for line in out.lines() {
+        if line.starts_with('/') {
+            ours = line.starts_with(dir);
+        }
+        if ours {
+            lines.push(line.trim().to_owned());
+        }
+    }
+    lines.join(" ")
+}
+
+/// An unfair mutex yields to an older fair holder (its `_unfair_lock` node
+/// waits); `force_release(name, Mutex)` acts on the mutex family: it evicts
+/// the fair holder (the real holder of the one lock), not the yielding
+/// waiter's node, and `inspect(Mutex)` showed the fair holder as the holder.
+/// The yielder then gets the lock with a guard that holds. Before, it
+/// deleted the yielder's node, left the fair holder holding, and the
+/// yielder's `lock_timeout` later returned a guard for a node long gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_the_mutex_evicts_the_fair_holder_not_a_yielding_node() {
+    let (a, b, c) = (provider().await, provider().await, provider().await);
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let name = unique_name("review-yield-force");
+    let dir = a.path(&name).unwrap();
+    let fair = a.fair_mutex(&name).unwrap().lock().await.unwrap();
+    let unfair = b.mutex(&name).unwrap();
+    let waiter = tokio::spawn(async move { unfair.lock_timeout(Duration::from_secs(10)).await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !raw
+        .list_children(&dir)
+        .await
+        .unwrap()
+        .iter()
+        .any(|c| c == "_unfair_lock")
+    {
+        assert!(Instant::now() < deadline, "the unfair mutex never yielded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mutex_kind = distlock_core::PrimitiveKind::Mutex;
+    let before = a.inspect(&name, mutex_kind).await.unwrap();
+    let forced = a.force_release(&name, mutex_kind).await.unwrap();
+    let after = a.inspect(&name, mutex_kind).await.unwrap();
+    let left = raw.list_children(&dir).await.unwrap();
+    eprintln!("inspect(Mutex) before: {:?}", before.holders);
+    assert_eq!(
+        before
+            .holders
+            .iter()
+            .map(|h| h.fencing_token)
+            .collect::<Vec<_>>(),
+        vec![Some(fair.fencing_token())],
+        "inspect(Mutex) shows the fair holder as the holder"
+    );
+    assert_eq!(before.waiters.count, 1, "and the yielding node as a waiter");
+    eprintln!("force_release(Mutex): {forced:?}; nodes left {left:?}");
+    eprintln!("inspect(Mutex) after: {:?}", after.holders);
+    let mut defects = Vec::new();
+    if fair.is_held() && left.iter().any(|c| c.contains("-lock-")) {
+        defects.push(format!(
+            "force_release(Mutex) evicted {} node(s) but the fair holder still holds; inspect(Mutex) after shows {} holder(s)",
+            forced.evicted,
+            after.holders.len()
+        ));
+    }
+    // The fair holder was evicted (its release says so): the yielder's
+    // watch on it fired.
+    let released = fair.release().await;
+    assert!(
+        matches!(released, Err(distlock_core::Error::NotHeld { .. })),
+        "the evicted fair holder's release: {released:?}"
+    );
+    let got = waiter.await.unwrap();
+    eprintln!("the yielder got {got:?}");
+    match got {
+        Ok(Some(g)) => {
+            let other = c.mutex(&name).unwrap().try_lock().await.unwrap();
+            if !g.is_held() || other.is_some() {
+                defects.push(format!(
+                    "lock_timeout returned a guard whose node was gone ({:?}); another mutex got in: {}",
+                    g.status(),
+                    other.is_some()
+                ));
+            }
+        }
+        other => defects.push(format!("the yielder did not get the free lock: {other:?}")),
+    }
+    assert!(defects.is_empty(), "{defects:#?}");
+}
+
+/// A yielding node deleted while it waits (by an operator, or by an older
+/// distlock's `force_release`) never comes back as a held guard: when the
+/// holder it waited for releases, the acquisition finds its node gone and
+/// joins again, and its guard then holds a node of its own (another mutex
+/// is refused). Before, `lock_timeout` returned a guard for the deleted
+/// node while another mutex could get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yielding_node_deleted_meanwhile_does_not_come_back_held() {
+    let (a, b, c) = (provider().await, provider().await, provider().await);
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let name = unique_name("yield-deleted");
+    let dir = a.path(&name).unwrap();
+    let node = format!("{dir}/_unfair_lock");
+    let fair = a.fair_mutex(&name).unwrap().lock().await.unwrap();
+    let unfair = b.mutex(&name).unwrap();
+    let waiter = tokio::spawn(async move { unfair.lock_timeout(Duration::from_secs(10)).await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while raw.check_stat(&node).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the unfair mutex never yielded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Yielding (its watch on the fair holder set) well before this.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    raw.delete(&node, None).await.unwrap();
+    fair.release().await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    let g = got.expect("the yielder gets the free lock");
+    let other = c.mutex(&name).unwrap().try_lock().await.unwrap();
+    assert!(
+        g.is_held() && other.is_none(),
+        "the yielder's guard holds ({:?}) and another mutex is refused (it got in: {})",
+        g.status(),
+        other.is_some()
+    );
+    let czxid = raw.check_stat(&node).await.unwrap().map(|s| s.czxid);
+    assert_eq!(czxid, i64::try_from(g.fencing_token()).ok());
+}
+
+/// The mirror of the case above: a fair head yields to an older unfair
+/// holder; `force_release(FairMutex)` evicts the unfair holder, not the
+/// waiting head (before, `inspect(FairMutex)` showed the waiting head as
+/// the holder and `force_release` deleted it, leaving the unfair holder
+/// holding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_the_fair_mutex_evicts_the_holder_not_a_yielding_head() {
+    let (a, b) = (provider().await, provider().await);
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let name = unique_name("review-fair-force");
+    let dir = a.path(&name).unwrap();
+    let unfair = a.mutex(&name).unwrap().lock().await.unwrap();
+    let fair = b.fair_mutex(&name).unwrap();
+    let waiter = tokio::spawn(async move { fair.lock_timeout(Duration::from_secs(3)).await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !raw
+        .list_children(&dir)
+        .await
+        .unwrap()
+        .iter()
+        .any(|c| c.contains("-lock-"))
+    {
+        assert!(Instant::now() < deadline, "the fair mutex never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fair_kind = distlock_core::PrimitiveKind::FairMutex;
+    let before = a.inspect(&name, fair_kind).await.unwrap();
+    let forced = a.force_release(&name, fair_kind).await.unwrap();
+    let left = raw.list_children(&dir).await.unwrap();
+    eprintln!(
+        "inspect(FairMutex) before: {} holder(s), {:?} waiters; force_release: {forced:?}; nodes left {left:?}; the unfair holder is_held {}",
+        before.holders.len(),
+        before.waiters.count,
+        unfair.is_held()
+    );
+    assert_eq!(
+        before
+            .holders
+            .iter()
+            .map(|h| h.fencing_token)
+            .collect::<Vec<_>>(),
+        vec![Some(unfair.fencing_token())],
+        "inspect(FairMutex) shows the unfair holder as the holder"
+    );
+    assert_eq!(before.waiters.count, 1, "and the yielding head as a waiter");
+    assert_eq!(forced.evicted, 1);
+    assert!(
+        left.iter().any(|c| c.contains("-lock-")) && !left.iter().any(|c| c == "_unfair_lock"),
+        "force_release(FairMutex) evicts the unfair holder, not the yielding head: {left:?}"
+    );
+    let got = waiter.await.unwrap();
+    eprintln!("the fair waiter got {got:?}");
+    let g = got
+        .unwrap()
+        .expect("the fair head gets the lock once the holder is evicted");
+    assert!(g.is_held());
 }

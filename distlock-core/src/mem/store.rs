@@ -131,6 +131,16 @@ impl Slot {
         self.version.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// Takes `owner` out of the queue; `seen`: it was in the queue when the
+    /// table was last unlocked (others may count it), so they are told.
+    fn leave_queue(&mut self, owner: u64, seen: bool) {
+        self.queue.retain(|(o, _, _)| *o != owner);
+        self.waiting.remove(&owner);
+        if seen {
+            self.bump();
+        }
+    }
+
     /// Drops the holders whose TTL has passed.
     fn expire(&mut self, now: Instant) {
         let before = self.holders.len();
@@ -279,20 +289,33 @@ impl Store {
             owner,
             armed: queued,
         };
-        if queued {
-            let mut slots = lock(&self.slots);
-            let slot = slots.entry(key.name.clone()).or_default();
-            slot.queue.push_back((owner, want, key.kind));
-            slot.waiting.insert(owner, Arc::clone(who));
-            slot.bump();
-        }
+        // A queued acquisition joins the queue under the same table lock as
+        // its first decision: one that is refused (another kind, or
+        // `Wait::No`) leaves before the lock is let go, so it is never seen
+        // queued (a plain waiter counts every queued waiter as ahead of it).
+        let mut joining = queued;
         loop {
             let now = Instant::now();
             let (mut changes, holder_expires) = {
                 let mut slots = lock(&self.slots);
                 let slot = slots.entry(key.name.clone()).or_default();
+                let joined_now = std::mem::replace(&mut joining, false);
+                if joined_now {
+                    slot.queue.push_back((owner, want, key.kind));
+                    slot.waiting.insert(owner, Arc::clone(who));
+                }
                 slot.expire(now);
-                if slot.admits(owner, want, key.kind, &key.name)? {
+                let admitted = match slot.admits(owner, want, key.kind, &key.name) {
+                    Ok(admitted) => admitted,
+                    Err(e) => {
+                        if queued {
+                            slot.leave_queue(owner, !joined_now);
+                            place.armed = false;
+                        }
+                        return Err(e);
+                    }
+                };
+                if admitted {
                     let token = slot.fence.checked_add(1).ok_or_else(|| Error::Exhausted {
                         name: key.name.to_string(),
                     })?;
@@ -331,7 +354,14 @@ impl Store {
                         .map(Some);
                 }
                 if wait == Wait::No {
+                    if queued {
+                        slot.leave_queue(owner, !joined_now);
+                        place.armed = false;
+                    }
                     return Ok(None);
+                }
+                if joined_now {
+                    slot.bump();
                 }
                 (slot.version.subscribe(), slot.next_expiry())
             };
