@@ -111,7 +111,13 @@
 //!   provider off the line rather than queuing it, its waiter then relying
 //!   on re-checks), and each answered health check refreshes the places
 //!   of the locks its plain waiters wait on (`line_alive`, one script call
-//!   per lock and health check, only while someone waits). A release, and
+//!   per lock and health check, only while someone waits). Refreshes are
+//!   coalesced (at most one pending per lock: a slow command connection
+//!   never queues them up), run apart from the leaves (a leave never waits
+//!   behind them), and each vouches only for what is left of its answer's
+//!   `H + T` (none left, or no waiter of this provider on that lock any
+//!   more: not sent); so a refresh that ran late never keeps a place past
+//!   `H + T` after the answer it stands for. A release, and
 //!   a pass, hand over to the first place whose deadline has not passed,
 //!   dropping the others. So **a provider that died (even `SIGKILL`: nothing
 //!   runs at exit), was cut off, or whose pub/sub connection went silent
