@@ -95,7 +95,11 @@
 //! * **The pub/sub connection is health-checked.** While any channel is
 //!   subscribed (a waiter, an observer, or a channel lingering after its
 //!   last waiter), the subscriber sends `PING` on it every `H` (RESP2 and
-//!   RESP3 allow it while subscribed). A `PING` or `SUBSCRIBE` with no
+//!   RESP3 allow it while subscribed). A message read after the `PING`
+//!   was sent answers it too (under a flood of messages the reply waits in
+//!   the socket behind them; the connection plainly delivers), so a flood
+//!   never gets a healthy connection replaced; a silent one is then found
+//!   once what its socket had buffered is read. A `PING` or `SUBSCRIBE` with no
 //!   answer within `T` drops the connection: a silent (half-open)
 //!   connection is found at most `H + T` (2.5 s) after it last answered.
 //!   Every waiter and observer is then woken to look again, and the

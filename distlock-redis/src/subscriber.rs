@@ -24,7 +24,8 @@
 //!
 //! While any channel is subscribed, the actor health-checks the connection
 //! (`PING` every [`Timing::health_every`], answered within
-//! [`Timing::answer_within`]); each answer vouches for the connection
+//! [`Timing::answer_within`], or answered by any message read after it
+//! was sent: a flood delays the reply); each answer vouches for the connection
 //! until the next one is due ([`Subscriber::alive_for`]), and refreshes
 //! this provider's places in the lines its plain waiters wait in
 //! ([`Refreshes`]: at most one pending per line, carrying the deadline the
@@ -996,7 +997,15 @@ async fn run(
                 Some(Command::Leave(channel)) => actor.unclaimed.forward(channel),
             },
             msg = next_message(&mut actor.conn) => match msg {
-                Some(msg) => actor.deliver(&msg),
+                Some(msg) => {
+                    actor.deliver(&msg);
+                    // A message read after the health check was sent shows
+                    // the connection delivers: it answers the check (whose
+                    // reply may wait in the socket behind a flood of them).
+                    if actor.ping.is_some() {
+                        actor.pinged(true);
+                    }
+                }
                 None => actor.disconnect(),
             },
             // The commands found another master (a failover while this

@@ -715,3 +715,117 @@ async fn places_of_waiters_that_left_expire_on_a_slow_path() {
         g.release().await.unwrap();
     }
 }
+
+/// A flood of messages never gets a healthy pub/sub connection replaced,
+/// on RESP2 and RESP3: with 6 s of pipelined `PUBLISH`es on the channel a
+/// waiter waits on (no server-side output limit), the health check's reply
+/// waits in the socket behind the messages, and each message read after
+/// the `PING` was sent answers it; the waiter then gets the lock at once
+/// on release. (Before: the `PING` timed out behind the flood and the
+/// connection was replaced.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_flood_does_not_replace_a_healthy_connection() {
+    let redis = test_support::redis::RedisServer::start();
+    // No server-side limit: any replacement is the client's own.
+    let _ = redis.cli(&[
+        "CONFIG",
+        "SET",
+        "client-output-buffer-limit",
+        "pubsub 0 0 0",
+    ]);
+    for proto in ["resp2", "resp3"] {
+        let options = RedisOptions::new()
+            .response_timeout(Duration::from_millis(1500))
+            .recheck_interval(Duration::from_secs(30));
+        let holder = connect(&redis.url(), options.clone()).await;
+        let p = connect(&format!("{}?protocol={proto}", redis.url()), options).await;
+        let name = unique_name("flood");
+        let held = holder
+            .mutex_with(&name, long())
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let lock = p.mutex_with(&name, long()).unwrap();
+        let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = p.subscriber_connections();
+        let key = holder.lock_key(&name).unwrap();
+        let channel = format!("{{{key}}}:released");
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let pings = calls_of(&redis, "ping");
+        let until = Instant::now() + Duration::from_secs(6);
+        let mut sent = 0u64;
+        while Instant::now() < until {
+            let mut pipe = redis::pipe();
+            for _ in 0..500 {
+                pipe.cmd("PUBLISH").arg(&channel).arg("to:nobody").ignore();
+            }
+            let () = pipe.query_async(&mut conn).await.unwrap();
+            sent += 500;
+        }
+        println!(
+            "{proto}: flooded {sent} messages; connections {before} -> {}; {} pings during the flood",
+            p.subscriber_connections(),
+            calls_of(&redis, "ping") - pings
+        );
+        println!(
+            "{proto}: server stats: {:?}",
+            redis
+                .cli(&["INFO", "stats"])
+                .lines()
+                .filter(|l| l.contains("output_buffer") || l.starts_with("pubsub"))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            p.subscriber_connections(),
+            before,
+            "{proto}: replaced under a flood"
+        );
+        // The hand-over waits behind the flood in p's stream: released once
+        // the server has sent it all (what p reads then is what its socket
+        // holds), so its wait tells how the connection delivers, not how
+        // fast this machine parses.
+        let drained = Instant::now() + Duration::from_secs(120);
+        while redis
+            .cli(&["CLIENT", "LIST", "TYPE", "pubsub"])
+            .split_whitespace()
+            .any(|f| f.starts_with("omem=") && f != "omem=0")
+        {
+            assert!(
+                Instant::now() < drained,
+                "{proto}: the flood was never read"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            p.subscriber_connections(),
+            before,
+            "{proto}: replaced while reading the flood"
+        );
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let (at, g) = tokio::time::timeout(SLACK, task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        println!("{proto}: hand-over after flood {:?}", at - released);
+        g.release().await.unwrap();
+    }
+}
+
+/// How many times the server ran `cmd` (`INFO commandstats`).
+fn calls_of(redis: &test_support::redis::RedisServer, cmd: &str) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_")?;
+            let (name, rest) = rest.split_once(":calls=")?;
+            (name == cmd).then(|| rest.split(',').next()?.parse().ok())?
+        })
+        .next()
+        .unwrap_or(0)
+}
