@@ -107,6 +107,18 @@
 //!   connect timeout, 5 s by default, retried with backoff up to 1 s).
 //!   Meanwhile, and always, waiters re-check every `R` and at the holder's
 //!   expiry; `observe()` re-reads the leader record every `R` too.
+//! * **A half-open command connection is replaced.** Without
+//!   `pool_size` the provider's commands share one multiplexed connection,
+//!   which the client reconnects when the socket drops but not when replies
+//!   stop (a response timeout is no reconnect trigger in redis-rs). A
+//!   command left unanswered for `T` (its reply timed out, or its caller
+//!   gave up on it after at least three quarters of `T`) replaces the
+//!   connection with a fresh one, which connects at its next command:
+//!   commands sent from then on recover, so a silent command connection
+//!   costs the commands in flight on it (each one response timeout) and
+//!   nothing after the first of them times out (recovery within about one
+//!   `T` after that command was sent, plus the connect). Answered commands
+//!   change nothing.
 //! * **A place in the plain mutex's line expires by itself.** Each place
 //!   has a deadline (`{PREFIX NAME}:waiting:alive`, by the server's `TIME`)
 //!   that its provider pushes on only while its pub/sub connection is known

@@ -165,10 +165,15 @@ impl RedisProvider {
                     .set_max_delay(std::time::Duration::from_millis(500));
                 let manager = connect_within(
                     timeout,
-                    ConnectionManager::new_with_config(client.clone(), config),
+                    ConnectionManager::new_with_config(client.clone(), config.clone()),
                 )
                 .await?;
-                Conn::Single(manager)
+                Conn::Single(crate::conn::Single::new(
+                    client.clone(),
+                    config,
+                    options.response_timeout,
+                    manager,
+                ))
             }
             Some(size) => {
                 let config = redis::AsyncConnectionConfig::new()

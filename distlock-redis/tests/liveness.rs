@@ -829,3 +829,52 @@ fn calls_of(redis: &test_support::redis::RedisServer, cmd: &str) -> u64 {
         .next()
         .unwrap_or(0)
 }
+
+/// A half-open command connection is replaced, with and without
+/// `pool_size`: once every byte of the connection that ran the lock's
+/// scripts is swallowed both ways, the commands in flight time out, the
+/// connection is replaced, and a later `try_lock` gets the lock (within
+/// 10 s here; about one response timeout after the first timeout, see the
+/// crate docs). (Before, without `pool_size`: 25 timeouts in 10 s and no
+/// recovery, the client's connection manager retrying on the same
+/// connection.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_command_connection_is_replaced() {
+    let redis = test_support::redis::RedisServer::start();
+    for query in ["?pool_size=2", ""] {
+        let proxy = Proxy::start(redis.addr());
+        let response = Duration::from_millis(300);
+        let options = RedisOptions::new().response_timeout(response);
+        let p = connect(&format!("redis://{}{query}", proxy.addr()), options).await;
+        let name = unique_name("silent-cmd-only");
+        let lock = p.mutex_with(&name, long()).unwrap();
+        lock.try_lock()
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
+        let started = Instant::now();
+        let mut errors = 0;
+        let mut got = None;
+        while started.elapsed() < Duration::from_secs(10) {
+            match lock.try_lock().await {
+                Ok(Some(g)) => {
+                    got = Some(started.elapsed());
+                    g.release().await.unwrap();
+                    break;
+                }
+                Ok(None) => panic!("nobody holds it"),
+                Err(_) => errors += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!("silent command connection{query}: {errors} errors, recovered after {got:?}; open connections {}", proxy.open_connections());
+        assert!(
+        got.is_some(),
+        "{query}: the provider never recovered from a half-open command connection in 10 s ({errors} timeouts)"
+    );
+    }
+}
