@@ -3,11 +3,13 @@
 //! Sentinel.
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
-use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{from_redis, map_pool};
@@ -16,8 +18,9 @@ use crate::provider::Shared;
 
 #[derive(Clone)]
 pub(crate) enum Conn {
-    /// One multiplexed connection, reconnected by the client when it drops.
-    Single(ConnectionManager),
+    /// One multiplexed connection, reconnected by the client when it drops,
+    /// and replaced when it leaves a command unanswered (see [`Single`]).
+    Single(Single),
     /// A deadpool pool of multiplexed connections.
     Pool(deadpool_redis::Pool),
     /// Redis Cluster: commands routed by key slot.
@@ -46,7 +49,7 @@ impl fmt::Debug for Conn {
 /// sockets, and a cleanup could overtake the attempt it undoes.
 #[derive(Clone)]
 pub(crate) enum Pinned {
-    Manager(ConnectionManager),
+    Manager(Watched),
     Multiplexed(MultiplexedConnection),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
@@ -61,7 +64,7 @@ impl Conn {
     /// checkout whose multiplexed connection is kept.
     pub(crate) async fn pin(&self, timeout: Duration) -> Result<Pinned> {
         Ok(match self {
-            Conn::Single(c) => Pinned::Manager(c.clone()),
+            Conn::Single(c) => Pinned::Manager(c.current()),
             Conn::Pool(p) => {
                 let c = p.get().await.map_err(|e| map_pool(timeout, e))?;
                 Pinned::Multiplexed((*c).clone())
@@ -79,7 +82,7 @@ impl Conn {
         cmd: &Cmd,
     ) -> Result<redis::RedisResult<T>> {
         Ok(match self {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Single(c) => cmd.query_async(&mut c.current()).await,
             Conn::Pool(p) => {
                 let mut c = p.get().await.map_err(|e| map_pool(timeout, e))?;
                 cmd.query_async(&mut c).await
@@ -105,7 +108,7 @@ impl Conn {
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(wait_cmd(wait));
         let reply: redis::RedisResult<(T, i64)> = match self {
-            Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Conn::Single(c) => pipe.query_async(&mut c.current()).await,
             Conn::Pool(p) => {
                 let mut c = p.get().await.map_err(|e| map_pool(timeout, e))?;
                 pipe.query_async(&mut c).await
@@ -125,6 +128,149 @@ impl Conn {
             Conn::Sentinel(c) => c.close(),
             _ => {}
         }
+    }
+}
+
+/// The single command connection ([`Conn::Single`]): redis-rs's
+/// `ConnectionManager` reconnects when the socket drops, but a response
+/// timeout is no reconnect trigger for it (it retries on the same
+/// connection), so a half-open connection would time every command out
+/// for good. Here a command left unanswered for a response timeout (its
+/// reply timed out, or its caller gave up on it after most of one: the
+/// provider's own timeouts are the same `T`) replaces the manager with a
+/// fresh one (connecting at its first command); commands already on the
+/// old one finish or time out there. Nothing changes while commands are
+/// answered.
+#[derive(Clone)]
+pub(crate) struct Single(Arc<SingleSlot>);
+
+struct SingleSlot {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// The response timeout `T`.
+    timeout: Duration,
+    /// The manager of the moment and its generation (counts replacements).
+    current: Mutex<(u64, ConnectionManager)>,
+}
+
+impl Single {
+    /// `manager`, made from `client` with `config`, replaced by a fresh one
+    /// made alike when it leaves a command unanswered for `timeout`.
+    pub(crate) fn new(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        timeout: Duration,
+        manager: ConnectionManager,
+    ) -> Single {
+        Single(Arc::new(SingleSlot {
+            client,
+            config,
+            timeout,
+            current: Mutex::new((0, manager)),
+        }))
+    }
+
+    /// The manager of the moment.
+    fn current(&self) -> Watched {
+        let current = self
+            .0
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Watched {
+            conn: current.1.clone(),
+            generation: current.0,
+            slot: Arc::clone(&self.0),
+        }
+    }
+}
+
+impl SingleSlot {
+    /// Replaces the manager of `generation` (not a newer one).
+    fn replace(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.0 != generation {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(fresh) => {
+                tracing::debug!("distlock redis command connection does not answer: replacing it");
+                *current = (generation + 1, fresh);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "distlock redis cannot replace the command connection");
+            }
+        }
+    }
+}
+
+/// One manager of a [`Single`], as the commands sent through it see it.
+#[derive(Clone)]
+pub(crate) struct Watched {
+    conn: ConnectionManager,
+    generation: u64,
+    slot: Arc<SingleSlot>,
+}
+
+/// A command in flight on a [`Watched`]: dropped unanswered (timed out, or
+/// given up after three quarters of a response timeout), it replaces the
+/// manager.
+struct Unanswered {
+    slot: Arc<SingleSlot>,
+    generation: u64,
+    since: tokio::time::Instant,
+    answered: bool,
+}
+
+impl Unanswered {
+    fn new(on: &Watched) -> Unanswered {
+        Unanswered {
+            slot: Arc::clone(&on.slot),
+            generation: on.generation,
+            since: tokio::time::Instant::now(),
+            answered: false,
+        }
+    }
+
+    fn over<T>(mut self, result: &redis::RedisResult<T>) {
+        self.answered = !matches!(result, Err(e) if e.is_timeout());
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.answered && self.since.elapsed() >= self.slot.timeout * 3 / 4 {
+            self.slot.replace(self.generation);
+        }
+    }
+}
+
+impl ConnectionLike for Watched {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let watch = Unanswered::new(self);
+            let result = self.conn.req_packed_command(cmd).await;
+            watch.over(&result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let watch = Unanswered::new(self);
+            let result = self.conn.req_packed_commands(pipeline, offset, count).await;
+            watch.over(&result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
     }
 }
 

@@ -95,7 +95,11 @@
 //! * **The pub/sub connection is health-checked.** While any channel is
 //!   subscribed (a waiter, an observer, or a channel lingering after its
 //!   last waiter), the subscriber sends `PING` on it every `H` (RESP2 and
-//!   RESP3 allow it while subscribed). A `PING` or `SUBSCRIBE` with no
+//!   RESP3 allow it while subscribed). A message read after the `PING`
+//!   was sent answers it too (under a flood of messages the reply waits in
+//!   the socket behind them; the connection plainly delivers), so a flood
+//!   never gets a healthy connection replaced; a silent one is then found
+//!   once what its socket had buffered is read. A `PING` or `SUBSCRIBE` with no
 //!   answer within `T` drops the connection: a silent (half-open)
 //!   connection is found at most `H + T` (2.5 s) after it last answered.
 //!   Every waiter and observer is then woken to look again, and the
@@ -103,6 +107,18 @@
 //!   connect timeout, 5 s by default, retried with backoff up to 1 s).
 //!   Meanwhile, and always, waiters re-check every `R` and at the holder's
 //!   expiry; `observe()` re-reads the leader record every `R` too.
+//! * **A half-open command connection is replaced.** Without
+//!   `pool_size` the provider's commands share one multiplexed connection,
+//!   which the client reconnects when the socket drops but not when replies
+//!   stop (a response timeout is no reconnect trigger in redis-rs). A
+//!   command left unanswered for `T` (its reply timed out, or its caller
+//!   gave up on it after at least three quarters of `T`) replaces the
+//!   connection with a fresh one, which connects at its next command:
+//!   commands sent from then on recover, so a silent command connection
+//!   costs the commands in flight on it (each one response timeout) and
+//!   nothing after the first of them times out (recovery within about one
+//!   `T` after that command was sent, plus the connect). Answered commands
+//!   change nothing.
 //! * **A place in the plain mutex's line expires by itself.** Each place
 //!   has a deadline (`{PREFIX NAME}:waiting:alive`, by the server's `TIME`)
 //!   that its provider pushes on only while its pub/sub connection is known
@@ -111,7 +127,13 @@
 //!   provider off the line rather than queuing it, its waiter then relying
 //!   on re-checks), and each answered health check refreshes the places
 //!   of the locks its plain waiters wait on (`line_alive`, one script call
-//!   per lock and health check, only while someone waits). A release, and
+//!   per lock and health check, only while someone waits). Refreshes are
+//!   coalesced (at most one pending per lock: a slow command connection
+//!   never queues them up), run apart from the leaves (a leave never waits
+//!   behind them), and each vouches only for what is left of its answer's
+//!   `H + T` (none left, or no waiter of this provider on that lock any
+//!   more: not sent); so a refresh that ran late never keeps a place past
+//!   `H + T` after the answer it stands for. A release, and
 //!   a pass, hand over to the first place whose deadline has not passed,
 //!   dropping the others. So **a provider that died (even `SIGKILL`: nothing
 //!   runs at exit), was cut off, or whose pub/sub connection went silent

@@ -165,10 +165,15 @@ impl RedisProvider {
                     .set_max_delay(std::time::Duration::from_millis(500));
                 let manager = connect_within(
                     timeout,
-                    ConnectionManager::new_with_config(client.clone(), config),
+                    ConnectionManager::new_with_config(client.clone(), config.clone()),
                 )
                 .await?;
-                Conn::Single(manager)
+                Conn::Single(crate::conn::Single::new(
+                    client.clone(),
+                    config,
+                    options.response_timeout,
+                    manager,
+                ))
             }
             Some(size) => {
                 let config = redis::AsyncConnectionConfig::new()
@@ -320,6 +325,7 @@ impl RedisProvider {
         let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         let unclaimed = subscriber.take_unclaimed();
+        let refreshes = subscriber.take_refreshes();
         let shared = Arc::new(Shared {
             conn: RwLock::new(Some(conn)),
             subscriber,
@@ -330,6 +336,9 @@ impl RedisProvider {
         });
         if let Some(unclaimed) = unclaimed {
             tokio::spawn(pass_unclaimed(Arc::downgrade(&shared), unclaimed));
+            if let Some(refreshes) = refreshes {
+                tokio::spawn(refresh_places(Arc::downgrade(&shared), refreshes));
+            }
         }
         RedisProvider { shared }
     }
@@ -514,60 +523,90 @@ impl Drop for Done<'_> {
 /// provider out of a plain mutex's line, passing on the lock's reservation
 /// if a release made one for it (`mutex_pass.lua`), for each channel the
 /// subscriber reports a hand-over nobody here claimed, or the last waiter
-/// here gave up; and keeps its places alive after each answered health
-/// check of the pub/sub connection (`line_alive.lua`). Ends with the
-/// provider.
+/// here gave up. Ends with the provider.
 async fn pass_unclaimed(
     shared: std::sync::Weak<Shared>,
     mut work: tokio::sync::mpsc::UnboundedReceiver<crate::subscriber::LineWork>,
 ) {
     use crate::subscriber::LineWork;
-    while let Some(work) = work.recv().await {
+    while let Some(LineWork::Pass(channel)) = work.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let (channel, refresh) = match work {
-            LineWork::Pass(channel) => (channel, None),
-            LineWork::Refresh(channel, alive) => (channel, Some(alive)),
-        };
         // Each pass received is outstanding work (see `Passes`) until it
         // is over, whatever its outcome.
-        let _done = refresh
-            .is_none()
-            .then(|| Done(&shared.subscriber.outstanding));
+        let _done = Done(&shared.subscriber.outstanding);
         let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
             continue;
         };
-        let id = shared.subscriber.id();
-        let (what, invocation) = match refresh {
-            None => ("pass the lock on", keys.pass(id)),
-            Some(alive) => ("keep the place in line", keys.keep_alive(id, alive)),
-        };
-        let Some(invocation) = invocation else {
+        let Some(invocation) = keys.pass(shared.subscriber.id()) else {
             continue;
         };
-        let timeout = shared.options.response_timeout;
-        let done = async {
-            let conn = shared.conn()?.pin(timeout).await?;
-            distlock_core::backend::with_timeout(
-                what,
-                timeout,
-                conn.script::<i64>(what, timeout, &invocation),
-            )
-            .await?
-        }
-        .await;
-        if refresh.is_some() {
-            shared
-                .subscriber
-                .stats
-                .refreshes
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        if let Err(e) = done {
-            // A reservation expires by itself (waiters re-check then), and
-            // so does a place in line not kept alive.
+        let what = "pass the lock on";
+        if let Err(e) = line_script(&shared, what, &invocation).await {
+            // A reservation expires by itself (waiters re-check then).
             tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
         }
     }
+}
+
+/// Keeps this provider's places in plain mutexes' lines alive after each
+/// answered health check of the pub/sub connection (`line_alive.lua`, see
+/// `subscriber::Refreshes`): each batch of pending refreshes at once, each
+/// vouching only for what is left of its answer's `H + T` (none left, or
+/// no waiter of this provider on the line any more: skipped). Ends with
+/// the provider.
+async fn refresh_places(
+    shared: std::sync::Weak<Shared>,
+    mut refreshes: crate::subscriber::Refreshes,
+) {
+    while let Some(batch) = refreshes.next().await {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let calls = batch.into_iter().map(|(channel, until)| {
+            let shared = &shared;
+            async move {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() || shared.subscriber.plain_waiters(&channel) == 0 {
+                    return;
+                }
+                let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
+                    return;
+                };
+                let Some(invocation) = keys.keep_alive(shared.subscriber.id(), left) else {
+                    return;
+                };
+                let what = "keep the place in line";
+                let done = line_script(shared, what, &invocation).await;
+                shared
+                    .subscriber
+                    .stats
+                    .refreshes
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = done {
+                    // A place in line not kept alive expires by itself.
+                    tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
+                }
+            }
+        });
+        futures::future::join_all(calls).await;
+    }
+}
+
+/// Runs one line script on the command connection, within the response
+/// timeout.
+async fn line_script(
+    shared: &Shared,
+    what: &'static str,
+    invocation: &redis::ScriptInvocation<'_>,
+) -> distlock_core::Result<i64> {
+    let timeout = shared.options.response_timeout;
+    let conn = shared.conn()?.pin(timeout).await?;
+    distlock_core::backend::with_timeout(
+        what,
+        timeout,
+        conn.script::<i64>(what, timeout, invocation),
+    )
+    .await?
 }

@@ -24,10 +24,12 @@
 //!
 //! While any channel is subscribed, the actor health-checks the connection
 //! (`PING` every [`Timing::health_every`], answered within
-//! [`Timing::answer_within`]); each answer vouches for the connection
+//! [`Timing::answer_within`], or answered by any message read after it
+//! was sent: a flood delays the reply); each answer vouches for the connection
 //! until the next one is due ([`Subscriber::alive_for`]), and refreshes
 //! this provider's places in the lines its plain waiters wait in
-//! ([`LineWork::Refresh`]). When the connection drops, or a health check
+//! ([`Refreshes`]: at most one pending per line, carrying the deadline the
+//! answer vouches for, run apart from the leaves). When the connection drops, or a health check
 //! or a `SUBSCRIBE` gets no answer in time (a silent, half-open
 //! connection), every waiter and observer is woken to re-check (a message
 //! may have been missed) and the actor reconnects and resubscribes while
@@ -264,6 +266,7 @@ pub(crate) struct Subscriber {
     board: Arc<Board>,
     id: Arc<str>,
     unclaimed: Arc<Mutex<Option<mpsc::UnboundedReceiver<LineWork>>>>,
+    refreshes: Arc<Mutex<Option<Refreshes>>>,
     /// Where unclaimed hand-overs and line leaves go (see
     /// [`Subscriber::take_unclaimed`]).
     passes: Passes,
@@ -318,10 +321,35 @@ pub(crate) enum LineWork {
     /// Leave the line, passing on a reservation made for this provider
     /// (`mutex_pass.lua`): [`Outstanding`] work until done.
     Pass(String),
-    /// Keep this provider's place alive for this long from now
-    /// (`line_alive.lua`): sent at each answered health check while plain
-    /// waiters of this provider wait on the channel.
-    Refresh(String, Duration),
+}
+
+/// Places in lines to keep alive (`line_alive.lua`), by release channel,
+/// each with the instant until which the pub/sub connection's last answer
+/// vouches for this provider: set at each answered health check while
+/// plain waiters of this provider wait on the channel. Coalesced: a line
+/// has at most one pending refresh (the latest deadline), so a slow
+/// command connection never queues them up, and they never delay a leave
+/// (those go through [`LineWork`]). The receiving side, taken once by the
+/// provider's refresh task.
+#[derive(Debug)]
+pub(crate) struct Refreshes {
+    pending: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
+    wake: mpsc::Receiver<()>,
+}
+
+impl Refreshes {
+    /// Waits for refreshes and takes every pending one; `None` once the
+    /// subscriber is gone.
+    pub(crate) async fn next(&mut self) -> Option<Vec<(String, tokio::time::Instant)>> {
+        self.wake.recv().await?;
+        Some(
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .drain()
+                .collect(),
+        )
+    }
 }
 
 /// The sending side of the line work: each pass sent is [`Outstanding`]
@@ -333,6 +361,9 @@ struct Passes {
     /// Set once the receiver was taken: a provider without a line task
     /// (Redlock's masters) is sent no refreshes.
     taken: Arc<std::sync::atomic::AtomicBool>,
+    /// Pending refreshes (see [`Refreshes`]) and the wake-up of their task.
+    pending: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
+    wake: mpsc::Sender<()>,
 }
 
 impl Passes {
@@ -349,9 +380,16 @@ impl Passes {
         }
     }
 
-    fn refresh(&self, channel: String, alive: Duration) {
+    /// Asks for this provider's place in `channel`'s line to be kept
+    /// alive until `until`, replacing a refresh still pending for it.
+    fn refresh(&self, channel: String, until: tokio::time::Instant) {
         if self.taken.load(Ordering::Relaxed) {
-            let _ = self.tx.send(LineWork::Refresh(channel, alive));
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(channel, until);
+            // Full: a wake-up is pending already, and takes this one too.
+            let _ = self.wake.try_send(());
         }
     }
 }
@@ -443,11 +481,19 @@ impl Subscriber {
     pub(crate) fn spawn(client: Source, timing: Timing) -> Subscriber {
         let (tx, rx) = mpsc::unbounded_channel();
         let (unclaimed_tx, unclaimed_rx) = mpsc::unbounded_channel();
+        let (wake_tx, wake_rx) = mpsc::channel(1);
         let outstanding = Arc::new(Outstanding::default());
+        let pending = Arc::new(Mutex::new(HashMap::new()));
+        let refreshes = Refreshes {
+            pending: Arc::clone(&pending),
+            wake: wake_rx,
+        };
         let passes = Passes {
             tx: unclaimed_tx,
             outstanding: Arc::clone(&outstanding),
             taken: Arc::default(),
+            pending,
+            wake: wake_tx,
         };
         let stats = Arc::new(Stats::default());
         let board = Arc::new(Board::default());
@@ -469,6 +515,7 @@ impl Subscriber {
             board,
             id,
             unclaimed: Arc::new(Mutex::new(Some(unclaimed_rx))),
+            refreshes: Arc::new(Mutex::new(Some(refreshes))),
             passes,
             outstanding,
         }
@@ -486,6 +533,16 @@ impl Subscriber {
     pub(crate) fn take_unclaimed(&self) -> Option<mpsc::UnboundedReceiver<LineWork>> {
         self.passes.taken.store(true, Ordering::Relaxed);
         self.unclaimed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// The refreshes of this provider's places in lines (see
+    /// [`Refreshes`]), once: taken with [`Subscriber::take_unclaimed`] by
+    /// the provider, which runs them.
+    pub(crate) fn take_refreshes(&self) -> Option<Refreshes> {
+        self.refreshes
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
@@ -721,10 +778,10 @@ impl Actor {
             return;
         }
         self.answered();
-        let alive = self.timing.vouches();
+        let until = tokio::time::Instant::now() + self.timing.vouches();
         for name in self.channels.keys() {
             if self.board.plain_waiters(name) > 0 {
-                self.unclaimed.refresh(name.clone(), alive);
+                self.unclaimed.refresh(name.clone(), until);
             }
         }
     }
@@ -940,7 +997,15 @@ async fn run(
                 Some(Command::Leave(channel)) => actor.unclaimed.forward(channel),
             },
             msg = next_message(&mut actor.conn) => match msg {
-                Some(msg) => actor.deliver(&msg),
+                Some(msg) => {
+                    actor.deliver(&msg);
+                    // A message read after the health check was sent shows
+                    // the connection delivers: it answers the check (whose
+                    // reply may wait in the socket behind a flood of them).
+                    if actor.ping.is_some() {
+                        actor.pinged(true);
+                    }
+                }
                 None => actor.disconnect(),
             },
             // The commands found another master (a failover while this

@@ -55,6 +55,9 @@ struct Conn {
     opening: std::sync::Mutex<Vec<u8>>,
     /// Every byte is swallowed, both ways, until the connection closes.
     silenced: AtomicBool,
+    /// Every byte towards the client is swallowed (requests still reach
+    /// the server), until the connection closes.
+    muted: AtomicBool,
 }
 
 /// How much of what a client sends first a connection remembers.
@@ -321,6 +324,32 @@ impl Proxy {
         }
         silenced
     }
+
+    /// As [`Proxy::silence_connections_that_sent`], but one way only: the
+    /// requests of those connections still reach the server (and run),
+    /// while every byte the server sends them is swallowed, as on a path
+    /// that lost its return direction. Returns how many were muted.
+    pub fn mute_replies_of_connections_that_sent(&self, marker: &[u8]) -> usize {
+        let conns = self
+            .control
+            .conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut muted = 0;
+        for conn in conns.iter().filter_map(std::sync::Weak::upgrade) {
+            let sent = conn
+                .opening
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .windows(marker.len().max(1))
+                .any(|w| w == marker);
+            if sent && !marker.is_empty() {
+                conn.muted.store(true, Ordering::SeqCst);
+                muted += 1;
+            }
+        }
+        muted
+    }
 }
 
 impl Drop for Proxy {
@@ -464,6 +493,9 @@ async fn pump(
                 }
             }
             Direction::ToClient(generation) => {
+                if conn.muted.load(Ordering::SeqCst) {
+                    continue;
+                }
                 if control.swallows(generation) {
                     control
                         .swallowed_bytes
