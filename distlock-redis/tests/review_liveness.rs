@@ -2,8 +2,9 @@
 //! under faults, the health check on RESP3 and under a message flood,
 //! subscriptions left behind, and the uncontended hot path's server calls.
 //!
-//! The tests marked DEFECT fail on main (5b57393) and are
-//! `#[ignore]`d until their fixes land: run them with `--ignored`.
+//! The tests marked DEFECT failed on main at 5b57393; all but one were
+//! fixed and moved to `liveness.rs`. The one left is `#[ignore]`d: run it
+//! with `--ignored`.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -278,8 +279,17 @@ async fn a_frozen_server_costs_few_reconnects() {
 /// a `line_alive` that runs on the server, so the place never expires
 /// (the documented bound is `H + T`), and the lock is reserved for, then
 /// taken by, a provider that can never use it.
+///
+/// Since a command left unanswered replaces the command connection
+/// (`conn.rs`, `Single`), this test as written no longer shows the defect:
+/// the proxy mutes only the connections open when it is called, the
+/// replacement hears replies, and the provider then takes the lock
+/// legitimately (the test fails on that). The defect remains for a path
+/// that stays deaf across reconnects (refreshes still reach the server);
+/// showing it needs a proxy fault that mutes new connections too. Open in
+/// issue 24.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "DEFECT: line_alive keeps a deaf provider in line (fails until fixed)"]
+#[ignore = "DEFECT: line_alive keeps a deaf provider in line (open; see the doc comment)"]
 async fn a_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     let redis = test_support::redis::RedisServer::start();
     let proxy = Proxy::start(redis.addr());
