@@ -3,8 +3,9 @@
 //! subscriptions left behind, and the uncontended hot path's server calls.
 //!
 //! The tests marked DEFECT failed on main at 5b57393; all but one were
-//! fixed and moved to `liveness.rs`. The one left is `#[ignore]`d: run it
-//! with `--ignored`.
+//! fixed and moved to `liveness.rs`. The one left here,
+//! `a_provider_that_cannot_hear_replies_keeps_no_place_in_line`, failed on
+//! main at f0ac767 too and is fixed since (`Replies` in `provider.rs`).
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
@@ -272,24 +273,18 @@ async fn a_frozen_server_costs_few_reconnects() {
     }
 }
 
-/// DEFECT (fails on main at 5b57393): a provider whose command connection
-/// lost its return path (its requests still reach the server and run, no
-/// reply comes back; its pub/sub connection is healthy) keeps its place in
-/// the plain mutex's line alive for good: each answered health check queues
-/// a `line_alive` that runs on the server, so the place never expires
-/// (the documented bound is `H + T`), and the lock is reserved for, then
-/// taken by, a provider that can never use it.
-///
-/// Since a command left unanswered replaces the command connection
-/// (`conn.rs`, `Single`), this test as written no longer shows the defect:
-/// the proxy mutes only the connections open when it is called, the
-/// replacement hears replies, and the provider then takes the lock
-/// legitimately (the test fails on that). The defect remains for a path
-/// that stays deaf across reconnects (refreshes still reach the server);
-/// showing it needs a proxy fault that mutes new connections too. Open in
-/// issue 24.
+/// DEFECT (failed on main at 5b57393 and, with replies muted on new
+/// connections too, at f0ac767): a provider whose command path lost its
+/// return direction (its requests still reach the server and run, no reply
+/// comes back, on every connection it opens; its pub/sub connection is
+/// healthy) kept its place in the plain mutex's line alive for good: each
+/// answered health check queued a `line_alive` that ran on the server, so
+/// the place never expired (the documented bound is `H + T` after the last
+/// refresh that ran), and the lock was reserved for a provider that could
+/// never use it. Now a refresh left unanswered stops the refreshes until a
+/// `PING` on the command path is answered, and a waiting attempt made
+/// meanwhile takes the provider off the line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "DEFECT: line_alive keeps a deaf provider in line (open; see the doc comment)"]
 async fn a_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     let redis = test_support::redis::RedisServer::start();
     let proxy = Proxy::start(redis.addr());
@@ -322,6 +317,10 @@ async fn a_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     let lock = q.mutex_with(&name, long()).unwrap();
     let qtask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Deaf from now on, across reconnects: the connection open now and
+    // every one p opens later (its pub/sub connection, open already and
+    // sending no scripts, is not touched).
+    proxy.mute_replies_of_new_connections(true);
     assert_eq!(proxy.mute_replies_of_connections_that_sent(b"EVALSHA"), 1);
     // Well past H + T (1 s + 0.5 s) after p's command path went deaf.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -424,4 +423,117 @@ async fn an_idle_provider_sends_no_health_checks() {
     );
     assert_eq!((pings2 - pings, evals2 - evals), (0, 0));
     assert_eq!(redis.cli(&["PUBSUB", "CHANNELS", "*"]), "");
+}
+
+/// The same deafness on Redis Cluster, whose client keeps a node's
+/// connection through response timeouts (no replacement): each refresh of
+/// the place, and each attempt of the waiter, ran on the server without a
+/// reply, so the place stayed alive for good before `Replies`. One node
+/// owning every slot and announcing the proxy's port, so that every client
+/// goes through the proxy; the deaf client authenticates as its own user,
+/// so its command connection is the one that sent both that user and
+/// `EVALSHA`.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
+    let bus = test_support::free_port().to_string();
+    let node = test_support::redis::RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        &bus,
+    ]);
+    assert_eq!(node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), "OK");
+    let proxy = Proxy::start(node.addr());
+    let port = proxy.addr().port().to_string();
+    assert_eq!(node.cli(&["CONFIG", "SET", "cluster-announce-port", &port]), "OK");
+    assert_eq!(
+        node.cli(&["ACL", "SETUSER", "deafuser", "on", ">pw", "~*", "&*", "+@all"]),
+        "OK"
+    );
+    let deadline = Instant::now() + SLACK * 3;
+    while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+        || !node.cli(&["CLUSTER", "SLOTS"]).contains(&port)
+    {
+        assert!(Instant::now() < deadline, "the one-node cluster never formed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let response = Duration::from_millis(500);
+    let options = RedisOptions::new()
+        .response_timeout(response)
+        .recheck_interval(Duration::from_secs(30));
+    let via = format!("redis://{}", proxy.addr());
+    let deaf = format!("redis://deafuser:pw@{}", proxy.addr());
+    let cluster = |url: String, options: RedisOptions| async move {
+        RedisProvider::connect_cluster(&[&url], options)
+            .await
+            .expect("connect to the one-node cluster")
+    };
+    let holder = cluster(via.clone(), options.clone()).await;
+    let p = cluster(deaf, options.clone()).await;
+    let q = cluster(via, options).await;
+    let name = unique_name("mute-cluster");
+    let key = holder.lock_key(&name).unwrap();
+    let alive = format!("{{{key}}}:waiting:alive");
+    let waiting = format!("{{{key}}}:waiting");
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let lock = p.mutex_with(&name, long()).unwrap();
+    let ptask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
+    let deadline = Instant::now() + SLACK;
+    while node.cli(&["ZSCORE", &waiting, p.line_id()]).is_empty() {
+        assert!(Instant::now() < deadline, "p never joined the line");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lock = q.mutex_with(&name, long()).unwrap();
+    let qtask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.mute_replies_of_new_connections(true);
+    assert_eq!(
+        proxy.mute_replies_of_connections_that_sent_all(&[b"deafuser", b"EVALSHA"]),
+        1
+    );
+    // Well past H + T (1 s + 0.5 s) after p's command path went deaf.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let now: f64 = {
+        let t = node.cli(&["TIME"]);
+        let mut t = t.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+        t.next().unwrap() * 1000.0 + t.next().unwrap() / 1000.0
+    };
+    let p_deadline = node.cli(&["ZSCORE", &alive, p.line_id()]);
+    println!(
+        "4 s after p went deaf: p's deadline {p_deadline} (now {now:.0}), line_alive calls {}",
+        p.line_refreshes()
+    );
+    let p_alive = p_deadline.parse::<f64>().is_ok_and(|d| d > now);
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let q_got = tokio::time::timeout(Duration::from_secs(6), qtask).await;
+    println!(
+        "q after the release: {:?}",
+        q_got
+            .as_ref()
+            .map(|r| r.as_ref().map(|r| r.as_ref().map(|(at, _)| *at - released)))
+    );
+    ptask.abort();
+    assert!(
+        !p_alive,
+        "p's place is still alive 4 s after it went deaf (bound H + T = 1.5 s)"
+    );
+    let (at, g) = q_got
+        .expect("q, a live waiter, got the free lock within 6 s of the release")
+        .unwrap()
+        .unwrap();
+    assert!(
+        at - released < response,
+        "the free lock waited {:?} for a deaf provider",
+        at - released
+    );
+    g.release().await.unwrap();
 }

@@ -41,6 +41,9 @@ struct Control {
     reset_drops: AtomicBool,
     /// Client connections reset by `reset_after_request`.
     resets: AtomicUsize,
+    /// Connections accepted while set start muted
+    /// (`mute_replies_of_new_connections`).
+    mute_new: AtomicBool,
 }
 
 /// How long the server side of a connection reset by
@@ -304,25 +307,7 @@ impl Proxy {
     /// connection by [`Proxy::heal`]; [`Proxy::cut`] closes it). Returns
     /// how many were silenced.
     pub fn silence_connections_that_sent(&self, marker: &[u8]) -> usize {
-        let conns = self
-            .control
-            .conns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut silenced = 0;
-        for conn in conns.iter().filter_map(std::sync::Weak::upgrade) {
-            let sent = conn
-                .opening
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .windows(marker.len().max(1))
-                .any(|w| w == marker);
-            if sent && !marker.is_empty() {
-                conn.silenced.store(true, Ordering::SeqCst);
-                silenced += 1;
-            }
-        }
-        silenced
+        self.flag_connections_that_sent(marker, |conn| &conn.silenced)
     }
 
     /// As [`Proxy::silence_connections_that_sent`], but one way only: the
@@ -330,25 +315,64 @@ impl Proxy {
     /// while every byte the server sends them is swallowed, as on a path
     /// that lost its return direction. Returns how many were muted.
     pub fn mute_replies_of_connections_that_sent(&self, marker: &[u8]) -> usize {
+        self.flag_connections_that_sent(marker, |conn| &conn.muted)
+    }
+
+    /// As [`Proxy::mute_replies_of_connections_that_sent`], for the
+    /// connections that sent every one of `markers` (say a user name from
+    /// their `AUTH` and `EVALSHA`, to pick one client's command
+    /// connection). Returns how many were muted.
+    pub fn mute_replies_of_connections_that_sent_all(&self, markers: &[&[u8]]) -> usize {
+        self.flag_connections_that_sent_all(markers, |conn| &conn.muted)
+    }
+
+    /// While `on`, every connection accepted from now on is muted as by
+    /// [`Proxy::mute_replies_of_connections_that_sent`] from its first
+    /// byte: a return path that stays deaf across reconnects (connections
+    /// open now are not touched; nor is a muted connection by
+    /// [`Proxy::heal`]).
+    pub fn mute_replies_of_new_connections(&self, on: bool) {
+        self.control.mute_new.store(on, Ordering::SeqCst);
+    }
+
+    /// Sets the flag `pick` chooses on the connections open now whose
+    /// client sent `marker` among its first 4 KiB; returns how many.
+    fn flag_connections_that_sent(&self, marker: &[u8], pick: fn(&Conn) -> &AtomicBool) -> usize {
+        self.flag_connections_that_sent_all(&[marker], pick)
+    }
+
+    /// As [`Proxy::flag_connections_that_sent`], for the connections that
+    /// sent every one of `markers` (none: none).
+    fn flag_connections_that_sent_all(
+        &self,
+        markers: &[&[u8]],
+        pick: fn(&Conn) -> &AtomicBool,
+    ) -> usize {
+        if markers.is_empty() || markers.iter().any(|m| m.is_empty()) {
+            return 0;
+        }
         let conns = self
             .control
             .conns
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut muted = 0;
+        let mut flagged = 0;
         for conn in conns.iter().filter_map(std::sync::Weak::upgrade) {
-            let sent = conn
-                .opening
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .windows(marker.len().max(1))
-                .any(|w| w == marker);
-            if sent && !marker.is_empty() {
-                conn.muted.store(true, Ordering::SeqCst);
-                muted += 1;
+            let sent = {
+                let opening = conn
+                    .opening
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                markers
+                    .iter()
+                    .all(|m| opening.windows(m.len()).any(|w| w == *m))
+            };
+            if sent {
+                pick(&conn).store(true, Ordering::SeqCst);
+                flagged += 1;
             }
         }
-        muted
+        flagged
     }
 }
 
@@ -373,6 +397,9 @@ async fn accept_loop(
         cut.mark_unchanged();
         let generation = control.generation.load(Ordering::SeqCst);
         let conn = Arc::new(Conn::default());
+        if control.mute_new.load(Ordering::SeqCst) {
+            conn.muted.store(true, Ordering::SeqCst);
+        }
         {
             let mut conns = control
                 .conns
