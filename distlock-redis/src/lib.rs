@@ -118,7 +118,14 @@
 //!   costs the commands in flight on it (each one response timeout) and
 //!   nothing after the first of them times out (recovery within about one
 //!   `T` after that command was sent, plus the connect). Answered commands
-//!   change nothing.
+//!   change nothing. A command path that lost its return direction still
+//!   runs what it sends (a pool's connections, and Redis Cluster's, are
+//!   not replaced on a timeout): so after one command of the provider went
+//!   unanswered, its waiting attempts take it off the plain mutex's line
+//!   rather than queue it, and the line's refreshes wait until a `PING` on
+//!   the command path is answered; a provider that cannot hear replies
+//!   drops out of every line at most `H + T` after its last refresh that
+//!   ran, itself at most `H` after the path went deaf.
 //! * **A place in the plain mutex's line expires by itself.** Each place
 //!   has a deadline (`{PREFIX NAME}:waiting:alive`, by the server's `TIME`)
 //!   that its provider pushes on only while its pub/sub connection is known

@@ -299,7 +299,7 @@ impl RedisMutex {
         // Whether a hand-over to this provider would be heard: not while
         // its pub/sub connection is not known to deliver (see
         // `Subscriber::alive_for`). Only a waiting attempt asks.
-        let alive_ms = if queue == Queue::No {
+        let alive_ms = if queue == Queue::No || !self.shared.replies.heard() {
             0
         } else {
             subscriber.alive_for(&self.keys.channel).as_millis()
@@ -396,10 +396,11 @@ impl RedisMutex {
         // take its connect timeout), so a deadline is passed by one
         // response timeout at most.
         let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, others, in_line));
-        match with_timeout("acquire", timeout, attempt)
+        let outcome = with_timeout("acquire", timeout, attempt)
             .await
-            .and_then(|r| r)
-        {
+            .and_then(|r| r);
+        shared.replies.note(&outcome);
+        match outcome {
             Ok(Attempt::Acquired(token)) => {
                 undo.disarm();
                 tracing::debug!(
@@ -460,6 +461,20 @@ impl RedisMutex {
             expected,
         }
     }
+}
+
+/// What a wait's leave (of a line or a queue) may take before the caller
+/// returns: what is left of one response timeout `timeout` past the
+/// caller's `deadline` (a wait gives up at most one response timeout late,
+/// its last attempt included), or one response timeout without a deadline.
+/// A leave cut short finishes in the background (its guard's drop); the
+/// entry expires by itself anyway.
+pub(crate) fn leave_budget(deadline: Option<Instant>, timeout: Duration) -> Duration {
+    deadline.map_or(timeout, |d| {
+        (d + timeout)
+            .saturating_duration_since(Instant::now())
+            .min(timeout)
+    })
 }
 
 /// The refusal of an acquisition of a `wanted` on `name` whose acquire
@@ -562,11 +577,7 @@ impl Lock for RedisMutex {
         // What a leave before returning may take: what is left of one
         // response timeout past the caller's deadline (a wait gives up at
         // most one response timeout late), or one response timeout.
-        let leave_within = || {
-            deadline.map_or(timeout, |d| {
-                (d + timeout).saturating_duration_since(Instant::now())
-            })
-        };
+        let leave_within = || leave_budget(deadline, timeout);
         loop {
             // The attempt is boxed: a waiter keeps only the small state of
             // its wait between attempts (see `benches/README.md`, memory

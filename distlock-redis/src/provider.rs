@@ -35,6 +35,41 @@ pub(crate) struct Shared {
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The owner identity stored with every hold (`label@host:pid`).
     pub(crate) owner: String,
+    /// Whether the command path is known to deliver replies (see
+    /// [`Replies`]).
+    pub(crate) replies: Replies,
+}
+
+/// Whether the command path delivers replies, as the plain mutex's line
+/// needs: a place in line is worth keeping only for a provider that hears
+/// the reply of the attempt a hand-over wakes. A command left without a
+/// reply within the response timeout makes it unknown (a path that lost
+/// its return direction still runs what it sends: each refresh of a place
+/// would land and keep it) until a command is answered again. While it is
+/// unknown, a waiting attempt takes the provider off the line rather than
+/// queuing it, and the line's refreshes wait for a `PING` to be answered.
+#[derive(Debug, Default)]
+pub(crate) struct Replies {
+    missed: std::sync::atomic::AtomicBool,
+}
+
+impl Replies {
+    /// No command was left unanswered since the last answer.
+    pub(crate) fn heard(&self) -> bool {
+        !self.missed.load(Ordering::Relaxed)
+    }
+
+    /// Counts what became of one command: an answer (an error reply too)
+    /// or a timeout; other failures (a refused connection, a reset) say
+    /// nothing of replies.
+    pub(crate) fn note<T>(&self, outcome: &Result<T>) {
+        match outcome {
+            Ok(_) => self.missed.store(false, Ordering::Relaxed),
+            Err(e) if e.is_timeout() => self.missed.store(true, Ordering::Relaxed),
+            Err(Error::Connection { .. }) => {}
+            Err(_) => self.missed.store(false, Ordering::Relaxed),
+        }
+    }
 }
 
 impl Shared {
@@ -333,6 +368,7 @@ impl RedisProvider {
             options,
             lifecycle,
             owner,
+            replies: Replies::default(),
         });
         if let Some(unclaimed) = unclaimed {
             tokio::spawn(pass_unclaimed(Arc::downgrade(&shared), unclaimed));
@@ -564,6 +600,12 @@ async fn refresh_places(
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        // A refresh left unanswered may still have run: send no more until
+        // the command path answers (the places then expire by themselves,
+        // `H + T` after the last refresh that ran).
+        if !shared.replies.heard() && !answers_a_ping(&shared).await {
+            continue;
+        }
         let calls = batch.into_iter().map(|(channel, until)| {
             let shared = &shared;
             async move {
@@ -579,6 +621,7 @@ async fn refresh_places(
                 };
                 let what = "keep the place in line";
                 let done = line_script(shared, what, &invocation).await;
+                shared.replies.note(&done);
                 shared
                     .subscriber
                     .stats
@@ -592,6 +635,22 @@ async fn refresh_places(
         });
         futures::future::join_all(calls).await;
     }
+}
+
+/// Whether the command connection answers a `PING` within the response
+/// timeout (counted in [`Shared::replies`]).
+async fn answers_a_ping(shared: &Shared) -> bool {
+    let timeout = shared.options.response_timeout;
+    let answered = async {
+        let (conn, ping) = (shared.conn()?, redis::cmd("PING"));
+        let reply = conn.query::<String>(timeout, &ping).await?;
+        reply.map_err(|e| from_redis("ping", timeout, e))
+    };
+    let answered = with_timeout("ping", timeout, answered)
+        .await
+        .and_then(|r| r);
+    shared.replies.note(&answered);
+    answered.is_ok()
 }
 
 /// Runs one line script on the command connection, within the response

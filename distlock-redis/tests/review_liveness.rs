@@ -448,7 +448,10 @@ async fn a_cluster_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     assert_eq!(node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), "OK");
     let proxy = Proxy::start(node.addr());
     let port = proxy.addr().port().to_string();
-    assert_eq!(node.cli(&["CONFIG", "SET", "cluster-announce-port", &port]), "OK");
+    assert_eq!(
+        node.cli(&["CONFIG", "SET", "cluster-announce-port", &port]),
+        "OK"
+    );
     assert_eq!(
         node.cli(&["ACL", "SETUSER", "deafuser", "on", ">pw", "~*", "&*", "+@all"]),
         "OK"
@@ -457,7 +460,10 @@ async fn a_cluster_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
         || !node.cli(&["CLUSTER", "SLOTS"]).contains(&port)
     {
-        assert!(Instant::now() < deadline, "the one-node cluster never formed");
+        assert!(
+            Instant::now() < deadline,
+            "the one-node cluster never formed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let response = Duration::from_millis(500);
