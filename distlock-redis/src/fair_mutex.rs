@@ -41,7 +41,8 @@ use tokio::time::Instant;
 
 use crate::conn::{Pinned, Sticky};
 use crate::mutex::{
-    check_acked, kind_refusal, new_token, pause_before_retry, Keys, RedisLease, UndoAttempt,
+    check_acked, kind_refusal, leave_budget, new_token, pause_before_retry, Keys, RedisLease,
+    UndoAttempt,
 };
 use crate::provider::Shared;
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
@@ -456,8 +457,8 @@ impl FairQueue {
             leave.conn.let_go();
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                let timeout = shared.options.response_timeout;
-                Box::pin(leave_now(in_queue.take(), timeout)).await;
+                let within = leave_budget(deadline, shared.options.response_timeout);
+                Box::pin(leave_now(in_queue.take(), within)).await;
                 return Ok(None);
             }
             if subscription.is_none() {
@@ -489,12 +490,16 @@ impl FairQueue {
     }
 }
 
-/// Leaves the queue now, if `in_queue` is armed. If this times out, the
+/// Leaves the queue now, if `in_queue` is armed, within `timeout` (see
+/// [`leave_budget`]). If this times out, the
 /// guard's drop finishes it in the background; the entry expires by itself
 /// anyway. A function of its own, so that the waiting future does not keep
 /// room for the guard.
 async fn leave_now(in_queue: Option<CleanupGuard>, timeout: Duration) {
     if let Some(mut guard) = in_queue {
+        if timeout.is_zero() {
+            return;
+        }
         let _ = with_timeout("leave queue", timeout, guard.run_now()).await;
     }
 }

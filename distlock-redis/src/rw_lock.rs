@@ -30,7 +30,7 @@ use redis::{Script, ScriptInvocation};
 use tokio::time::{sleep_until, Instant};
 
 use crate::conn::{Pinned, Sticky};
-use crate::mutex::{check_acked, kind_refusal, Keys};
+use crate::mutex::{check_acked, kind_refusal, leave_budget, Keys};
 use crate::provider::Shared;
 use crate::scripts::{RW_ACQUIRE, RW_EXTEND, RW_RELEASE, SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE};
 
@@ -413,8 +413,12 @@ impl Lock for Queued {
             pause = Duration::from_millis(20);
             let now = Instant::now();
             if !queue || deadline.is_some_and(|d| now >= d) {
-                if let Some(mut place) = place.take() {
-                    let _ = with_timeout("leave the queue", timeout, place.run_now()).await;
+                // Within one response timeout past the deadline, this
+                // attempt included; a leave cut short runs in the
+                // background (the guard's drop).
+                let within = leave_budget(deadline, timeout);
+                if let Some(mut place) = place.take().filter(|_| !within.is_zero()) {
+                    let _ = with_timeout("leave the queue", within, place.run_now()).await;
                 }
                 return Ok(None);
             }

@@ -878,3 +878,56 @@ async fn a_silent_command_connection_is_replaced() {
     );
     }
 }
+
+/// A wait that gives up at its deadline returns within one response
+/// timeout `T` past it, its last attempt and its leave together: on a slow
+/// server (each round trip 0.8 s, under `T` = 1 s), the attempt the
+/// deadline wakes answers 0.8 s after the deadline, and the leave of the
+/// queue gets only what is left of `T` (the rest of it runs in the
+/// background). Before, the leave had a whole `T` of its own: the fair
+/// mutex, the read-write lock and the semaphore returned 1.6 s after the
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_timeout_returns_within_one_response_timeout_of_its_deadline_on_a_slow_server() {
+    let redis = test_support::redis::shared();
+    let holder = connect(&redis.url(), RedisOptions::new()).await;
+    let response = Duration::from_secs(1);
+    let wait = Duration::from_millis(1500);
+    for kind in ["fair mutex", "write side", "read side", "semaphore"] {
+        let proxy = Proxy::start(redis.addr());
+        let options = RedisOptions::new()
+            .response_timeout(response)
+            .recheck_interval(Duration::from_secs(30));
+        let provider = connect(&format!("redis://{}", proxy.addr()), options).await;
+        let name = unique_name("slow-deadline");
+        let pick = |p: &RedisProvider, waiter: bool| -> Arc<dyn Lock> {
+            match kind {
+                "fair mutex" => p.fair_mutex_with(&name, long()).unwrap(),
+                "write side" => p.rw_lock_with(&name, long()).unwrap().write(),
+                "read side" if waiter => p.rw_lock_with(&name, long()).unwrap().read(),
+                "read side" => p.rw_lock_with(&name, long()).unwrap().write(),
+                _ => p.semaphore_with(&name, 1, long()).unwrap() as Arc<dyn Lock>,
+            }
+        };
+        let held = pick(&holder, false).lock().await.unwrap();
+        let lock = pick(&provider, true);
+        // 0.4 s each way from now on: every round trip at least 0.8 s.
+        proxy.set_delay(Duration::from_millis(400));
+        let started = Instant::now();
+        let got = lock.lock_timeout(wait).await;
+        let took = started.elapsed();
+        println!("{kind}: lock_timeout({wait:?}) on a slow server took {took:?} ({got:?})");
+        match got {
+            Ok(None) => {}
+            Err(e) if e.is_timeout() => {}
+            other => panic!("{kind}: the lock is held, yet lock_timeout gave {other:?}"),
+        }
+        assert!(
+            took < wait + response + Duration::from_millis(300),
+            "{kind}: lock_timeout({wait:?}) took {took:?} (bound: the deadline plus T = {response:?})"
+        );
+        proxy.set_delay(Duration::ZERO);
+        held.release().await.unwrap();
+        provider.close().await.unwrap();
+    }
+}
