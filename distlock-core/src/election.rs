@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::{Error, Result};
-use crate::guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
+use crate::guard::{LeaseWatch, LockGuard};
+use crate::lease::status::{LeaseStatus, LostReason};
 use crate::name::Name;
 
 /// Who leads an election.

@@ -32,8 +32,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::guard::LostReason;
 use crate::inspect::PrimitiveKind;
+use crate::lease::status::LostReason;
 use crate::name::Name;
 
 static NAME_LABELS: AtomicBool = AtomicBool::new(false);

@@ -28,7 +28,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::backend::{LeaseBackend, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::guard::LostReason;
+use crate::lease::status::{LeaseStatus, LostReason};
 use crate::lease::{local_deadline, max_interval};
 use crate::name::Name;
 
@@ -187,7 +187,7 @@ async fn run(renewer: Arc<Renewer>) {
             biased;
             active = signal.next_change(&mut status) => {
                 if !active {
-                    if signal.status() == crate::guard::LeaseStatus::Lost(LostReason::MaxHold) {
+                    if signal.status() == LeaseStatus::Lost(LostReason::MaxHold) {
                         // Held as long as allowed: give it back now rather
                         // than at the TTL.
                         if let Err(e) = renewer.backend.release().await {

@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::{LeaseBackend, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::guard::LostReason;
+use crate::lease::status::LostReason;
 
 struct Held {
     signal: LeaseSignal,

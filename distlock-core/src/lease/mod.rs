@@ -1,5 +1,7 @@
 //! Lease options: how long a lease lasts and how it is kept alive.
 
+pub(crate) mod status;
+
 use std::time::Duration;
 
 use crate::error::{Error, Result};
