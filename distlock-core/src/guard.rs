@@ -9,12 +9,13 @@ use async_trait::async_trait;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::backend::{
-    Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle,
-    SignalState,
-};
 use crate::error::{Error, Result};
+use crate::lease::cleanup::{Cleanup, CleanupGuard};
+use crate::lease::lifecycle::Lifecycle;
+use crate::lease::parts::GuardParts;
+use crate::lease::signal::{LeaseSignal, State as SignalState};
 pub use crate::lease::status::{LeaseStatus, LostReason};
+use crate::lease::terms::{LeaseBackend, LeaseTerms};
 use crate::lease::{LeaseOptions, Renewal};
 use crate::name::Name;
 use crate::watchdog::Watchdog;

@@ -26,9 +26,10 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{LeaseBackend, LeaseSignal};
 use crate::error::{Error, Result};
+use crate::lease::signal::LeaseSignal;
 use crate::lease::status::{LeaseStatus, LostReason};
+use crate::lease::terms::LeaseBackend;
 use crate::lease::{local_deadline, max_interval};
 use crate::name::Name;
 

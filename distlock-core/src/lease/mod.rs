@@ -1,6 +1,11 @@
 //! Lease options: how long a lease lasts and how it is kept alive.
 
+pub(crate) mod cleanup;
+pub(crate) mod lifecycle;
+pub(crate) mod parts;
+pub(crate) mod signal;
 pub(crate) mod status;
+pub(crate) mod terms;
 
 use std::time::Duration;
 
