@@ -8,18 +8,10 @@ use futures::stream::BoxStream;
 
 use crate::error::{Error, Result};
 use crate::guard::{LeaseWatch, LockGuard};
+#[doc(inline)]
+pub use crate::inspect::LeaderInfo;
 use crate::lease::status::{LeaseStatus, LostReason};
 use crate::name::Name;
-
-/// Who leads an election.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaderInfo {
-    /// The candidate id the leader campaigned with.
-    pub id: String,
-    /// The leader's term: its fencing token, strictly greater than every
-    /// earlier leader's term of the same election.
-    pub term: u64,
-}
 
 /// A stream of the current leader, starting with the leader at subscription
 /// time and yielding each change (`None`: no leader right now).
