@@ -83,11 +83,6 @@ impl Leadership {
         }
     }
 
-    /// The lease (for the metrics).
-    pub(crate) fn guard(&self) -> &LockGuard {
-        &self.guard
-    }
-
     /// The id this leader campaigned with.
     #[must_use]
     pub fn candidate(&self) -> &str {
@@ -138,6 +133,16 @@ impl Leadership {
     /// As [`LockGuard::release`].
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
+    }
+}
+
+impl crate::metrics::Acquisition for Leadership {
+    fn acquired(&self) -> bool {
+        true
+    }
+
+    fn count_hold(&self, labels: crate::metrics::Labels) {
+        self.guard.attach_metrics(labels);
     }
 }
 

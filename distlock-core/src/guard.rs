@@ -349,6 +349,18 @@ impl LockGuard {
     }
 }
 
+impl crate::metrics::Acquisition for Option<LockGuard> {
+    fn acquired(&self) -> bool {
+        self.is_some()
+    }
+
+    fn count_hold(&self, labels: crate::metrics::Labels) {
+        if let Some(guard) = self {
+            guard.attach_metrics(labels);
+        }
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // Dropping `Held` releases in the background on the captured runtime.

@@ -174,8 +174,8 @@ async fn measured_body<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<
     drop(waiting);
     crate::metrics::acquire_call_ended(
         labels,
-        wait,
-        result.as_ref().map(Option::as_ref).map_err(|_| ()),
+        wait != Wait::No,
+        result.as_ref().map_err(|_| ()),
         started.elapsed(),
         woken,
         false,

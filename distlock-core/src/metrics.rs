@@ -196,34 +196,45 @@ pub(crate) async fn watching_wakeups<T>(
     (acquire.await, None)
 }
 
+/// What an acquire call hands back, as the metrics see it: the guard of a
+/// lock (or none), the leadership of a campaign.
+pub(crate) trait Acquisition {
+    /// Whether the call acquired (`false`: busy, or the wait ran out).
+    fn acquired(&self) -> bool;
+    /// Gives the hold its labels (once) and counts it as a hold.
+    fn count_hold(&self, labels: Labels);
+}
+
 /// Records one acquire call that ended as `result` after `took` (its last
-/// wake-up at `woken`); attaches the labels to the guard it returned.
-pub(crate) fn acquire_call_ended(
+/// wake-up at `woken`; `waits`: it was not a `try_lock`); attaches the
+/// labels to the hold it returned.
+pub(crate) fn acquire_call_ended<A: Acquisition>(
     labels: Labels,
-    wait: crate::lock::Wait,
-    result: Result<Option<&crate::guard::LockGuard>, ()>,
+    waits: bool,
+    result: Result<&A, ()>,
     took: Duration,
     woken: Option<std::time::Instant>,
     campaign: bool,
 ) {
-    use crate::lock::Wait;
     let outcome = match result {
-        Ok(Some(_)) => Outcome::Acquired,
-        Ok(None) if wait == Wait::No => Outcome::Busy,
-        Ok(None) => Outcome::Timeout,
+        Ok(held) if held.acquired() => Outcome::Acquired,
+        Ok(_) if !waits => Outcome::Busy,
+        Ok(_) => Outcome::Timeout,
         Err(()) => Outcome::Error,
     };
     // Waited: woken by a release, or (a lock, not a campaign, whose first
     // steps take longer) took longer than a free lock takes.
     let contended = outcome == Outcome::Acquired
-        && wait != Wait::No
+        && waits
         && (woken.is_some() || (!campaign && took > CONTENDED));
     acquire_ended(&labels, outcome, took, contended);
-    if let Ok(Some(guard)) = result {
-        if let Some(at) = woken {
-            handoff(&labels, at.elapsed());
+    if let Ok(held) = result {
+        if outcome == Outcome::Acquired {
+            if let Some(at) = woken {
+                handoff(&labels, at.elapsed());
+            }
+            held.count_hold(labels);
         }
-        guard.attach_metrics(labels);
     }
 }
 
@@ -318,11 +329,11 @@ impl Cell {
 pub(crate) const CONTENDED: Duration = Duration::from_millis(1);
 
 /// See [`crate::backend::measured_campaign`].
-pub(crate) async fn campaign(
+pub(crate) async fn campaign<A: Acquisition>(
     backend: &'static str,
     name: &Name,
-    campaign: impl std::future::Future<Output = crate::error::Result<crate::election::Leadership>>,
-) -> crate::error::Result<crate::election::Leadership> {
+    campaign: impl std::future::Future<Output = crate::error::Result<A>>,
+) -> crate::error::Result<A> {
     if !cfg!(feature = "metrics") {
         return campaign.await;
     }
@@ -337,8 +348,8 @@ pub(crate) async fn campaign(
     drop(waiting);
     acquire_call_ended(
         labels,
-        crate::lock::Wait::Forever,
-        result.as_ref().map(|l| Some(l.guard())).map_err(|_| ()),
+        true,
+        result.as_ref().map_err(|_| ()),
         started.elapsed(),
         woken,
         true,
