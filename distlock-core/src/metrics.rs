@@ -182,7 +182,7 @@ pub(crate) fn note_wakeup() {
 
 /// Runs `acquire`, returning its output and the last wake-up it noted
 /// (see [`crate::backend::woke`]); never a wake-up without the feature.
-pub(crate) async fn watching_wakeups<T>(
+async fn watching_wakeups<T>(
     acquire: impl std::future::Future<Output = T>,
 ) -> (T, Option<std::time::Instant>) {
     #[cfg(feature = "metrics")]
@@ -208,7 +208,7 @@ pub(crate) trait Acquisition {
 /// Records one acquire call that ended as `result` after `took` (its last
 /// wake-up at `woken`; `waits`: it was not a `try_lock`); attaches the
 /// labels to the hold it returned.
-pub(crate) fn acquire_call_ended<A: Acquisition>(
+fn acquire_call_ended<A: Acquisition>(
     labels: Labels,
     waits: bool,
     result: Result<&A, ()>,
@@ -239,10 +239,10 @@ pub(crate) fn acquire_call_ended<A: Acquisition>(
 }
 
 /// Counts a waiting acquire call while it lives.
-pub(crate) struct Waiting<'a>(&'a Labels);
+struct Waiting<'a>(&'a Labels);
 
 impl<'a> Waiting<'a> {
-    pub(crate) fn new(labels: &'a Labels) -> Self {
+    fn new(labels: &'a Labels) -> Self {
         imp::waiting(labels, 1.0);
         Waiting(labels)
     }
@@ -328,31 +328,27 @@ impl Cell {
 /// An acquisition that took longer than this waited for the lock.
 pub(crate) const CONTENDED: Duration = Duration::from_millis(1);
 
-/// See [`crate::backend::measured_campaign`].
-pub(crate) async fn campaign<A: Acquisition>(
-    backend: &'static str,
-    name: &Name,
-    campaign: impl std::future::Future<Output = crate::error::Result<A>>,
+/// Runs one acquire call and records it: counted as waiting while it runs
+/// (`waits`: it is not a `try_lock`), how it ended, how long it took, and
+/// the hold it returned. `campaign`: an election's campaign, whose first
+/// steps take longer than a free lock's (see [`CONTENDED`]).
+pub(crate) async fn measured<A: Acquisition>(
+    labels: Labels,
+    waits: bool,
+    campaign: bool,
+    call: impl std::future::Future<Output = crate::error::Result<A>>,
 ) -> crate::error::Result<A> {
-    if !cfg!(feature = "metrics") {
-        return campaign.await;
-    }
-    let labels = Labels {
-        backend,
-        primitive: PrimitiveKind::Election,
-        name: name.clone(),
-    };
-    let started = std::time::Instant::now();
-    let waiting = Waiting::new(&labels);
-    let (result, woken) = watching_wakeups(campaign).await;
+    let started = tokio::time::Instant::now();
+    let waiting = waits.then(|| Waiting::new(&labels));
+    let (result, woken) = watching_wakeups(call).await;
     drop(waiting);
     acquire_call_ended(
         labels,
-        true,
+        waits,
         result.as_ref().map_err(|_| ()),
         started.elapsed(),
         woken,
-        true,
+        campaign,
     );
     result
 }

@@ -61,5 +61,13 @@ pub async fn measured_campaign(
     name: &crate::name::Name,
     campaign: impl std::future::Future<Output = crate::error::Result<crate::election::Leadership>>,
 ) -> crate::error::Result<crate::election::Leadership> {
-    crate::metrics::campaign(backend, name, campaign).await
+    if !cfg!(feature = "metrics") {
+        return campaign.await;
+    }
+    let labels = crate::metrics::Labels {
+        backend,
+        primitive: crate::inspect::PrimitiveKind::Election,
+        name: name.clone(),
+    };
+    crate::metrics::measured(labels, true, true, campaign).await
 }
