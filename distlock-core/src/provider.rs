@@ -214,7 +214,7 @@ pub struct ForceReleased {
 }
 
 /// The process's owner identity without a label, computed once.
-fn default_owner() -> &'static str {
+pub(crate) fn default_owner() -> &'static str {
     static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     OWNER.get_or_init(|| {
         crate::inspect::owner_identity(None).unwrap_or_else(|_| "unknown".to_owned())
