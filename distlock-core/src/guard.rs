@@ -129,10 +129,7 @@ impl LockGuard {
                 },
             ),
             LeaseTerms::Session { timeout } => {
-                // One check interval of margin: a follower forwards the
-                // session's touches to the leader in its pings (every
-                // tickTime / 2, at most timeout / 4), so the leader may have
-                // heard the session up to that much before the check.
+                // One check interval of margin: see `LeaseTerms::Session`.
                 let interval = (timeout / 4).max(Duration::from_millis(1));
                 (timeout.saturating_sub(interval), Some(interval))
             }

@@ -14,9 +14,9 @@
 //!   fails for a transport reason marks the lease suspended and is retried
 //!   until the deadline, when `lost()` fires.
 //!
-//! The deadline itself lives in the lease's [`LeaseSignal`], which the guard
-//! reads without this task: a starved task cannot make a lapsed lease look
-//! held. The task stops the moment the guard is released or dropped.
+//! The deadline itself lives in the lease's [`LeaseSignal`], honest without
+//! this task (see there). The task stops the moment the guard is released or
+//! dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,9 +70,8 @@ impl Renewer {
     ///
     /// # Cancellation safety
     ///
-    /// If cancelled, the renewal may or may not have reached the server; the
-    /// local deadline is then moved to the earlier of its old value and what
-    /// this renewal would have given, so it is never later than the server's.
+    /// A renewal of unknown outcome, as the module docs say: the deadline
+    /// only moves earlier.
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<()> {
         let _turn = self.turn.lock().await;
         if !self.signal.status().is_active() {
