@@ -10,7 +10,7 @@ mod timeout;
 pub mod url;
 
 pub use crate::election::validate_candidate;
-use crate::error::Result;
+use crate::error::{Error, Result};
 pub use crate::lease::cleanup::{Cleanup, CleanupGuard};
 pub use crate::lease::lifecycle::{Closed, Lifecycle};
 pub use crate::lease::parts::GuardParts;
@@ -24,10 +24,10 @@ pub use timeout::with_timeout;
 ///
 /// # Errors
 ///
-/// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for 0.
+/// [`Error::InvalidOptions`] for 0.
 pub fn check_permits(permits: u32) -> Result<u32> {
     if permits == 0 {
-        return Err(crate::Error::InvalidOptions(
+        return Err(Error::InvalidOptions(
             "a semaphore needs at least one permit".into(),
         ));
     }
