@@ -7,18 +7,11 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::{Error, Result};
-use crate::guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
+use crate::guard::{LeaseWatch, LockGuard};
+#[doc(inline)]
+pub use crate::inspect::LeaderInfo;
+use crate::lease::status::{LeaseStatus, LostReason};
 use crate::name::Name;
-
-/// Who leads an election.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaderInfo {
-    /// The candidate id the leader campaigned with.
-    pub id: String,
-    /// The leader's term: its fencing token, strictly greater than every
-    /// earlier leader's term of the same election.
-    pub term: u64,
-}
 
 /// A stream of the current leader, starting with the leader at subscription
 /// time and yielding each change (`None`: no leader right now).
@@ -90,11 +83,6 @@ impl Leadership {
         }
     }
 
-    /// The lease (for the metrics).
-    pub(crate) fn guard(&self) -> &LockGuard {
-        &self.guard
-    }
-
     /// The id this leader campaigned with.
     #[must_use]
     pub fn candidate(&self) -> &str {
@@ -145,6 +133,16 @@ impl Leadership {
     /// As [`LockGuard::release`].
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
+    }
+}
+
+impl crate::metrics::Acquisition for Leadership {
+    fn acquired(&self) -> bool {
+        true
+    }
+
+    fn count_hold(&self, labels: crate::metrics::Labels) {
+        self.guard.attach_metrics(labels);
     }
 }
 

@@ -9,73 +9,16 @@ use async_trait::async_trait;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::backend::{
-    Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle,
-    SignalState,
-};
 use crate::error::{Error, Result};
+use crate::lease::cleanup::{Cleanup, CleanupGuard};
+use crate::lease::lifecycle::Lifecycle;
+use crate::lease::parts::GuardParts;
+use crate::lease::signal::{LeaseSignal, State as SignalState};
+pub use crate::lease::status::{LeaseStatus, LostReason};
+use crate::lease::terms::{LeaseBackend, LeaseTerms};
 use crate::lease::{LeaseOptions, Renewal};
 use crate::name::Name;
 use crate::watchdog::Watchdog;
-
-/// Why a lease was lost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The TTL ran out without a successful renewal.
-    Expired,
-    /// A renewal found that somebody else (or nobody) holds the lease.
-    Taken,
-    /// The session that owned the lease expired (ZooKeeper).
-    SessionExpired,
-    /// The session that owned the lease was closed.
-    SessionClosed,
-    /// The lease's node or key was deleted by someone else.
-    Deleted,
-    /// The lease was held for its [`LeaseOptions::max_hold`](crate::LeaseOptions::max_hold):
-    /// the watchdog stopped renewing it and released it.
-    MaxHold,
-    /// The provider that acquired the lease was closed.
-    ProviderClosed,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "lease expired without renewal",
-            LostReason::MaxHold => "lease held for its max_hold",
-            LostReason::Taken => "lease is held by someone else",
-            LostReason::SessionExpired => "session expired",
-            LostReason::SessionClosed => "session closed",
-            LostReason::Deleted => "lease was deleted",
-            LostReason::ProviderClosed => "provider was closed",
-        })
-    }
-}
-
-/// The state of a lease as its holder knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseStatus {
-    /// Held, and the last renewal (or the acquisition) succeeded.
-    Held,
-    /// Probably still held, but the server cannot be reached right now
-    /// (renewals failing, ZooKeeper session disconnected). Stop writing if in
-    /// doubt; [`LeaseStatus::Lost`] follows if it does not come back in time.
-    Suspended,
-    /// Gone: the holder must stop working under it.
-    Lost(LostReason),
-    /// Released by its holder (by `release()` or by dropping the guard).
-    Released,
-}
-
-impl LeaseStatus {
-    /// Held or suspended.
-    #[must_use]
-    pub fn is_active(self) -> bool {
-        matches!(self, LeaseStatus::Held | LeaseStatus::Suspended)
-    }
-}
 
 /// An owned view of a guard's lease status, for tasks that outlive a borrow of
 /// the guard. Like the guard, it compares the clock with the lease's deadline
@@ -186,10 +129,7 @@ impl LockGuard {
                 },
             ),
             LeaseTerms::Session { timeout } => {
-                // One check interval of margin: a follower forwards the
-                // session's touches to the leader in its pings (every
-                // tickTime / 2, at most timeout / 4), so the leader may have
-                // heard the session up to that much before the check.
+                // One check interval of margin: see `LeaseTerms::Session`.
                 let interval = (timeout / 4).max(Duration::from_millis(1));
                 (timeout.saturating_sub(interval), Some(interval))
             }
@@ -403,6 +343,18 @@ impl LockGuard {
 
     fn not_held(&self) -> Error {
         Error::not_held(self.name.as_str())
+    }
+}
+
+impl crate::metrics::Acquisition for Option<LockGuard> {
+    fn acquired(&self) -> bool {
+        self.is_some()
+    }
+
+    fn count_hold(&self, labels: crate::metrics::Labels) {
+        if let Some(guard) = self {
+            guard.attach_metrics(labels);
+        }
     }
 }
 

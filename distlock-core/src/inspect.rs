@@ -7,7 +7,6 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use crate::election::LeaderInfo;
 use crate::error::{Error, Result};
 use crate::name::Name;
 
@@ -159,6 +158,16 @@ pub struct Waiters {
     /// Their owner identities, first in line first, where the backend
     /// records them (foreign waiters are left out).
     pub owners: Vec<String>,
+}
+
+/// Who leads an election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The candidate id the leader campaigned with.
+    pub id: String,
+    /// The leader's term: its fencing token, strictly greater than every
+    /// earlier leader's term of the same election.
+    pub term: u64,
 }
 
 /// A name's state, read without taking anything and without changing

@@ -131,6 +131,15 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The modules in layers: each uses only those on the lines above it.
+//   error, name
+//   lease: options, status and its cell, terms, lifecycle, cleanup
+//   inspect (the kinds, and what a snapshot reads)
+//   metrics
+//   watchdog, then guard
+//   the primitives: lock, election, rwlock, semaphore, ids
+//   backend (the kit a backend crate builds with), provider
+//   mem (the in-process backend)
 pub mod backend;
 pub mod election;
 pub mod error;

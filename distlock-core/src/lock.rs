@@ -157,28 +157,15 @@ fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> BoxFuture<'_, Result<Opti
 /// `lock.acquire(wait)`, recorded in the metrics.
 #[cfg(feature = "metrics")]
 fn measured<L: Lock + ?Sized>(lock: &L, wait: Wait) -> BoxFuture<'_, Result<Option<LockGuard>>> {
-    Box::pin(measured_body(lock, wait))
-}
-
-/// The body of the metrics' [`measured`].
-#[cfg(feature = "metrics")]
-async fn measured_body<L: Lock + ?Sized>(lock: &L, wait: Wait) -> Result<Option<LockGuard>> {
     let labels = crate::metrics::Labels {
         backend: lock.backend(),
         primitive: lock.kind(),
         name: lock.name().clone(),
     };
-    let started = Instant::now();
-    let waiting = (wait != Wait::No).then(|| crate::metrics::Waiting::new(&labels));
-    let (result, woken) = crate::metrics::watching_wakeups(lock.acquire(wait)).await;
-    drop(waiting);
-    crate::metrics::acquire_call_ended(
+    Box::pin(crate::metrics::measured(
         labels,
-        wait,
-        result.as_ref().map(Option::as_ref).map_err(|_| ()),
-        started.elapsed(),
-        woken,
+        wait != Wait::No,
         false,
-    );
-    result
+        lock.acquire(wait),
+    ))
 }

@@ -32,8 +32,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::guard::LostReason;
 use crate::inspect::PrimitiveKind;
+use crate::lease::status::LostReason;
 use crate::name::Name;
 
 static NAME_LABELS: AtomicBool = AtomicBool::new(false);
@@ -182,7 +182,7 @@ pub(crate) fn note_wakeup() {
 
 /// Runs `acquire`, returning its output and the last wake-up it noted
 /// (see [`crate::backend::woke`]); never a wake-up without the feature.
-pub(crate) async fn watching_wakeups<T>(
+async fn watching_wakeups<T>(
     acquire: impl std::future::Future<Output = T>,
 ) -> (T, Option<std::time::Instant>) {
     #[cfg(feature = "metrics")]
@@ -196,42 +196,53 @@ pub(crate) async fn watching_wakeups<T>(
     (acquire.await, None)
 }
 
+/// What an acquire call hands back, as the metrics see it: the guard of a
+/// lock (or none), the leadership of a campaign.
+pub(crate) trait Acquisition {
+    /// Whether the call acquired (`false`: busy, or the wait ran out).
+    fn acquired(&self) -> bool;
+    /// Gives the hold its labels (once) and counts it as a hold.
+    fn count_hold(&self, labels: Labels);
+}
+
 /// Records one acquire call that ended as `result` after `took` (its last
-/// wake-up at `woken`); attaches the labels to the guard it returned.
-pub(crate) fn acquire_call_ended(
+/// wake-up at `woken`; `waits`: it was not a `try_lock`); attaches the
+/// labels to the hold it returned.
+fn acquire_call_ended<A: Acquisition>(
     labels: Labels,
-    wait: crate::lock::Wait,
-    result: Result<Option<&crate::guard::LockGuard>, ()>,
+    waits: bool,
+    result: Result<&A, ()>,
     took: Duration,
     woken: Option<std::time::Instant>,
     campaign: bool,
 ) {
-    use crate::lock::Wait;
     let outcome = match result {
-        Ok(Some(_)) => Outcome::Acquired,
-        Ok(None) if wait == Wait::No => Outcome::Busy,
-        Ok(None) => Outcome::Timeout,
+        Ok(held) if held.acquired() => Outcome::Acquired,
+        Ok(_) if !waits => Outcome::Busy,
+        Ok(_) => Outcome::Timeout,
         Err(()) => Outcome::Error,
     };
     // Waited: woken by a release, or (a lock, not a campaign, whose first
     // steps take longer) took longer than a free lock takes.
     let contended = outcome == Outcome::Acquired
-        && wait != Wait::No
+        && waits
         && (woken.is_some() || (!campaign && took > CONTENDED));
     acquire_ended(&labels, outcome, took, contended);
-    if let Ok(Some(guard)) = result {
-        if let Some(at) = woken {
-            handoff(&labels, at.elapsed());
+    if let Ok(held) = result {
+        if outcome == Outcome::Acquired {
+            if let Some(at) = woken {
+                handoff(&labels, at.elapsed());
+            }
+            held.count_hold(labels);
         }
-        guard.attach_metrics(labels);
     }
 }
 
 /// Counts a waiting acquire call while it lives.
-pub(crate) struct Waiting<'a>(&'a Labels);
+struct Waiting<'a>(&'a Labels);
 
 impl<'a> Waiting<'a> {
-    pub(crate) fn new(labels: &'a Labels) -> Self {
+    fn new(labels: &'a Labels) -> Self {
         imp::waiting(labels, 1.0);
         Waiting(labels)
     }
@@ -317,31 +328,27 @@ impl Cell {
 /// An acquisition that took longer than this waited for the lock.
 pub(crate) const CONTENDED: Duration = Duration::from_millis(1);
 
-/// See [`crate::backend::measured_campaign`].
-pub(crate) async fn campaign(
-    backend: &'static str,
-    name: &Name,
-    campaign: impl std::future::Future<Output = crate::error::Result<crate::election::Leadership>>,
-) -> crate::error::Result<crate::election::Leadership> {
-    if !cfg!(feature = "metrics") {
-        return campaign.await;
-    }
-    let labels = Labels {
-        backend,
-        primitive: PrimitiveKind::Election,
-        name: name.clone(),
-    };
-    let started = std::time::Instant::now();
-    let waiting = Waiting::new(&labels);
-    let (result, woken) = watching_wakeups(campaign).await;
+/// Runs one acquire call and records it: counted as waiting while it runs
+/// (`waits`: it is not a `try_lock`), how it ended, how long it took, and
+/// the hold it returned. `campaign`: an election's campaign, whose first
+/// steps take longer than a free lock's (see [`CONTENDED`]).
+pub(crate) async fn measured<A: Acquisition>(
+    labels: Labels,
+    waits: bool,
+    campaign: bool,
+    call: impl std::future::Future<Output = crate::error::Result<A>>,
+) -> crate::error::Result<A> {
+    let started = tokio::time::Instant::now();
+    let waiting = waits.then(|| Waiting::new(&labels));
+    let (result, woken) = watching_wakeups(call).await;
     drop(waiting);
     acquire_call_ended(
         labels,
-        crate::lock::Wait::Forever,
-        result.as_ref().map(|l| Some(l.guard())).map_err(|_| ()),
+        waits,
+        result.as_ref().map_err(|_| ()),
         started.elapsed(),
         woken,
-        true,
+        campaign,
     );
     result
 }

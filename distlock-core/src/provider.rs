@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::election::Election;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::IdGenerator;
 use crate::inspect::{PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
@@ -19,7 +19,7 @@ use crate::semaphore::Semaphore;
 /// Names are validated by [`Name`](crate::Name)'s rule; handing out a
 /// primitive does no I/O. Session-based backends (ZooKeeper) accept only
 /// their default lease options (the session is the lease) and refuse others
-/// with [`Error::InvalidOptions`](crate::Error::InvalidOptions).
+/// with [`Error::InvalidOptions`].
 ///
 /// Dropping the last handle of a provider (the provider, its clones, the
 /// primitives and guards it handed out) closes its connections or session in
@@ -37,28 +37,28 @@ pub trait Provider: Send + Sync + Debug {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name.
+    /// [`Error::InvalidName`] for a bad name.
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>>;
 
     /// A fair (first come, first served) mutex with the given lease options.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name.
+    /// [`Error::InvalidName`] for a bad name.
     fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>>;
 
     /// A leader election whose leadership lease has the given options.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name.
+    /// [`Error::InvalidName`] for a bad name.
     fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>>;
 
     /// A read-write lock whose read and write leases have the given options.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name.
+    /// [`Error::InvalidName`] for a bad name.
     fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>>;
 
     /// A counting semaphore of `permits` whose permits' leases have the
@@ -66,8 +66,8 @@ pub trait Provider: Send + Sync + Debug {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name,
-    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for 0 permits.
+    /// [`Error::InvalidName`] for a bad name,
+    /// [`Error::InvalidOptions`] for 0 permits.
     fn semaphore_with(
         &self,
         name: &str,
@@ -79,13 +79,13 @@ pub trait Provider: Send + Sync + Debug {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name,
-    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for a block
+    /// [`Error::InvalidName`] for a bad name,
+    /// [`Error::InvalidOptions`] for a block
     /// size of 0.
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>>;
 
     /// Closes the provider: new operations and waiting acquisitions fail
-    /// with [`Error::Closed`](crate::Error::Closed), `lost()` fires for every
+    /// with [`Error::Closed`], `lost()` fires for every
     /// lease it still holds (reason
     /// [`LostReason::ProviderClosed`](crate::LostReason::ProviderClosed)),
     /// each is released, and the connections or session are closed.
@@ -117,8 +117,8 @@ pub trait Provider: Send + Sync + Debug {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad name;
-    /// [`Error::Conflict`](crate::Error::Conflict) when what is stored
+    /// [`Error::InvalidName`] for a bad name;
+    /// [`Error::Conflict`] when what is stored
     /// under the name is not that primitive's; connection errors.
     ///
     /// # Cancellation safety
@@ -126,7 +126,7 @@ pub trait Provider: Send + Sync + Debug {
     /// Cancellation safe: it only reads.
     async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
         let _ = (name, kind);
-        Err(crate::Error::Unsupported {
+        Err(Error::Unsupported {
             backend: self.backend(),
             what: "inspect",
         })
@@ -150,7 +150,7 @@ pub trait Provider: Send + Sync + Debug {
     /// Each hold is removed or not; a cancelled call may have removed some.
     async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
         let _ = (name, kind);
-        Err(crate::Error::Unsupported {
+        Err(Error::Unsupported {
             backend: self.backend(),
             what: "force_release",
         })
@@ -214,7 +214,7 @@ pub struct ForceReleased {
 }
 
 /// The process's owner identity without a label, computed once.
-fn default_owner() -> &'static str {
+pub(crate) fn default_owner() -> &'static str {
     static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     OWNER.get_or_init(|| {
         crate::inspect::owner_identity(None).unwrap_or_else(|_| "unknown".to_owned())

@@ -14,9 +14,9 @@
 //!   fails for a transport reason marks the lease suspended and is retried
 //!   until the deadline, when `lost()` fires.
 //!
-//! The deadline itself lives in the lease's [`LeaseSignal`], which the guard
-//! reads without this task: a starved task cannot make a lapsed lease look
-//! held. The task stops the moment the guard is released or dropped.
+//! The deadline itself lives in the lease's [`LeaseSignal`], honest without
+//! this task (see there). The task stops the moment the guard is released or
+//! dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +26,10 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{LeaseBackend, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::guard::LostReason;
+use crate::lease::signal::LeaseSignal;
+use crate::lease::status::{LeaseStatus, LostReason};
+use crate::lease::terms::LeaseBackend;
 use crate::lease::{local_deadline, max_interval};
 use crate::name::Name;
 
@@ -69,9 +70,8 @@ impl Renewer {
     ///
     /// # Cancellation safety
     ///
-    /// If cancelled, the renewal may or may not have reached the server; the
-    /// local deadline is then moved to the earlier of its old value and what
-    /// this renewal would have given, so it is never later than the server's.
+    /// A renewal of unknown outcome, as the module docs say: the deadline
+    /// only moves earlier.
     pub(crate) async fn renew(&self, ttl: Duration) -> Result<()> {
         let _turn = self.turn.lock().await;
         if !self.signal.status().is_active() {
@@ -187,7 +187,7 @@ async fn run(renewer: Arc<Renewer>) {
             biased;
             active = signal.next_change(&mut status) => {
                 if !active {
-                    if signal.status() == crate::guard::LeaseStatus::Lost(LostReason::MaxHold) {
+                    if signal.status() == LeaseStatus::Lost(LostReason::MaxHold) {
                         // Held as long as allowed: give it back now rather
                         // than at the TTL.
                         if let Err(e) = renewer.backend.release().await {

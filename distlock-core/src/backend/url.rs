@@ -13,7 +13,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// What a hidden secret is replaced with.
 const HIDDEN: &str = "***";

@@ -49,7 +49,7 @@ use crate::inspect::{PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
 use crate::lock::{Lock, Wait};
 use crate::name::Name;
-use crate::provider::{ForceReleased, Provider};
+use crate::provider::{default_owner, ForceReleased, Provider};
 use crate::rwlock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 use store::{Kind, SlotKey, Store, Want};
@@ -73,24 +73,22 @@ fn owned_lifecycle(owner: &str) -> Arc<Lifecycle> {
     lifecycle
 }
 
-/// The process's owner identity without a label.
-fn default_owner() -> Arc<str> {
-    static OWNER: OnceLock<Arc<str>> = OnceLock::new();
-    Arc::clone(OWNER.get_or_init(|| {
-        Arc::from(crate::inspect::owner_identity(None).unwrap_or_else(|_| "unknown".to_owned()))
-    }))
-}
-
 impl MemProvider {
+    /// A new client of `store`, with the process's owner identity.
+    fn client(store: Arc<Store>, lease: LeaseOptions) -> Self {
+        let owner: Arc<str> = Arc::from(default_owner());
+        MemProvider {
+            store,
+            lease,
+            lifecycle: owned_lifecycle(&owner),
+            owner,
+        }
+    }
+
     /// A provider over a new, private lock table.
     #[must_use]
     pub fn new() -> Self {
-        MemProvider {
-            store: Arc::new(Store::default()),
-            lease: LeaseOptions::default(),
-            lifecycle: owned_lifecycle(&default_owner()),
-            owner: default_owner(),
-        }
+        Self::client(Arc::new(Store::default()), LeaseOptions::default())
     }
 
     /// A provider over the process-wide table called `table` (made on first
@@ -104,24 +102,14 @@ impl MemProvider {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let store = tables.entry(table.to_owned()).or_default();
-        MemProvider {
-            store: Arc::clone(store),
-            lease: LeaseOptions::default(),
-            lifecycle: owned_lifecycle(&default_owner()),
-            owner: default_owner(),
-        }
+        Self::client(Arc::clone(store), LeaseOptions::default())
     }
 
     /// Another client of the same table: it contends with this one, and
     /// closing either leaves the other open.
     #[must_use]
     pub fn new_client(&self) -> Self {
-        MemProvider {
-            store: Arc::clone(&self.store),
-            lease: self.lease,
-            lifecycle: owned_lifecycle(&default_owner()),
-            owner: default_owner(),
-        }
+        Self::client(Arc::clone(&self.store), self.lease)
     }
 
     /// The same table with other default lease options.
@@ -140,6 +128,18 @@ impl MemProvider {
         let owner: Arc<str> = Arc::from(crate::inspect::owner_identity(Some(label))?);
         self.lifecycle.set_owner(&owner);
         Ok(MemProvider { owner, ..self })
+    }
+
+    /// A lock of this client on `key`, wanting `want`.
+    fn lock(&self, key: SlotKey, want: Want, lease: LeaseOptions) -> MemMutex {
+        MemMutex {
+            store: Arc::clone(&self.store),
+            lifecycle: Arc::clone(&self.lifecycle),
+            owner: Arc::clone(&self.owner),
+            key,
+            want,
+            lease,
+        }
     }
 
     fn key(kind: Kind, name: &str) -> Result<SlotKey> {
@@ -194,26 +194,22 @@ impl Provider for MemProvider {
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
         self.lifecycle.check_open()?;
-        Ok(Arc::new(MemMutex {
-            store: Arc::clone(&self.store),
-            lifecycle: Arc::clone(&self.lifecycle),
-            owner: Arc::clone(&self.owner),
-            key: Self::key(Kind::Mutex, name)?,
-            want: Want::Exclusive { fair: false },
+        let key = Self::key(Kind::Mutex, name)?;
+        Ok(Arc::new(self.lock(
+            key,
+            Want::Exclusive { fair: false },
             lease,
-        }))
+        )))
     }
 
     fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
         self.lifecycle.check_open()?;
-        Ok(Arc::new(MemMutex {
-            store: Arc::clone(&self.store),
-            lifecycle: Arc::clone(&self.lifecycle),
-            owner: Arc::clone(&self.owner),
-            key: Self::key(Kind::FairMutex, name)?,
-            want: Want::Exclusive { fair: true },
+        let key = Self::key(Kind::FairMutex, name)?;
+        Ok(Arc::new(self.lock(
+            key,
+            Want::Exclusive { fair: true },
             lease,
-        }))
+        )))
     }
 
     fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
@@ -230,16 +226,7 @@ impl Provider for MemProvider {
     fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
         self.lifecycle.check_open()?;
         let key = Self::key(Kind::RwLock, name)?;
-        let side = |want| -> Arc<dyn Lock> {
-            Arc::new(MemMutex {
-                store: Arc::clone(&self.store),
-                lifecycle: Arc::clone(&self.lifecycle),
-                owner: Arc::clone(&self.owner),
-                key: key.clone(),
-                want,
-                lease,
-            })
-        };
+        let side = |want| -> Arc<dyn Lock> { Arc::new(self.lock(key.clone(), want, lease)) };
         Ok(Arc::new(MemRwLock {
             read: side(Want::Read),
             write: side(Want::Write),
@@ -256,14 +243,7 @@ impl Provider for MemProvider {
         self.lifecycle.check_open()?;
         let key = Self::key(Kind::Semaphore, name)?;
         check_permits(permits)?;
-        Ok(Arc::new(MemMutex {
-            store: Arc::clone(&self.store),
-            lifecycle: Arc::clone(&self.lifecycle),
-            owner: Arc::clone(&self.owner),
-            key,
-            want: Want::Permit(permits),
-            lease,
-        }))
+        Ok(Arc::new(self.lock(key, Want::Permit(permits), lease)))
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {

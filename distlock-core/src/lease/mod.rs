@@ -1,5 +1,17 @@
 //! Lease options: how long a lease lasts and how it is kept alive.
 
+// Also here, below the guard, and reaching backends through `backend`: how a
+// lease stands (`status`) and its status cell (`signal`), what keeps a held
+// lease (`terms`), the provider's register of its leases (`lifecycle`), the
+// cleanup drop-guard (`cleanup`), and what a backend hands over for a new
+// guard (`parts`).
+pub(crate) mod cleanup;
+pub(crate) mod lifecycle;
+pub(crate) mod parts;
+pub(crate) mod signal;
+pub(crate) mod status;
+pub(crate) mod terms;
+
 use std::time::Duration;
 
 use crate::error::{Error, Result};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use crate::guard::{LeaseStatus, LostReason};
+use super::status::{LeaseStatus, LostReason};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct State {

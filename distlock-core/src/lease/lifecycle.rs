@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use super::{LeaseBackend, LeaseSignal};
+use super::signal::LeaseSignal;
+use super::status::LostReason;
+use super::terms::LeaseBackend;
 use crate::error::{Error, Result};
-use crate::guard::LostReason;
 
 struct Held {
     signal: LeaseSignal,
