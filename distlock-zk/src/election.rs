@@ -16,11 +16,11 @@ use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name,
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::from_zk;
-use crate::kinds::{settle, Kind, Settled};
+use crate::kinds::{settle, Settled};
+use crate::layout::{latch_tag, sorted_queue, Kind};
 use crate::lease::guard;
-use crate::ops::latch_tag;
 use crate::provider::Shared;
-use crate::queue::{enter_tagged_queue, sorted_queue};
+use crate::queue::enter_tagged_queue;
 
 /// A ZooKeeper election.
 pub(crate) struct ZkElection {

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use distlock_core::{Lock, LockGuard, Name, Result, Wait};
 use futures::FutureExt;
 
-use crate::kinds::{settle, Kind, Settled};
+use crate::kinds::{settle, Settled};
+use crate::layout::Kind;
 use crate::lease::guard;
 use crate::provider::Shared;
 use crate::queue::enter_queue;

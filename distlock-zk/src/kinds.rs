@@ -66,79 +66,14 @@ use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
 
 use crate::error::{triage_timed, Triage};
+use crate::layout::{classify, sequence, Kind, LEASES};
 use crate::node::{delete_if_ours, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
 use crate::queue::{
-    clean_up_now, passed, pause_before_retry, sequence, sequence_digits, slack, watch_fired,
-    watch_noticed, within, Acquired, Withdraw,
+    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within, Acquired,
+    Withdraw,
 };
 use crate::session::Session;
-
-/// The unfair lock's node under the lock's directory.
-pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
-/// Curator's `READ_LOCK_NAME`.
-pub(crate) const READ: &str = "__READ__";
-/// Curator's `WRITE_LOCK_NAME` (the same length as `READ`).
-pub(crate) const WRITE: &str = "__WRIT__";
-/// The semaphore's internal lock's directory under the lock's.
-pub(crate) const LOCKS: &str = "locks";
-/// The semaphore's lease nodes' directory under the lock's.
-pub(crate) const LEASES: &str = "leases";
-
-/// A kind of primitive, as its nodes show it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Mutex,
-    Fair,
-    Rw,
-    Semaphore,
-    Election,
-}
-
-impl Kind {
-    fn noun(self) -> &'static str {
-        match self {
-            Kind::Mutex => "mutex",
-            Kind::Fair => "fair mutex",
-            Kind::Rw => "read-write lock",
-            Kind::Semaphore => "semaphore",
-            Kind::Election => "election",
-        }
-    }
-
-    /// The kinds that are one lock: the mutex and the fair mutex.
-    fn family(self) -> Kind {
-        match self {
-            Kind::Fair => Kind::Mutex,
-            k => k,
-        }
-    }
-}
-
-/// The kind of a child of a lock's directory, and its sequence (`None` for
-/// the unfair node and the semaphore's `leases` directory); `None` for a
-/// child of no kind (the semaphore's `locks`, foreign nodes).
-fn classify(child: &str) -> Option<(Kind, Option<u64>)> {
-    if child == UNFAIR_NODE {
-        return Some((Kind::Mutex, None));
-    }
-    if child == LEASES {
-        return Some((Kind::Semaphore, None));
-    }
-    if let Some((_, digits)) = child.rsplit_once(WRITE).or_else(|| child.rsplit_once(READ)) {
-        return sequence_digits(digits)
-            .ok()
-            .flatten()
-            .map(|s| (Kind::Rw, Some(s)));
-    }
-    if let Ok(Some(s)) = sequence(child, "latch") {
-        return Some((Kind::Election, Some(s)));
-    }
-    if let Ok(Some(s)) = sequence(child, "lock") {
-        return Some((Kind::Fair, Some(s)));
-    }
-    None
-}
 
 /// What the check found.
 pub(crate) enum Verdict {
@@ -479,33 +414,5 @@ pub(crate) async fn settle(
             return Ok(Settled::NotAcquired);
         }
         watch_noticed(shared);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_layout_has_its_kind() {
-        let fair = classify("_c_0f-lock-0000000007");
-        assert_eq!(fair, Some((Kind::Fair, Some(7))));
-        assert_eq!(classify("x__lock__0000000003"), Some((Kind::Fair, Some(3))));
-        assert_eq!(
-            classify("_c_0f-__READ__0000000001"),
-            Some((Kind::Rw, Some(1)))
-        );
-        assert_eq!(
-            classify("_c_0f-__WRIT__0000000002"),
-            Some((Kind::Rw, Some(2)))
-        );
-        assert_eq!(
-            classify("_c_0f-tag-latch-0000000009"),
-            Some((Kind::Election, Some(9)))
-        );
-        assert_eq!(classify(UNFAIR_NODE), Some((Kind::Mutex, None)));
-        assert_eq!(classify(LEASES), Some((Kind::Semaphore, None)));
-        assert_eq!(classify(LOCKS), None);
-        assert_eq!(classify("something-else"), None);
     }
 }

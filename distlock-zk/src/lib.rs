@@ -323,6 +323,7 @@ mod error;
 mod fair_mutex;
 mod ids;
 mod kinds;
+mod layout;
 mod lease;
 mod node;
 mod ops;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use distlock_core::backend::with_timeout;
-use distlock_core::{Error, Name, Result};
+use distlock_core::{Error, Result};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, Stat};
 
@@ -43,11 +43,6 @@ pub(crate) fn check_lock_dir(dir: &str, stat: &Stat) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// The directory of a primitive: root + `/` + name.
-pub(crate) fn dir(root: &str, name: &Name) -> String {
-    format!("{root}/{name}")
 }
 
 /// A cleanup budget with no end of its own: retry for as long as the

@@ -33,46 +33,12 @@ use distlock_core::{Error, ForceReleased, LeaderInfo, Name, Result};
 use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
 
 use crate::error::from_zk;
+use crate::layout::{latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, UNFAIR_NODE};
 use crate::node::CONTAINER_OWNER;
 use crate::provider::Shared;
-use crate::queue::sorted_queue;
-use crate::unfair_mutex::UNFAIR_NODE;
-
-/// The first word of our nodes' data.
-const MARK: &str = "distlock";
 
 /// Children read per multi-read.
 pub(crate) const READ_BATCH: usize = 512;
-
-/// The data of our lock nodes: `distlock owner=<owner>`.
-pub(crate) fn owner_data(owner: &str) -> Vec<u8> {
-    format!("{MARK} owner={owner}").into_bytes()
-}
-
-/// What our data says: `None` when it is not ours.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Ours {
-    pub(crate) owner: Option<String>,
-    pub(crate) permits: Option<u32>,
-}
-
-/// Parses `distlock word=value…` (words in any order; unknown words are
-/// skipped, so more can be added).
-pub(crate) fn parse(data: &[u8]) -> Option<Ours> {
-    let mut words = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
-    if words.next()? != MARK {
-        return None;
-    }
-    let mut ours = Ours::default();
-    for word in words {
-        if let Some(owner) = word.strip_prefix("owner=") {
-            ours.owner = Some(owner.to_owned());
-        } else if let Some(permits) = word.strip_prefix("permits=") {
-            ours.permits = permits.parse().ok();
-        }
-    }
-    Some(ours)
-}
 
 /// What is known of a foreign node: its kind and its data if printable.
 fn foreign(what: &str, data: &[u8]) -> String {
@@ -83,39 +49,6 @@ fn foreign(what: &str, data: &[u8]) -> String {
         }
         _ => format!("{what}, {} bytes of data", data.len()),
     }
-}
-
-/// The election node name's tag before `-latch-`: `o=<owner>` with every
-/// byte but ASCII letters, digits, `_`, `.`, `:`, `@` escaped as `%XX` (so
-/// no `-` or `/` is left in it).
-pub(crate) fn latch_tag(owner: &str) -> String {
-    let mut tag = String::from("o=");
-    for b in owner.bytes() {
-        if b.is_ascii_alphanumeric() || b"_.:@".contains(&b) {
-            tag.push(char::from(b));
-        } else {
-            tag.push_str(&format!("%{b:02X}"));
-        }
-    }
-    tag
-}
-
-/// The owner in an election node's name (see [`latch_tag`]), if it has one.
-pub(crate) fn latch_owner(child: &str) -> Option<String> {
-    let (_, rest) = child.split_once("-o=")?;
-    let escaped = rest.split('-').next()?;
-    let mut bytes = Vec::with_capacity(escaped.len());
-    let mut it = escaped.bytes();
-    while let Some(b) = it.next() {
-        if b == b'%' {
-            let hex = [it.next()?, it.next()?];
-            let hex = std::str::from_utf8(&hex).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-        } else {
-            bytes.push(b);
-        }
-    }
-    String::from_utf8(bytes).ok()
 }
 
 /// One child read: its path, data and stat.
@@ -385,7 +318,7 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
         PrimitiveKind::ReadWrite => {
             let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
             let children = lists.pop().flatten().unwrap_or_default();
-            let queue = crate::rw_lock::rw_queue(children).map_err(wrapped)?;
+            let queue = rw_queue(children).map_err(wrapped)?;
             let writes: std::collections::HashSet<String> = queue
                 .iter()
                 .filter(|(_, w, _)| *w)
@@ -416,8 +349,8 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             });
         }
         PrimitiveKind::Semaphore => {
-            let locks = format!("{dir}/{}", crate::semaphore::LOCKS);
-            let leases = format!("{dir}/{}", crate::semaphore::LEASES);
+            let locks = format!("{dir}/{}", LOCKS);
+            let leases = format!("{dir}/{}", LEASES);
             let (mut lists, _) =
                 first_read(shared, dir, &[locks.clone(), leases.clone()], &[]).await?;
             let lease_names = lists.pop().flatten().unwrap_or_default();
@@ -432,16 +365,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
                 .into_iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    let sub = if i < queued {
-                        crate::semaphore::LOCKS
-                    } else {
-                        crate::semaphore::LEASES
-                    };
+                    let sub = if i < queued { LOCKS } else { LEASES };
                     format!("{sub}/{n}")
                 })
                 .collect();
             let nodes = read_nodes(shared, dir, names).await?;
-            let in_locks = format!("{}/", crate::semaphore::LOCKS);
+            let in_locks = format!("{}/", LOCKS);
             let (mut queue, mut leases): (Vec<Node>, Vec<Node>) = nodes
                 .into_iter()
                 .partition(|n| n.name.starts_with(&in_locks));
@@ -533,6 +462,7 @@ pub(crate) async fn force_release(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::{owner_data, Ours};
 
     #[test]
     fn our_data_parses_and_foreign_data_does_not() {
@@ -574,30 +504,6 @@ mod tests {
         assert_eq!(
             foreign("lock node x", &[0, 1, 2]),
             "lock node x, 3 bytes of data"
-        );
-    }
-
-    #[test]
-    fn latch_tags_round_trip_and_never_hold_a_dash_or_slash() {
-        for owner in [
-            "h:1",
-            "web-1@h-2.example:42",
-            "a/b_c.d:e@f%g",
-            "x-latch-y@h:1",
-        ] {
-            let tag = latch_tag(owner);
-            assert!(!tag.contains('-') && !tag.contains('/'), "{tag}");
-            let child = format!("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-{tag}-latch-0000000042");
-            assert_eq!(latch_owner(&child).as_deref(), Some(owner), "{child}");
-            assert_eq!(
-                crate::queue::sequence(&child, "latch").ok().flatten(),
-                Some(42)
-            );
-        }
-        // Curator's LeaderLatch nodes carry no owner.
-        assert_eq!(
-            latch_owner("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-latch-0000000001"),
-            None
         );
     }
 }

@@ -16,7 +16,7 @@ use distlock_core::{
 use crate::election::ZkElection;
 use crate::fair_mutex::FairMutex;
 use crate::ids::ZkIds;
-use crate::node::dir;
+use crate::layout::{dir, owner_data};
 use crate::options::ZkOptions;
 use crate::session::{self, Sessions};
 use crate::unfair_mutex::UnfairMutex;
@@ -102,7 +102,7 @@ impl ZkProvider {
                 sessions: Sessions::new(options, first),
                 stats: Stats::default(),
                 lifecycle,
-                owner_data: crate::ops::owner_data(&owner),
+                owner_data: owner_data(&owner),
                 owner,
             }),
         })

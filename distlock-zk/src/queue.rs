@@ -26,6 +26,7 @@ use zookeeper_client::{
 };
 
 use crate::error::{triage, triage_timed, Triage};
+use crate::layout::{sequence_digits, sorted_queue, Wrapped};
 use crate::node::{
     acls, check_lock_dir, delete_retrying, make_parents, session_owned, WHILE_SESSION_LIVES,
 };
@@ -74,61 +75,6 @@ pub(crate) fn sweep_in_background(session: Arc<Session>, node: &str, timeout: Du
             }
         }
     });
-}
-
-/// A queue's sequence counter went past `i32::MAX`: the server prints it
-/// negative, and the queue order is lost.
-#[derive(Debug)]
-pub(crate) struct Wrapped;
-
-/// The sequence number of a queue child of `marker` (`lock`, `latch`):
-/// Curator's `…-lock-0000000042` and, for locks, kazoo's
-/// `…__lock__0000000042`. `Ok(None)` for a child that is not a queue node;
-/// `Err(Wrapped)` for a sequence the server printed negative.
-pub(crate) fn sequence(child: &str, marker: &str) -> std::result::Result<Option<u64>, Wrapped> {
-    let curator = format!("-{marker}-");
-    let kazoo = format!("__{marker}__");
-    let Some(digits) = child
-        .rsplit_once(curator.as_str())
-        .or_else(|| {
-            (marker == "lock")
-                .then(|| child.rsplit_once(kazoo.as_str()))
-                .flatten()
-        })
-        .map(|(_, d)| d)
-    else {
-        return Ok(None);
-    };
-    sequence_digits(digits)
-}
-
-/// The sequence a server appended to a node name (`0000000042`): `Ok(None)`
-/// for anything else, `Err(Wrapped)` for a sequence printed negative.
-pub(crate) fn sequence_digits(digits: &str) -> std::result::Result<Option<u64>, Wrapped> {
-    if let Some(negative) = digits.strip_prefix('-') {
-        if !negative.is_empty() && negative.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Wrapped);
-        }
-    }
-    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(None);
-    }
-    Ok(digits.parse().ok())
-}
-
-/// Queue children of `marker`, in queue order.
-pub(crate) fn sorted_queue(
-    children: Vec<String>,
-    marker: &str,
-) -> std::result::Result<Vec<(u64, String)>, Wrapped> {
-    let mut queue = Vec::with_capacity(children.len());
-    for child in children {
-        if let Some(seq) = sequence(&child, marker)? {
-            queue.push((seq, child));
-        }
-    }
-    queue.sort();
-    Ok(queue)
 }
 
 /// Where our node stands in a queue, after a listing.
@@ -1246,56 +1192,5 @@ async fn queue_step(
                 Err(Triage::Fail(e)) => return Err(e),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sequences_of_curator_kazoo_and_others() {
-        let seq = |c: &str, m: &str| sequence(c, m).unwrap();
-        assert_eq!(seq("_c_1f-lock-0000000042", "lock"), Some(42));
-        assert_eq!(seq("abc__lock__0000000007", "lock"), Some(7));
-        assert_eq!(seq("_c_1f-latch-0000000003", "latch"), Some(3));
-        assert_eq!(seq("abc__lock__0000000007", "latch"), None);
-        assert_eq!(seq("_unfair_lock", "lock"), None);
-        assert_eq!(seq("_c_x-lock-12", "lock"), None);
-        assert_eq!(seq("_c_x-lock-000000000a", "lock"), None);
-        assert_eq!(seq("_c_x-lock-2147483647", "lock"), Some(2_147_483_647));
-        let q = sorted_queue(
-            vec![
-                "b-lock-0000000010".into(),
-                "a__lock__0000000002".into(),
-                "junk".into(),
-                "c-lock-0000000005".into(),
-            ],
-            "lock",
-        )
-        .unwrap();
-        let names: Vec<&str> = q.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "a__lock__0000000002",
-                "c-lock-0000000005",
-                "b-lock-0000000010"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_sequence_past_i32_max_is_an_error_not_a_skipped_child() {
-        // ZooKeeper prints the wrapped counter with "%010d".
-        for child in [
-            "_c_1f-lock--2147483648",
-            "_c_1f-lock--000000001",
-            "x__lock__-2147483647",
-        ] {
-            assert!(sequence(child, "lock").is_err(), "{child}");
-        }
-        assert!(sorted_queue(vec!["_c_1f-lock--2147483648".into()], "lock").is_err());
-        assert_eq!(sequence("_c_1f-lock--", "lock").unwrap(), None);
     }
 }

@@ -52,33 +52,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
-use crate::kinds::{settle, Kind, Settled, READ, WRITE};
+use crate::kinds::{settle, Settled};
+use crate::layout::{rw_queue, Kind, Wrapped, READ, WRITE};
 use crate::lease::guard;
 use crate::provider::Shared;
-use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
-
-/// The read and write nodes among `children`, in queue order, as
-/// `(sequence, is_write, name)`; other children are not part of the queue.
-pub(crate) fn rw_queue(
-    children: Vec<String>,
-) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
-    let mut queue = Vec::with_capacity(children.len());
-    for child in children {
-        // Curator: a child containing `__WRIT__` is a writer.
-        let parsed = match child.rsplit_once(WRITE) {
-            Some((_, digits)) => Some((true, digits)),
-            None => child.rsplit_once(READ).map(|(_, digits)| (false, digits)),
-        };
-        let Some((write, digits)) = parsed else {
-            continue;
-        };
-        if let Some(seq) = sequence_digits(digits)? {
-            queue.push((seq, write, child));
-        }
-    }
-    queue.sort_unstable();
-    Ok(queue)
-}
+use crate::queue::{join_queue, QueueRules, Standing};
 
 /// The queue rules of one side of the lock.
 struct Side {

@@ -34,18 +34,16 @@ use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
 use crate::error::{triage_timed, Triage};
-use crate::kinds::{check, Kind};
+use crate::kinds::check;
+use crate::layout::{lease_data, owner_data, permits_of, Kind, LEASES, LOCKS};
 use crate::lease::guard;
 use crate::node::session_owned;
-use crate::ops::owner_data;
 use crate::provider::Shared;
 use crate::queue::{
     clean_up_now, enter_queue_below, join, passed, pause_before_retry, slack, start_over,
     watch_fired, watch_noticed, within, Acquired, Joined, Withdraw,
 };
 use crate::session::Session;
-
-pub(crate) use crate::kinds::{LEASES, LOCKS};
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///
@@ -151,20 +149,6 @@ impl Semaphore for ZkSemaphore {
     fn permits(&self) -> u32 {
         self.permits
     }
-}
-
-/// The data of our lease nodes: `distlock permits=N owner=<identity>`.
-fn lease_data(permits: u32, owner: &str) -> Vec<u8> {
-    format!("distlock permits={permits} owner={owner}").into_bytes()
-}
-
-/// The permits in a lease node's data, if distlock wrote it.
-fn permits_of(data: &[u8]) -> Option<u32> {
-    let mut words = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
-    if words.next()? != "distlock" {
-        return None;
-    }
-    words.find_map(|w| w.strip_prefix("permits="))?.parse().ok()
 }
 
 /// Reads the lease nodes `names` (pipelined) and returns the permits of the
@@ -426,26 +410,5 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
             }
             watch_noticed(shared);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_data_round_trips_and_foreign_data_is_not_ours() {
-        assert_eq!(lease_data(3, "w@h:1"), b"distlock permits=3 owner=w@h:1");
-        assert_eq!(permits_of(&lease_data(7, "h:2")), Some(7));
-        assert_eq!(permits_of(b"distlock permits=3"), Some(3));
-        assert_eq!(permits_of(b"distlock owner=host:1 permits=2"), Some(2));
-        assert_eq!(permits_of(b"distlock  permits=2 owner=x"), Some(2));
-        // Curator's default node data: the client's IP address.
-        assert_eq!(permits_of(b"127.0.1.1"), None);
-        assert_eq!(permits_of(b""), None);
-        assert_eq!(permits_of(b"distlock"), None);
-        assert_eq!(permits_of(b"distlock permits=x"), None);
-        assert_eq!(permits_of(b"distlockpermits=2"), None);
-        assert_eq!(permits_of(&[0xff, 0xfe]), None);
     }
 }

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
 use crate::error::{from_zk, triage, triage_timed, Triage};
-use crate::kinds::{settle, Kind, Settled};
+use crate::kinds::{settle, Settled};
+use crate::layout::{Kind, UNFAIR_NODE};
 use crate::lease::guard;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::provider::Shared;
@@ -28,8 +29,6 @@ use crate::queue::{
     start_over, watch_fired, watch_noticed, within, Acquired, Recreate,
 };
 use crate::session::Session;
-
-pub(crate) use crate::kinds::UNFAIR_NODE;
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
