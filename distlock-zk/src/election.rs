@@ -15,11 +15,11 @@ use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
+use crate::context::Shared;
 use crate::error::from_zk;
 use crate::kinds::{settle, Settled};
 use crate::layout::{latch_tag, sorted_queue, Kind};
 use crate::lease::guard;
-use crate::provider::Shared;
 use crate::queue::enter_tagged_queue;
 
 /// A ZooKeeper election.

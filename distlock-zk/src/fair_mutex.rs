@@ -10,10 +10,10 @@ use async_trait::async_trait;
 use distlock_core::{Lock, LockGuard, Name, Result, Wait};
 use futures::FutureExt;
 
+use crate::context::Shared;
 use crate::kinds::{settle, Settled};
 use crate::layout::Kind;
 use crate::lease::guard;
-use crate::provider::Shared;
 use crate::queue::enter_queue;
 
 /// A ZooKeeper fair mutex.

@@ -12,9 +12,9 @@ use distlock_core::backend::{with_timeout, IdSource};
 use distlock_core::{Error, Name, Result};
 use zookeeper_client::{CreateMode, Error as ZkError};
 
+use crate::context::Shared;
 use crate::error::from_zk;
 use crate::node::{acls, make_parents, CONTAINER_OWNER};
-use crate::provider::Shared;
 
 /// The counter of one id generator.
 pub(crate) struct ZkIds {

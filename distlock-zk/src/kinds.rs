@@ -65,15 +65,16 @@ use distlock_core::{Error, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
 
+use crate::context::Shared;
 use crate::error::{triage_timed, Triage};
 use crate::layout::{classify, sequence, Kind, LEASES};
+use crate::lease::Acquired;
 use crate::node::{delete_if_ours, WHILE_SESSION_LIVES};
-use crate::provider::Shared;
-use crate::queue::{
-    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within, Acquired,
-    Withdraw,
-};
+use crate::queue::Withdraw;
 use crate::session::Session;
+use crate::wait::{
+    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within,
+};
 
 /// What the check found.
 pub(crate) enum Verdict {

@@ -13,13 +13,32 @@ use async_trait::async_trait;
 use distlock_core::backend::{with_timeout, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms};
 use distlock_core::{Error, LockGuard, LostReason, Name, Result};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use zookeeper_client::EventType;
 
+use crate::context::Shared;
 use crate::error::{from_zk, session_ended};
-use crate::node::{delete_if_ours, delete_retrying, token, WHILE_SESSION_LIVES};
-use crate::provider::Shared;
-use crate::queue::Acquired;
+use crate::node::{
+    delete_if_ours, delete_retrying, sweep_in_background, token, WHILE_SESSION_LIVES,
+};
 use crate::session::{Session, Status};
+
+/// A lease just acquired: our node in our session.
+pub(crate) struct Acquired {
+    pub(crate) session: Arc<Session>,
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+    /// When the request whose answer showed us the holder was sent: the
+    /// server heard the session at or after this instant.
+    pub(crate) heard_at: Instant,
+    /// A create of this acquisition had an unknown outcome in this
+    /// session: a late one may still land, so the release also deletes
+    /// every node with our prefix ([`sweep_in_background`]).
+    pub(crate) sweep: bool,
+    /// The directory's children as that answer listed them, after our node
+    /// was created (for the kind check, `kinds`), if it was a listing.
+    pub(crate) listing: Option<Vec<String>>,
+}
 
 /// One held lease.
 pub(crate) struct ZkLease {
@@ -175,7 +194,7 @@ impl LeaseBackend for ZkLease {
         };
         if self.sweep {
             // After our own delete, so that it cannot find our node gone.
-            crate::queue::sweep_in_background(Arc::clone(&session), &self.node, timeout);
+            sweep_in_background(Arc::clone(&session), &self.node, timeout);
         }
         match deleted {
             Ok(true) => Ok(()),

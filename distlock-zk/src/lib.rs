@@ -318,6 +318,7 @@
 //!
 //! Rust 1.88 or later.
 
+mod context;
 mod election;
 mod error;
 mod fair_mutex;
@@ -334,6 +335,7 @@ mod rw_lock;
 mod semaphore;
 mod session;
 mod unfair_mutex;
+mod wait;
 
 use std::sync::Arc;
 

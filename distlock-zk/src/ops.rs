@@ -32,10 +32,10 @@ use distlock_core::inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapsho
 use distlock_core::{Error, ForceReleased, LeaderInfo, Name, Result};
 use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
 
+use crate::context::Shared;
 use crate::error::from_zk;
 use crate::layout::{latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, UNFAIR_NODE};
 use crate::node::CONTAINER_OWNER;
-use crate::provider::Shared;
 
 /// Children read per multi-read.
 pub(crate) const READ_BATCH: usize = 512;

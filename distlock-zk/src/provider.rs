@@ -1,7 +1,7 @@
 //! The ZooKeeper provider.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use distlock_core::{
     ReadWriteLock, Result, Semaphore, Snapshot,
 };
 
+use crate::context::{Shared, Stats};
 use crate::election::ZkElection;
 use crate::fair_mutex::FairMutex;
 use crate::ids::ZkIds;
@@ -20,27 +21,6 @@ use crate::layout::{dir, owner_data};
 use crate::options::ZkOptions;
 use crate::session::{self, Sessions};
 use crate::unfair_mutex::UnfairMutex;
-
-/// Counters for tests and benches.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    /// Watch notifications that woke a waiter.
-    pub(crate) watch_events: AtomicU64,
-}
-
-/// What every primitive of one provider shares.
-pub(crate) struct Shared {
-    pub(crate) sessions: Sessions,
-    pub(crate) authenticated: bool,
-    pub(crate) timeout: Duration,
-    pub(crate) stats: Stats,
-    pub(crate) lifecycle: Arc<Lifecycle>,
-    /// The owner identity stored with every hold (`label@host:pid`).
-    pub(crate) owner: String,
-    /// The data of our lock nodes (`ops::owner_data` of `owner`), made
-    /// once: a waiting acquisition borrows it.
-    pub(crate) owner_data: Vec<u8>,
-}
 
 /// A connected ZooKeeper backend.
 ///

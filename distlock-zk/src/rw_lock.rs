@@ -52,10 +52,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
+use crate::context::Shared;
 use crate::kinds::{settle, Settled};
 use crate::layout::{rw_queue, Kind, Wrapped, READ, WRITE};
 use crate::lease::guard;
-use crate::provider::Shared;
 use crate::queue::{join_queue, QueueRules, Standing};
 
 /// The queue rules of one side of the lock.

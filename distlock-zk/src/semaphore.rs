@@ -33,17 +33,18 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Semaphore, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
+use crate::context::{start_over, Shared};
 use crate::error::{triage_timed, Triage};
 use crate::kinds::check;
 use crate::layout::{lease_data, owner_data, permits_of, Kind, LEASES, LOCKS};
 use crate::lease::guard;
+use crate::lease::Acquired;
 use crate::node::session_owned;
-use crate::provider::Shared;
-use crate::queue::{
-    clean_up_now, enter_queue_below, join, passed, pause_before_retry, slack, start_over,
-    watch_fired, watch_noticed, within, Acquired, Joined, Withdraw,
-};
+use crate::queue::{enter_queue_below, join, Joined, Withdraw};
 use crate::session::Session;
+use crate::wait::{
+    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within,
+};
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///

@@ -18,17 +18,18 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
+use crate::context::{session_for, start_over, Shared};
 use crate::error::{from_zk, triage, triage_timed, Triage};
 use crate::kinds::{settle, Settled};
 use crate::layout::{Kind, UNFAIR_NODE};
 use crate::lease::guard;
+use crate::lease::Acquired;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
-use crate::provider::Shared;
-use crate::queue::{
-    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, slack,
-    start_over, watch_fired, watch_noticed, within, Acquired, Recreate,
-};
+use crate::queue::{check_dir_again, conflict};
 use crate::session::Session;
+use crate::wait::{
+    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within, Recreate,
+};
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
