@@ -19,7 +19,7 @@ pub(crate) struct Stats {
 }
 
 /// What every primitive of one provider shares.
-pub(crate) struct Shared {
+pub(crate) struct Context {
     pub(crate) sessions: Sessions,
     pub(crate) authenticated: bool,
     pub(crate) timeout: Duration,
@@ -41,7 +41,7 @@ pub(crate) struct Shared {
 /// # Errors
 ///
 /// [`Error::Closed`], a non-retryable error, or any error for a try.
-pub(crate) async fn session_for(shared: &Shared, wait: Wait) -> Result<Option<Arc<Session>>> {
+pub(crate) async fn session_for(ctx: &Context, wait: Wait) -> Result<Option<Arc<Session>>> {
     // A try opens a session as it must: its "deadline" is now.
     let deadline = match wait {
         Wait::No => None,
@@ -49,8 +49,8 @@ pub(crate) async fn session_for(shared: &Shared, wait: Wait) -> Result<Option<Ar
     };
     let mut pause = Duration::from_millis(50);
     loop {
-        shared.lifecycle.check_open()?;
-        let opening = shared.sessions.get();
+        ctx.lifecycle.check_open()?;
+        let opening = ctx.sessions.get();
         let opened = match deadline {
             Some(d) => match tokio::time::timeout_at(d, opening).await {
                 Ok(opened) => opened,
@@ -77,7 +77,7 @@ pub(crate) async fn session_for(shared: &Shared, wait: Wait) -> Result<Option<Ar
 /// The session ended and took every ephemeral node of ours with it:
 /// nothing is left to clean up, and the caller starts over on a new
 /// session.
-pub(crate) async fn start_over(shared: &Shared, session: &Arc<Session>, undo: &mut CleanupGuard) {
+pub(crate) async fn start_over(ctx: &Context, session: &Arc<Session>, undo: &mut CleanupGuard) {
     undo.disarm();
-    shared.sessions.ended(session).await;
+    ctx.sessions.ended(session).await;
 }

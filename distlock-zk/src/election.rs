@@ -15,7 +15,7 @@ use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::error::from_zk;
 use crate::kinds::{settle, Settled};
 use crate::layout::{latch_tag, sorted_queue, Kind};
@@ -24,7 +24,7 @@ use crate::queue::enter_tagged_queue;
 
 /// A ZooKeeper election.
 pub(crate) struct ZkElection {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     /// Shared by every acquisition's withdraw.
     pub(crate) dir: Arc<str>,
@@ -43,13 +43,13 @@ impl fmt::Debug for ZkElection {
 /// The leader now, and (with `watch`) a watcher that fires when the set of
 /// candidates changes.
 async fn current(
-    shared: &Shared,
+    ctx: &Context,
     dir: &str,
     watch: bool,
 ) -> Result<(Option<LeaderInfo>, Option<OneshotWatcher>)> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     loop {
-        let session = shared.sessions.get().await?;
+        let session = ctx.sessions.get().await?;
         let client = &session.client;
         let (children, watcher) = if watch {
             match with_timeout("watch", timeout, client.get_and_watch_children(dir)).await? {
@@ -105,10 +105,10 @@ impl Election for ZkElection {
         distlock_core::backend::measured_campaign("zookeeper", &self.name, async {
             // The data stays the candidate id (Curator's LeaderLatch reads
             // it); our owner identity goes into the node's name.
-            let tag = latch_tag(&self.shared.owner);
+            let tag = latch_tag(&self.ctx.owner);
             let acquired = loop {
                 let acquired = enter_tagged_queue(
-                    &self.shared,
+                    &self.ctx,
                     &self.dir,
                     "latch",
                     &tag,
@@ -118,7 +118,7 @@ impl Election for ZkElection {
                 .await?
                 .ok_or(Error::Closed)?;
                 let settled = settle(
-                    &self.shared,
+                    &self.ctx,
                     &self.name,
                     &self.dir,
                     Kind::Election,
@@ -134,7 +134,7 @@ impl Election for ZkElection {
             // The node we lead with is ours by construction: created in this
             // session (or found by prefix with this session as its owner).
             Ok(Leadership::new(
-                guard(&self.shared, &self.name, acquired, true, self.hold)?,
+                guard(&self.ctx, &self.name, acquired, true, self.hold)?,
                 candidate,
             ))
         })
@@ -142,19 +142,19 @@ impl Election for ZkElection {
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {
-        self.shared.lifecycle.check_open()?;
-        Ok(current(&self.shared, &self.dir, false).await?.0)
+        self.ctx.lifecycle.check_open()?;
+        Ok(current(&self.ctx, &self.dir, false).await?.0)
     }
 
     fn observe(&self) -> LeaderStream {
         struct State {
-            shared: Arc<Shared>,
+            ctx: Arc<Context>,
             dir: String,
             last: Option<Option<LeaderInfo>>,
             watcher: Option<OneshotWatcher>,
         }
         let state = State {
-            shared: Arc::clone(&self.shared),
+            ctx: Arc::clone(&self.ctx),
             dir: self.dir.to_string(),
             last: None,
             watcher: None,
@@ -164,7 +164,7 @@ impl Election for ZkElection {
                 if let Some(watcher) = state.watcher.take() {
                     watcher.changed().await;
                 }
-                match current(&state.shared, &state.dir, true).await {
+                match current(&state.ctx, &state.dir, true).await {
                     Ok((leader, watcher)) => {
                         state.watcher = watcher;
                         if state.last.as_ref() != Some(&leader) {

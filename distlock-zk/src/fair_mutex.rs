@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use distlock_core::{Lock, LockGuard, Name, Result, Wait};
 use futures::FutureExt;
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::kinds::{settle, Settled};
 use crate::layout::Kind;
 use crate::lease::guard;
@@ -18,7 +18,7 @@ use crate::queue::enter_queue;
 
 /// A ZooKeeper fair mutex.
 pub(crate) struct FairMutex {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     /// Shared by every acquisition's withdraw (one copy, not one each).
     pub(crate) dir: Arc<str>,
@@ -60,13 +60,7 @@ impl Lock for FairMutex {
     {
         // The queue checks for a runtime at its first poll (a future made
         // outside one and run inside one, `block_on(lock.lock())`, works).
-        let queued = enter_queue(
-            &self.shared,
-            &self.dir,
-            "lock",
-            &self.shared.owner_data,
-            wait,
-        );
+        let queued = enter_queue(&self.ctx, &self.dir, "lock", &self.ctx.owner_data, wait);
         // The queue's head then passes the kind check (`kinds`): boxed, so a
         // waiter in the queue keeps none of it.
         Box::pin(queued.then(move |acquired| {
@@ -76,21 +70,16 @@ impl Lock for FairMutex {
                     let Some(a) = acquired else {
                         return Ok(None);
                     };
-                    match settle(&self.shared, &self.name, &self.dir, Kind::Fair, a, wait).await? {
+                    match settle(&self.ctx, &self.name, &self.dir, Kind::Fair, a, wait).await? {
                         Settled::Held(a) => {
-                            return guard(&self.shared, &self.name, a, true, self.hold).map(Some)
+                            return guard(&self.ctx, &self.name, a, true, self.hold).map(Some)
                         }
                         Settled::NotAcquired => return Ok(None),
                         Settled::Again => {}
                     }
-                    acquired = enter_queue(
-                        &self.shared,
-                        &self.dir,
-                        "lock",
-                        &self.shared.owner_data,
-                        wait,
-                    )
-                    .await?;
+                    acquired =
+                        enter_queue(&self.ctx, &self.dir, "lock", &self.ctx.owner_data, wait)
+                            .await?;
                 }
             })
         }))

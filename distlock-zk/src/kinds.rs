@@ -65,7 +65,7 @@ use distlock_core::{Error, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::error::{triage_timed, Triage};
 use crate::layout::{classify, sequence, Kind, LEASES};
 use crate::lease::Acquired;
@@ -277,14 +277,14 @@ impl Cleanup for DeleteTheNodeCreated {
 /// Cancellation safe: the node is deleted (in the background if need be)
 /// unless it is given back.
 pub(crate) async fn settle(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     mine: Kind,
     mut acquired: Acquired,
     wait: Wait,
 ) -> Result<Settled> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let deadline = wait.deadline();
     let session: Arc<Session> = Arc::clone(&acquired.session);
     // The unfair node's path is shared by every client: once ours may have
@@ -410,10 +410,10 @@ pub(crate) async fn settle(
                 return Ok(Settled::NotAcquired);
             }
         };
-        if !watch_fired(shared, watcher, deadline).await? {
+        if !watch_fired(ctx, watcher, deadline).await? {
             clean_up_now(undo, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
-        watch_noticed(shared);
+        watch_noticed(ctx);
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client::EventType;
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::error::{from_zk, session_ended};
 use crate::node::{
     delete_if_ours, delete_retrying, sweep_in_background, token, WHILE_SESSION_LIVES,
@@ -43,7 +43,7 @@ pub(crate) struct Acquired {
 /// One held lease.
 pub(crate) struct ZkLease {
     /// Keeps the provider (and so its session) alive while the guard lives.
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     /// Not owned: closing the provider closes the session even while a
     /// guard is still around.
     session: Weak<Session>,
@@ -75,7 +75,7 @@ impl ZkLease {
     /// Whether the node is still the one we created, in our session; with
     /// its version.
     async fn ours(&self, session: &Session) -> Result<Option<i32>> {
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         match with_timeout(
             "check lease",
             timeout,
@@ -115,7 +115,7 @@ impl ZkLease {
             // path now is someone else's.
             return Quick::NotAtZero;
         }
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         match with_timeout(
             "delete",
             timeout,
@@ -159,7 +159,7 @@ impl LeaseBackend for ZkLease {
         // the leader (which would still answer reads) cannot confirm a
         // session the leader has expired.
         let session = self.session()?;
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         match with_timeout("sync", timeout, session.client.sync(&self.node)).await? {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
             Err(e) if session_ended(&e) => return Err(self.not_held()),
@@ -173,7 +173,7 @@ impl LeaseBackend for ZkLease {
 
     async fn release(&self) -> Result<()> {
         let session = self.session()?;
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         let deleted = if self.own_path {
             // A queue node's path is ours alone: no check needed.
             delete_retrying(&session, &self.node, None, timeout).await
@@ -223,7 +223,7 @@ impl LeaseBackend for ZkLease {
 
 /// Turns an acquired node into a guard and starts watching it.
 pub(crate) fn guard(
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
     name: &Name,
     acquired: Acquired,
     own_path: bool,
@@ -242,7 +242,7 @@ pub(crate) fn guard(
     }
     let fencing_token = token(acquired.czxid);
     let backend = Arc::new(ZkLease {
-        shared: Arc::clone(shared),
+        ctx: Arc::clone(ctx),
         session: Arc::downgrade(&acquired.session),
         name: name.clone(),
         node: acquired.node.clone(),
@@ -261,7 +261,7 @@ pub(crate) fn guard(
             timeout: acquired.session.timeout(),
         },
         acquired_at: acquired.heard_at,
-        lifecycle: Arc::clone(&shared.lifecycle),
+        lifecycle: Arc::clone(&ctx.lifecycle),
     };
     let guard = LockGuard::new(parts, backend)?;
     fencing_token?;

@@ -32,7 +32,7 @@ use distlock_core::inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapsho
 use distlock_core::{Error, ForceReleased, LeaderInfo, Name, Result};
 use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::error::from_zk;
 use crate::layout::{latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, UNFAIR_NODE};
 use crate::node::CONTAINER_OWNER;
@@ -149,13 +149,13 @@ fn zk(timeout: Duration) -> impl Fn(ZkError) -> Error {
 /// Round 1: the directory's data and, for each of `lists`, its children
 /// (`None`: no such node); for each of `reads`, its data and stat.
 async fn first_read(
-    shared: &Shared,
+    ctx: &Context,
     dir: &str,
     lists: &[String],
     reads: &[String],
 ) -> Result<(Vec<Option<Vec<String>>>, Vec<Option<(Vec<u8>, Stat)>>)> {
-    let timeout = shared.timeout;
-    let session = shared.sessions.get().await?;
+    let timeout = ctx.timeout;
+    let session = ctx.sessions.get().await?;
     let mut reader = session.client.new_multi_reader();
     reader.add_get_data(dir).map_err(zk(timeout))?;
     for path in lists {
@@ -198,13 +198,13 @@ async fn first_read(
 
 /// Round 2: the data and stat of `names` in `parent`, in one multi-read per
 /// [`READ_BATCH`]; children gone meanwhile are left out.
-async fn read_nodes(shared: &Shared, parent: &str, names: Vec<String>) -> Result<Vec<Node>> {
-    let timeout = shared.timeout;
+async fn read_nodes(ctx: &Context, parent: &str, names: Vec<String>) -> Result<Vec<Node>> {
+    let timeout = ctx.timeout;
     let mut nodes = Vec::with_capacity(names.len());
     if names.is_empty() {
         return Ok(nodes);
     }
-    let session = shared.sessions.get().await?;
+    let session = ctx.sessions.get().await?;
     for batch in names.chunks(READ_BATCH) {
         let mut reader = session.client.new_multi_reader();
         let paths: Vec<String> = batch.iter().map(|n| format!("{parent}/{n}")).collect();
@@ -234,7 +234,7 @@ async fn read_nodes(shared: &Shared, parent: &str, names: Vec<String>) -> Result
 }
 
 /// Reads `name`'s nodes as the primitive `kind` in `dir`.
-async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> Result<State> {
+async fn read(ctx: &Context, name: &Name, dir: &str, kind: PrimitiveKind) -> Result<State> {
     let mut snapshot = Snapshot::empty(name.clone(), kind, "zookeeper");
     let mut holds = Vec::new();
     let wrapped = |_| {
@@ -249,17 +249,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             // queue's head holds, whichever kind is asked about; the other
             // waits.
             let unfair = format!("{dir}/{UNFAIR_NODE}");
-            let (mut lists, mut read) = first_read(
-                shared,
-                dir,
-                &[dir.to_owned()],
-                std::slice::from_ref(&unfair),
-            )
-            .await?;
+            let (mut lists, mut read) =
+                first_read(ctx, dir, &[dir.to_owned()], std::slice::from_ref(&unfair)).await?;
             let children = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(children, "lock").map_err(wrapped)?;
             let mut nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+                read_nodes(ctx, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
             if let Some((data, stat)) = read.pop().flatten() {
                 if stat.ephemeral_owner == 0 {
                     return Err(conflict(
@@ -294,11 +289,10 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             snapshot.waiters = waiters(nodes, |n| parse(&n.data).and_then(|o| o.owner));
         }
         PrimitiveKind::Election => {
-            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let (mut lists, _) = first_read(ctx, dir, &[dir.to_owned()], &[]).await?;
             let children = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(children, "latch").map_err(wrapped)?;
-            let nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+            let nodes = read_nodes(ctx, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
             let mut nodes = nodes.iter();
             if let Some(head) = nodes.next() {
                 let id = String::from_utf8_lossy(&head.data).into_owned();
@@ -316,7 +310,7 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             snapshot.waiters = waiters(nodes, |n| latch_owner(&n.name));
         }
         PrimitiveKind::ReadWrite => {
-            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let (mut lists, _) = first_read(ctx, dir, &[dir.to_owned()], &[]).await?;
             let children = lists.pop().flatten().unwrap_or_default();
             let queue = rw_queue(children).map_err(wrapped)?;
             let writes: std::collections::HashSet<String> = queue
@@ -325,7 +319,7 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
                 .map(|(_, _, n)| n.clone())
                 .collect();
             let nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
+                read_nodes(ctx, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
             // Holding: the first node if it is a write, else every read
             // before the first write.
             let first_write = nodes.iter().position(|n| writes.contains(&n.name));
@@ -352,7 +346,7 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             let locks = format!("{dir}/{}", LOCKS);
             let leases = format!("{dir}/{}", LEASES);
             let (mut lists, _) =
-                first_read(shared, dir, &[locks.clone(), leases.clone()], &[]).await?;
+                first_read(ctx, dir, &[locks.clone(), leases.clone()], &[]).await?;
             let lease_names = lists.pop().flatten().unwrap_or_default();
             let lock_names = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(lock_names, "lock").map_err(wrapped)?;
@@ -369,7 +363,7 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
                     format!("{sub}/{n}")
                 })
                 .collect();
-            let nodes = read_nodes(shared, dir, names).await?;
+            let nodes = read_nodes(ctx, dir, names).await?;
             let in_locks = format!("{}/", LOCKS);
             let (mut queue, mut leases): (Vec<Node>, Vec<Node>) = nodes
                 .into_iter()
@@ -407,12 +401,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
 
 /// `Provider::inspect`.
 pub(crate) async fn inspect(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     kind: PrimitiveKind,
 ) -> Result<Snapshot> {
-    Ok(read(shared, name, dir, kind).await?.snapshot)
+    Ok(read(ctx, name, dir, kind).await?.snapshot)
 }
 
 /// `Provider::force_release`: deletes every holding node (pipelined), so
@@ -420,14 +414,14 @@ pub(crate) async fn inspect(
 /// the holders' own node watches report their leases lost
 /// (`LostReason::Deleted`).
 pub(crate) async fn force_release(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     kind: PrimitiveKind,
 ) -> Result<ForceReleased> {
-    let state = read(shared, name, dir, kind).await?;
-    let timeout = shared.timeout;
-    let session = shared.sessions.get().await?;
+    let state = read(ctx, name, dir, kind).await?;
+    let timeout = ctx.timeout;
+    let session = ctx.sessions.get().await?;
     let deletes = state.holds.iter().map(|hold| {
         let client = &session.client;
         async move { client.delete(&hold.path, None).await }

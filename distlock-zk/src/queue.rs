@@ -20,7 +20,7 @@ use distlock_core::{Error, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, CreateSequence, Error as ZkError, OneshotWatcher};
 
-use crate::context::{session_for, start_over, Shared};
+use crate::context::{session_for, start_over, Context};
 use crate::error::{triage, triage_timed, Triage};
 use crate::layout::{sorted_queue, Wrapped};
 use crate::lease::Acquired;
@@ -384,17 +384,17 @@ pub(crate) enum Joined {
 /// holding data: an id counter), after our node is deleted; server errors
 /// (the undo then stays armed when a node of ours may exist).
 pub(crate) async fn join(
-    shared: &Shared,
+    ctx: &Context,
     withdraw: &Withdraw,
     undo: &mut CleanupGuard,
     (data, list, under): (&[u8], bool, Option<&str>),
     wait: Wait,
 ) -> Result<Joined> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let session = &withdraw.session;
     let dir = &*withdraw.dir;
     let path_prefix = withdraw.path_prefix();
-    let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
+    let create = CreateMode::EphemeralSequential.with_acls(acls(ctx.authenticated));
     // An earlier create of ours in this session had an unknown outcome.
     let mut unsure = false;
     let mut again = Recreate::new();
@@ -452,7 +452,7 @@ pub(crate) async fn join(
                     // name that is not a lock's.
                     check_dir_again(session, p, None, timeout).await?;
                 }
-                make_parents(session, &path_prefix, shared.authenticated, timeout).await?;
+                make_parents(session, &path_prefix, ctx.authenticated, timeout).await?;
                 return Ok(Joined::Again);
             }
             Err(ZkError::NoChildrenForEphemerals) => {
@@ -461,7 +461,7 @@ pub(crate) async fn join(
             }
             Err(e) => match triage("create", timeout, e.clone()) {
                 Triage::SessionEnded => {
-                    start_over(shared, session, undo).await;
+                    start_over(ctx, session, undo).await;
                     return Ok(Joined::SessionEnded);
                 }
                 Triage::Fail(e) => {
@@ -494,7 +494,7 @@ pub(crate) async fn join(
                         return Ok(Joined::DeadlinePassed);
                     }
                     Lookup::SessionEnded => {
-                        start_over(shared, session, undo).await;
+                        start_over(ctx, session, undo).await;
                         return Ok(Joined::SessionEnded);
                     }
                     Lookup::DeadlinePassed => return Ok(Joined::DeadlinePassed),
@@ -548,7 +548,7 @@ pub(crate) async fn check_dir_again(
 ///
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_queue<'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     marker: &'a str,
     data: &'a [u8],
@@ -556,7 +556,7 @@ pub(crate) fn enter_queue<'a>(
 ) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
     // Not an `async fn`: [`join_queue`]'s future itself, with no second
     // body around it (a waiting task keeps this future).
-    join_queue(shared, dir, Fifo(marker), data, wait)
+    join_queue(ctx, dir, Fifo(marker), data, wait)
 }
 
 /// A FIFO queue of `marker` nodes in a directory below the primitive's.
@@ -584,7 +584,7 @@ impl QueueRules for Below<'_> {
 ///
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_queue_below<'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     primitive_dir: &'a str,
     marker: &'a str,
@@ -592,7 +592,7 @@ pub(crate) fn enter_queue_below<'a>(
     wait: Wait,
 ) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
     join_queue(
-        shared,
+        ctx,
         dir,
         Below {
             marker,
@@ -625,14 +625,14 @@ impl QueueRules for Tagged<'_> {
 ///
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_tagged_queue<'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     marker: &'a str,
     tag: &'a str,
     data: &'a [u8],
     wait: Wait,
 ) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
-    join_queue(shared, dir, Tagged { marker, tag }, data, wait)
+    join_queue(ctx, dir, Tagged { marker, tag }, data, wait)
 }
 
 /// Our node while it waits in a queue: the session it lives in, its
@@ -677,7 +677,7 @@ enum QueueStep {
 // An `async fn` would keep its arguments twice (see below).
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     rules: R,
     data: &'a [u8],
@@ -692,19 +692,19 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
         let uuid = uuid::Uuid::new_v4();
         let mut ours: Option<InQueue> = None;
         loop {
-            let step = queue_step(shared, dir, &rules, data, wait, uuid, &mut ours);
+            let step = queue_step(ctx, dir, &rules, data, wait, uuid, &mut ours);
             // Out of the match, so that the step is not kept through the wait.
             let watcher = match Box::pin(step).await? {
                 QueueStep::Done(acquired) => return Ok(acquired),
                 QueueStep::Wait(watcher) => watcher,
             };
-            if !watch_fired(shared, watcher, wait.deadline()).await? {
+            if !watch_fired(ctx, watcher, wait.deadline()).await? {
                 if let Some(waiting) = ours.take() {
-                    Box::pin(clean_up_now(waiting.undo, slack(shared.timeout, wait))).await;
+                    Box::pin(clean_up_now(waiting.undo, slack(ctx.timeout, wait))).await;
                 }
                 return Ok(None);
             }
-            watch_noticed(shared);
+            watch_noticed(ctx);
         }
     }
 }
@@ -715,7 +715,7 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
 /// back only with a watch to wait on; dropped with its withdraw armed on
 /// an error or a cancellation.
 async fn queue_step(
-    shared: &Shared,
+    ctx: &Context,
     dir: &Arc<str>,
     rules: &dyn QueueRules,
     data: &[u8],
@@ -723,7 +723,7 @@ async fn queue_step(
     uuid: uuid::Uuid,
     ours: &mut Option<InQueue>,
 ) -> Result<QueueStep> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let deadline = wait.deadline();
     let mut children = None;
     // Our extra nodes were looked for once in this step already.
@@ -732,7 +732,7 @@ async fn queue_step(
         let mut q = match ours.take() {
             Some(q) => q,
             None => {
-                let Some(session) = session_for(shared, wait).await? else {
+                let Some(session) = session_for(ctx, wait).await? else {
                     return Ok(QueueStep::Done(None));
                 };
                 let naming = (uuid, rules.node_name());
@@ -740,7 +740,7 @@ async fn queue_step(
                 let mut undo =
                     CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
                 let asks = (data, true, rules.primitive_dir());
-                match join(shared, &withdraw, &mut undo, asks, wait).await? {
+                match join(ctx, &withdraw, &mut undo, asks, wait).await? {
                     Joined::Node {
                         czxid,
                         children: listed,
@@ -777,7 +777,7 @@ async fn queue_step(
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                            start_over(ctx, &Arc::clone(q.session()), &mut q.undo).await;
                             continue 'session;
                         }
                         Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
@@ -803,7 +803,7 @@ async fn queue_step(
                 match adopt_lowest(&mut q, timeout).await {
                     Ok(()) => {}
                     Err(Triage::SessionEnded) => {
-                        start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                        start_over(ctx, &Arc::clone(q.session()), &mut q.undo).await;
                         continue 'session;
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => {}
@@ -874,7 +874,7 @@ async fn queue_step(
                     return Ok(QueueStep::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                    start_over(ctx, &Arc::clone(q.session()), &mut q.undo).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}

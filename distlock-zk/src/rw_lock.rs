@@ -52,7 +52,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::kinds::{settle, Settled};
 use crate::layout::{rw_queue, Kind, Wrapped, READ, WRITE};
 use crate::lease::guard;
@@ -87,7 +87,7 @@ impl QueueRules for Side {
 
 /// One side of a ZooKeeper read-write lock, as a [`Lock`].
 struct RwSide {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     name: Name,
     dir: Arc<str>,
     side: Side,
@@ -123,28 +123,15 @@ impl Lock for RwSide {
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         loop {
-            let acquired = join_queue(
-                &self.shared,
-                &self.dir,
-                &self.side,
-                &self.shared.owner_data,
-                wait,
-            )
-            .await?;
+            let acquired =
+                join_queue(&self.ctx, &self.dir, &self.side, &self.ctx.owner_data, wait).await?;
             let Some(acquired) = acquired else {
                 return Ok(None);
             };
-            let settled = settle(
-                &self.shared,
-                &self.name,
-                &self.dir,
-                Kind::Rw,
-                acquired,
-                wait,
-            );
+            let settled = settle(&self.ctx, &self.name, &self.dir, Kind::Rw, acquired, wait);
             match Box::pin(settled).await? {
                 Settled::Held(a) => {
-                    return guard(&self.shared, &self.name, a, true, self.hold).map(Some)
+                    return guard(&self.ctx, &self.name, a, true, self.hold).map(Some)
                 }
                 Settled::NotAcquired => return Ok(None),
                 Settled::Again => {}
@@ -189,7 +176,7 @@ impl ReadWriteLock for ZkRwLock {
 ///
 /// None so far: the provider checked the name and its options.
 pub(crate) fn rw_lock(
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
     name: Name,
     dir: String,
     hold: Option<std::time::Duration>,
@@ -197,7 +184,7 @@ pub(crate) fn rw_lock(
     let dir: Arc<str> = Arc::from(dir);
     let side = |write: bool, dir: Arc<str>| -> Arc<dyn Lock> {
         Arc::new(RwSide {
-            shared: Arc::clone(shared),
+            ctx: Arc::clone(ctx),
             name: name.clone(),
             dir,
             side: Side { write },

@@ -33,7 +33,7 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Semaphore, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
-use crate::context::{start_over, Shared};
+use crate::context::{start_over, Context};
 use crate::error::{triage_timed, Triage};
 use crate::kinds::check;
 use crate::layout::{lease_data, owner_data, permits_of, Kind, LEASES, LOCKS};
@@ -53,14 +53,14 @@ use crate::wait::{
 /// None yet: the signature leaves room for checks of the name.
 #[allow(clippy::unnecessary_wraps)]
 pub(crate) fn semaphore(
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
     name: Name,
     dir: String,
     permits: u32,
     hold: Option<std::time::Duration>,
 ) -> Result<Arc<dyn Semaphore>> {
     Ok(Arc::new(ZkSemaphore {
-        shared: Arc::clone(shared),
+        ctx: Arc::clone(ctx),
         name,
         dir,
         permits,
@@ -93,7 +93,7 @@ pub(crate) fn semaphore(
 /// client uses its own `maxLeases` and must be configured with the same
 /// number by hand.
 pub(crate) struct ZkSemaphore {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     name: Name,
     dir: String,
     permits: u32,
@@ -265,18 +265,18 @@ async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, budget: std::t
 /// Curator's `internalAcquire1Lease`, with distlock's care for unknown
 /// outcomes, cancellation and session ends.
 async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
-    let shared = sem.shared.as_ref();
+    let ctx = sem.ctx.as_ref();
     let deadline = wait.deadline();
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let locks: Arc<str> = Arc::from(format!("{}/{LOCKS}", sem.dir));
     let leases: Arc<str> = Arc::from(format!("{}/{LEASES}", sem.dir));
     let lease_uuid = uuid::Uuid::new_v4();
-    let data = lease_data(sem.permits, &shared.owner);
-    let lock_data = owner_data(&shared.owner);
+    let data = lease_data(sem.permits, &ctx.owner);
+    let lock_data = owner_data(&ctx.owner);
     let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
     'attempt: loop {
         // The internal lock; Wait::No takes it only if nobody is ahead.
-        let internal = enter_queue_below(shared, &locks, &sem.dir, "lock", &lock_data, wait);
+        let internal = enter_queue_below(ctx, &locks, &sem.dir, "lock", &lock_data, wait);
         let Some(lock) = internal.await? else {
             return Ok(None);
         };
@@ -287,12 +287,12 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
         let session = lock.session;
         // Our lease node, in the session that holds the internal lock.
         let (own, czxid, mut undo, lease_unsure) = loop {
-            shared.lifecycle.check_open()?;
+            ctx.lifecycle.check_open()?;
             let naming = (lease_uuid, std::borrow::Cow::Borrowed("lease-"));
             let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
             let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
             // The internal lock's join checked the semaphore's directory.
-            match join(shared, &withdraw, &mut undo, (&data, false, None), wait).await? {
+            match join(ctx, &withdraw, &mut undo, (&data, false, None), wait).await? {
                 Joined::Node { node, czxid, .. } => break (node, czxid, undo, withdraw.unsure()),
                 Joined::Again => {}
                 Joined::SessionEnded => {
@@ -321,7 +321,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
             let counted = match counted {
                 Ok(counted) => counted,
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &session, &mut undo).await;
+                    start_over(ctx, &session, &mut undo).await;
                     unlock.disarm();
                     continue 'attempt;
                 }
@@ -366,7 +366,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 match Box::pin(checked).await {
                     Ok(_) => {}
                     Err(Triage::SessionEnded) => {
-                        start_over(shared, &session, &mut undo).await;
+                        start_over(ctx, &session, &mut undo).await;
                         unlock.disarm();
                         continue 'attempt;
                     }
@@ -391,7 +391,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 };
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).
-                let held = guard(&sem.shared, &sem.name, acquired, true, sem.hold)?;
+                let held = guard(&sem.ctx, &sem.name, acquired, true, sem.hold)?;
                 clean_up_now(unlock, slack(timeout, wait)).await;
                 return Ok(Some(held));
             }
@@ -405,11 +405,11 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 permits = sem.permits,
                 "distlock semaphore full; waiting for a release"
             );
-            if !watch_fired(shared, counted.watcher, deadline).await? {
+            if !watch_fired(ctx, counted.watcher, deadline).await? {
                 give_up(undo, unlock, slack(timeout, wait)).await;
                 return Ok(None);
             }
-            watch_noticed(shared);
+            watch_noticed(ctx);
         }
     }
 }

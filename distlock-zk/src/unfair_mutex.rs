@@ -18,7 +18,7 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
-use crate::context::{session_for, start_over, Shared};
+use crate::context::{session_for, start_over, Context};
 use crate::error::{from_zk, triage, triage_timed, Triage};
 use crate::kinds::{settle, Settled};
 use crate::layout::{Kind, UNFAIR_NODE};
@@ -33,7 +33,7 @@ use crate::wait::{
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     pub(crate) dir: String,
     /// The lease's `max_hold`, if any.
@@ -124,7 +124,7 @@ enum Step {
 /// for the holder's node to go between them. Each attempt is boxed and
 /// over before the wait, so a waiter keeps only its wait.
 async fn take(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     dir_checked: &AtomicBool,
@@ -136,51 +136,50 @@ async fn take(
     // another's of the same identity.
     let owner = format!(
         "distlock owner={} id={}",
-        shared.owner,
+        ctx.owner,
         uuid::Uuid::new_v4().simple()
     )
     .into_bytes();
     loop {
         // Out of the match, so that the step is not kept through the wait.
-        let watcher =
-            match Box::pin(attempt(shared, (dir, dir_checked), &node, &owner, wait)).await? {
-                Step::Done(Some(acquired)) => {
-                    // Ours: the kind check (`kinds`), which may wait for an
-                    // older fair mutex node.
-                    let settled = settle(shared, name, dir, Kind::Mutex, acquired, wait);
-                    match Box::pin(settled).await? {
-                        Settled::Held(acquired) => return Ok(Some(acquired)),
-                        Settled::NotAcquired => return Ok(None),
-                        Settled::Again => continue,
-                    }
+        let watcher = match Box::pin(attempt(ctx, (dir, dir_checked), &node, &owner, wait)).await? {
+            Step::Done(Some(acquired)) => {
+                // Ours: the kind check (`kinds`), which may wait for an
+                // older fair mutex node.
+                let settled = settle(ctx, name, dir, Kind::Mutex, acquired, wait);
+                match Box::pin(settled).await? {
+                    Settled::Held(acquired) => return Ok(Some(acquired)),
+                    Settled::NotAcquired => return Ok(None),
+                    Settled::Again => continue,
                 }
-                Step::Done(None) => return Ok(None),
-                Step::Wait(watcher) => watcher,
-            };
+            }
+            Step::Done(None) => return Ok(None),
+            Step::Wait(watcher) => watcher,
+        };
         if wait == Wait::No || passed(deadline) {
             return Ok(None);
         }
-        if !watch_fired(shared, watcher, deadline).await? {
+        if !watch_fired(ctx, watcher, deadline).await? {
             return Ok(None);
         }
-        watch_noticed(shared);
+        watch_noticed(ctx);
     }
 }
 
 /// One attempt: create the node, or learn who holds it (with a watch),
 /// starting over on a new session when ours ends.
 async fn attempt(
-    shared: &Shared,
+    ctx: &Context,
     (dir, dir_checked): (&str, &AtomicBool),
     node: &str,
     owner: &[u8],
     wait: Wait,
 ) -> Result<Step> {
     let deadline = wait.deadline();
-    let timeout = shared.timeout;
-    let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
+    let timeout = ctx.timeout;
+    let create = CreateMode::Ephemeral.with_acls(acls(ctx.authenticated));
     'session: loop {
-        let Some(session) = session_for(shared, wait).await? else {
+        let Some(session) = session_for(ctx, wait).await? else {
             return Ok(Step::Done(None));
         };
         let cleanup = Arc::new(DeleteIfOurs {
@@ -275,7 +274,7 @@ async fn attempt(
                     Ok(Err(ZkError::NodeExists)) => {}
                     Ok(Err(ZkError::NoNode)) => {
                         undo.disarm();
-                        make_parents(&session, node, shared.authenticated, timeout).await?;
+                        make_parents(&session, node, ctx.authenticated, timeout).await?;
                         continue 'session;
                     }
                     Ok(Err(ZkError::NoChildrenForEphemerals)) => {
@@ -284,7 +283,7 @@ async fn attempt(
                     }
                     Ok(Err(e)) => match triage("create", timeout, e.clone()) {
                         Triage::SessionEnded => {
-                            start_over(shared, &session, &mut undo).await;
+                            start_over(ctx, &session, &mut undo).await;
                             continue 'session;
                         }
                         Triage::Fail(e) => {
@@ -310,7 +309,7 @@ async fn attempt(
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
-                            start_over(shared, &session, &mut undo).await;
+                            start_over(ctx, &session, &mut undo).await;
                             continue 'session;
                         }
                         Triage::Retry if pause_before_retry(deadline).await => continue,
@@ -355,7 +354,7 @@ async fn attempt(
                     return Ok(Step::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &session, &mut undo).await;
+                    start_over(ctx, &session, &mut undo).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
@@ -390,9 +389,9 @@ impl Lock for UnfairMutex {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.shared, &self.name, &self.dir, &self.dir_checked, wait).await?;
+        let acquired = take(&self.ctx, &self.name, &self.dir, &self.dir_checked, wait).await?;
         acquired
-            .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
+            .map(|a| guard(&self.ctx, &self.name, a, false, self.hold))
             .transpose()
     }
 }

@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use distlock_core::backend::{with_timeout, CleanupGuard};
@@ -13,7 +13,7 @@ use distlock_core::{Error, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{OneshotWatcher, WatchedEvent};
 
-use crate::context::Shared;
+use crate::context::Context;
 
 /// How long a request of an acquisition that waits until `deadline` may
 /// take: the operation timeout, but not past the deadline, so that the
@@ -115,21 +115,21 @@ impl Recreate {
 /// signal, and a deadline timer only with a deadline, boxed), since every
 /// waiting acquisition keeps one for as long as it waits.
 pub(crate) fn watch_fired(
-    shared: &Shared,
+    ctx: &Context,
     watcher: OneshotWatcher,
     deadline: Option<Instant>,
 ) -> WatchFired<'_, impl std::future::Future<Output = WatchedEvent> + Send> {
     WatchFired {
         changed: watcher.changed(),
-        closed: shared.lifecycle.closed(),
+        closed: ctx.lifecycle.closed(),
         timer: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
     }
 }
 
 /// Counts a watch that fired for a waiter (stats, and the core's wake-up
 /// count).
-pub(crate) fn watch_noticed(shared: &Shared) {
-    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn watch_noticed(ctx: &Context) {
+    ctx.stats.watch_events.fetch_add(1, Ordering::Relaxed);
     distlock_core::backend::woke();
 }
 
@@ -146,7 +146,7 @@ pin_project_lite::pin_project! {
 impl<F: std::future::Future<Output = WatchedEvent>> std::future::Future for WatchFired<'_, F> {
     type Output = Result<bool>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<bool>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Result<bool>> {
         let this = self.project();
         // Closed first: a closed provider's waiter ends with `Closed`
         // whatever else happened meanwhile.
