@@ -15,11 +15,10 @@ use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
+use crate::acquire::{acquire, Recipe};
 use crate::context::Context;
 use crate::error::from_zk;
-use crate::kinds::{settle, Settled};
 use crate::layout::{latch_tag, sorted_queue, Kind};
-use crate::lease::guard;
 use crate::queue::enter_tagged_queue;
 
 /// A ZooKeeper election.
@@ -37,6 +36,28 @@ impl fmt::Debug for ZkElection {
         f.debug_struct("ZkElection")
             .field("path", &self.dir)
             .finish_non_exhaustive()
+    }
+}
+
+impl Recipe for ZkElection {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Election
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
     }
 }
 
@@ -106,37 +127,21 @@ impl Election for ZkElection {
             // The data stays the candidate id (Curator's LeaderLatch reads
             // it); our owner identity goes into the node's name.
             let tag = latch_tag(&self.ctx.owner);
-            let acquired = loop {
-                let acquired = enter_tagged_queue(
+            let held = acquire(self, Wait::Forever, |wait| {
+                enter_tagged_queue(
                     &self.ctx,
                     &self.dir,
                     "latch",
                     &tag,
                     candidate.as_bytes(),
-                    Wait::Forever,
+                    wait,
                 )
-                .await?
-                .ok_or(Error::Closed)?;
-                let settled = settle(
-                    &self.ctx,
-                    &self.name,
-                    &self.dir,
-                    Kind::Election,
-                    acquired,
-                    Wait::Forever,
-                );
-                match Box::pin(settled).await? {
-                    Settled::Held(a) => break a,
-                    Settled::NotAcquired => return Err(Error::Closed),
-                    Settled::Again => {}
-                }
-            };
+            })
+            .await?
+            .ok_or(Error::Closed)?;
             // The node we lead with is ours by construction: created in this
             // session (or found by prefix with this session as its owner).
-            Ok(Leadership::new(
-                guard(&self.ctx, &self.name, acquired, true, self.hold)?,
-                candidate,
-            ))
+            Ok(Leadership::new(held, candidate))
         })
         .await
     }

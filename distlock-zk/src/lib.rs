@@ -318,6 +318,7 @@
 //!
 //! Rust 1.88 or later.
 
+mod acquire;
 mod context;
 mod election;
 mod error;

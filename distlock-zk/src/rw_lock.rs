@@ -52,10 +52,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
+use crate::acquire::{acquire, Recipe};
 use crate::context::Context;
-use crate::kinds::{settle, Settled};
 use crate::layout::{rw_queue, Kind, Wrapped, READ, WRITE};
-use crate::lease::guard;
 use crate::queue::{join_queue, QueueRules, Standing};
 
 /// The queue rules of one side of the lock.
@@ -122,21 +121,32 @@ impl Lock for RwSide {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        loop {
-            let acquired =
-                join_queue(&self.ctx, &self.dir, &self.side, &self.ctx.owner_data, wait).await?;
-            let Some(acquired) = acquired else {
-                return Ok(None);
-            };
-            let settled = settle(&self.ctx, &self.name, &self.dir, Kind::Rw, acquired, wait);
-            match Box::pin(settled).await? {
-                Settled::Held(a) => {
-                    return guard(&self.ctx, &self.name, a, true, self.hold).map(Some)
-                }
-                Settled::NotAcquired => return Ok(None),
-                Settled::Again => {}
-            }
-        }
+        acquire(self, wait, |wait| {
+            join_queue(&self.ctx, &self.dir, &self.side, &self.ctx.owner_data, wait)
+        })
+        .await
+    }
+}
+
+impl Recipe for RwSide {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Rw
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
     }
 }
 

@@ -8,6 +8,8 @@
 //! ours; another's means we wait; none means we may create again.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +20,10 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
+use crate::acquire::{acquire, Recipe};
 use crate::context::{session_for, start_over, Context};
 use crate::error::{from_zk, triage, triage_timed, Triage};
-use crate::kinds::{settle, Settled};
 use crate::layout::{Kind, UNFAIR_NODE};
-use crate::lease::guard;
 use crate::lease::Acquired;
 use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
 use crate::queue::{check_dir_again, conflict};
@@ -120,40 +121,26 @@ enum Step {
     Wait(OneshotWatcher),
 }
 
-/// Races for the one ephemeral node of an unfair lock: attempts, and waits
-/// for the holder's node to go between them. Each attempt is boxed and
-/// over before the wait, so a waiter keeps only its wait.
+/// Races for the one ephemeral node of an unfair lock, with `owner` as
+/// its data: attempts, and waits for the holder's node to go between them.
+/// Each attempt is boxed and over before the wait, so a waiter keeps only
+/// its wait. The node it takes then passes the kind check (`acquire`).
 async fn take(
     ctx: &Context,
-    name: &Name,
     dir: &str,
     dir_checked: &AtomicBool,
+    owner: Arc<[u8]>,
     wait: Wait,
 ) -> Result<Option<Acquired>> {
+    // At the first poll: a future made outside a runtime and run inside
+    // one works.
+    tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let deadline = wait.deadline();
     let node = format!("{dir}/{UNFAIR_NODE}");
-    // Our identity, and an id that tells this acquisition's node from
-    // another's of the same identity.
-    let owner = format!(
-        "distlock owner={} id={}",
-        ctx.owner,
-        uuid::Uuid::new_v4().simple()
-    )
-    .into_bytes();
     loop {
         // Out of the match, so that the step is not kept through the wait.
         let watcher = match Box::pin(attempt(ctx, (dir, dir_checked), &node, &owner, wait)).await? {
-            Step::Done(Some(acquired)) => {
-                // Ours: the kind check (`kinds`), which may wait for an
-                // older fair mutex node.
-                let settled = settle(ctx, name, dir, Kind::Mutex, acquired, wait);
-                match Box::pin(settled).await? {
-                    Settled::Held(acquired) => return Ok(Some(acquired)),
-                    Settled::NotAcquired => return Ok(None),
-                    Settled::Again => continue,
-                }
-            }
-            Step::Done(None) => return Ok(None),
+            Step::Done(acquired) => return Ok(acquired),
             Step::Wait(watcher) => watcher,
         };
         if wait == Wait::No || passed(deadline) {
@@ -373,6 +360,28 @@ async fn attempt(
     }
 }
 
+impl Recipe for UnfairMutex {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Mutex
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
+    }
+}
+
 #[async_trait]
 impl Lock for UnfairMutex {
     fn name(&self) -> &Name {
@@ -387,11 +396,34 @@ impl Lock for UnfairMutex {
         distlock_core::PrimitiveKind::Mutex
     }
 
-    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.ctx, &self.name, &self.dir, &self.dir_checked, wait).await?;
-        acquired
-            .map(|a| guard(&self.ctx, &self.name, a, false, self.hold))
-            .transpose()
+    // Not an `async fn`: the skeleton's future itself, no async body
+    // around it (a waiting task keeps this).
+    fn acquire<'life0, 'async_trait>(
+        &'life0 self,
+        wait: Wait,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<LockGuard>>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        // Our identity, and an id that tells this acquisition's node from
+        // another's of the same identity: the same for every join of this
+        // acquisition (a late create of ours is then still ours).
+        let owner: Arc<[u8]> = format!(
+            "distlock owner={} id={}",
+            self.ctx.owner,
+            uuid::Uuid::new_v4().simple()
+        )
+        .into_bytes()
+        .into();
+        Box::pin(acquire(self, wait, move |wait| {
+            take(
+                &self.ctx,
+                &self.dir,
+                &self.dir_checked,
+                Arc::clone(&owner),
+                wait,
+            )
+        }))
     }
 }
