@@ -77,7 +77,11 @@ pub(crate) async fn session_for(ctx: &Context, wait: Wait) -> Result<Option<Arc<
 /// The session ended and took every ephemeral node of ours with it:
 /// nothing is left to clean up, and the caller starts over on a new
 /// session.
-pub(crate) async fn start_over(ctx: &Context, session: &Arc<Session>, undo: &mut CleanupGuard) {
-    undo.disarm();
+pub(crate) async fn start_over(
+    ctx: &Context,
+    session: &Arc<Session>,
+    withdrawal: &mut CleanupGuard,
+) {
+    withdrawal.disarm();
     ctx.sessions.ended(session).await;
 }

@@ -59,7 +59,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
 use distlock_core::{Error, Name, Result, Wait};
 use tokio::time::Instant;
@@ -69,11 +68,11 @@ use crate::context::Context;
 use crate::error::{triage_timed, Triage};
 use crate::layout::{classify, sequence, Kind, LEASES};
 use crate::lease::Acquired;
-use crate::node::{delete_if_ours, WHILE_SESSION_LIVES};
+use crate::node::{Mark, WithdrawIfOurs};
 use crate::queue::Withdraw;
 use crate::session::Session;
 use crate::wait::{
-    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within,
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within,
 };
 
 /// What the check found.
@@ -242,32 +241,6 @@ pub(crate) enum Settled {
     Again,
 }
 
-/// Deletes `node` only while it is the one this acquisition created (same
-/// czxid, in our session), retrying for as long as the session may live.
-struct DeleteTheNodeCreated {
-    session: Arc<Session>,
-    node: String,
-    czxid: i64,
-    timeout: Duration,
-}
-
-#[async_trait]
-impl Cleanup for DeleteTheNodeCreated {
-    async fn clean_up(&self) -> Result<()> {
-        let (czxid, owner) = (self.czxid, self.session.id);
-        let is_ours = |_: &[u8], stat: &Stat| stat.czxid == czxid && stat.ephemeral_owner == owner;
-        delete_if_ours(
-            &self.session,
-            &self.node,
-            is_ours,
-            self.timeout,
-            WHILE_SESSION_LIVES,
-        )
-        .await?;
-        Ok(())
-    }
-}
-
 /// Runs [`check`] on a node its own recipe just found holding: gives it
 /// back when it may hold, waits (watching the other node) while the other
 /// half of the mutex family is older, and deletes it and fails with
@@ -292,16 +265,16 @@ pub(crate) async fn settle(
     // client's node can stand at that path, so it is deleted only if it is
     // still ours (its czxid). Queue nodes have names of their own.
     let withdraw: Arc<dyn Cleanup> = if mine == Kind::Mutex {
-        Arc::new(DeleteTheNodeCreated {
+        Arc::new(WithdrawIfOurs {
             session: Arc::clone(&session),
             node: acquired.node.clone(),
-            czxid: acquired.czxid,
+            mark: Mark::Czxid(acquired.czxid),
             timeout,
         })
     } else {
         Withdraw::node(&session, &acquired.node, timeout)
     };
-    let mut undo = CleanupGuard::arm("withdraw a node another kind refused", withdraw)?;
+    let mut withdrawal = CleanupGuard::arm("withdraw a node another kind refused", withdraw)?;
     // Whether this is not our first look (we waited for the other half of
     // the mutex family, or retried): the node is then looked up before it
     // is given back as held.
@@ -318,7 +291,7 @@ pub(crate) async fn settle(
                 }
                 match verdict {
                     Verdict::Clear if !again => {
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Ok(Settled::Held(acquired));
                     }
                     Verdict::Clear => {
@@ -334,26 +307,26 @@ pub(crate) async fn settle(
                         .await;
                         match triage_timed("stat", timeout, stat) {
                             Ok(Some(stat)) if stat.czxid == acquired.czxid => {
-                                undo.disarm();
+                                withdrawal.disarm();
                                 return Ok(Settled::Held(acquired));
                             }
                             // Gone (the unfair path may hold another's
                             // node now: never delete it): join again.
                             Ok(_) => {
-                                undo.disarm();
+                                withdrawal.disarm();
                                 return Ok(Settled::Again);
                             }
                             Err(Triage::Fail(e)) => {
-                                clean_up_now(undo, timeout).await;
+                                withdraw_now(withdrawal, timeout).await;
                                 return Err(e);
                             }
                             Err(Triage::SessionEnded) => {
-                                undo.disarm();
+                                withdrawal.disarm();
                                 return Ok(Settled::Again);
                             }
                             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                             Err(Triage::Retry) => {
-                                clean_up_now(undo, timeout).await;
+                                withdraw_now(withdrawal, timeout).await;
                                 return Ok(Settled::NotAcquired);
                             }
                         }
@@ -362,21 +335,21 @@ pub(crate) async fn settle(
                 }
             }
             Err(Triage::Fail(e)) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Err(e);
             }
             Err(Triage::SessionEnded) => {
-                undo.disarm();
+                withdrawal.disarm();
                 return Ok(Settled::Again);
             }
             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
             Err(Triage::Retry) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Ok(Settled::NotAcquired);
             }
         };
         if wait == Wait::No || passed(deadline) {
-            clean_up_now(undo, slack(timeout, wait)).await;
+            withdraw_now(withdrawal, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
         let watched = with_timeout(
@@ -397,21 +370,21 @@ pub(crate) async fn settle(
             // watch, once-only, is dropped).
             Ok((Some(_), _)) => continue,
             Err(Triage::Fail(e)) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Err(e);
             }
             Err(Triage::SessionEnded) => {
-                undo.disarm();
+                withdrawal.disarm();
                 return Ok(Settled::Again);
             }
             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
             Err(Triage::Retry) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Ok(Settled::NotAcquired);
             }
         };
         if !watch_fired(ctx, watcher, deadline).await? {
-            clean_up_now(undo, slack(timeout, wait)).await;
+            withdraw_now(withdrawal, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
         watch_noticed(ctx);

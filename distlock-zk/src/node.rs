@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::backend::with_timeout;
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, Cleanup};
 use distlock_core::{Error, Result};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, Stat};
@@ -174,6 +175,49 @@ pub(crate) async fn delete_if_ours(
             Err(_) => {}
             Ok(Err(e)) => return Err(from_zk("delete", timeout, e)),
         }
+    }
+}
+
+/// How a node at a path that others may use too (the unfair node) is
+/// known to be ours, besides its owner session.
+pub(crate) enum Mark {
+    /// It holds our data (the unfair node's owner id).
+    Data(Vec<u8>),
+    /// It has the `czxid` of the node we created.
+    Czxid(i64),
+}
+
+/// Withdraws a node at a path that others may use too: deletes `node`
+/// only while it is ours ([`Mark`], and our session), retrying for as long
+/// as the session may live (a node left behind would hold the lock until
+/// the session ends).
+pub(crate) struct WithdrawIfOurs {
+    pub(crate) session: Arc<Session>,
+    pub(crate) node: String,
+    pub(crate) mark: Mark,
+    pub(crate) timeout: Duration,
+}
+
+#[async_trait]
+impl Cleanup for WithdrawIfOurs {
+    async fn clean_up(&self) -> Result<()> {
+        let owner = self.session.id;
+        let is_ours = |data: &[u8], stat: &Stat| {
+            stat.ephemeral_owner == owner
+                && match &self.mark {
+                    Mark::Data(ours) => data == ours.as_slice(),
+                    Mark::Czxid(czxid) => stat.czxid == *czxid,
+                }
+        };
+        delete_if_ours(
+            &self.session,
+            &self.node,
+            is_ours,
+            self.timeout,
+            WHILE_SESSION_LIVES,
+        )
+        .await?;
+        Ok(())
     }
 }
 

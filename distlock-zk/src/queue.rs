@@ -30,7 +30,7 @@ use crate::node::{
 };
 use crate::session::Session;
 use crate::wait::{
-    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within, Recreate,
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within, Recreate,
 };
 
 /// Where our node stands in a queue, after a listing.
@@ -328,8 +328,10 @@ async fn look_for_ours(session: &Arc<Session>, withdraw: &Withdraw, wait: Wait) 
                     // A second node of ours would queue behind us and block
                     // the queue after our release: delete it for sure.
                     let extra = Withdraw::node(session, &extra, withdraw.timeout());
-                    if let Ok(mut undo) = CleanupGuard::arm("extra queue node", extra) {
-                        undo.run_in_background();
+                    if let Ok(mut withdrawal) =
+                        CleanupGuard::arm("withdraw an extra queue node", extra)
+                    {
+                        withdrawal.run_in_background();
                     }
                 }
                 return Lookup::Found(node, czxid, sent);
@@ -357,13 +359,13 @@ pub(crate) enum Joined {
         heard_at: Instant,
     },
     /// Nothing of ours is there (parents were just made, or the create did
-    /// not happen; the undo is disarmed): create again.
+    /// not happen; the withdrawal is disarmed): create again.
     Again,
-    /// The session ended with every ephemeral node of ours (the undo is
+    /// The session ended with every ephemeral node of ours (the withdrawal is
     /// disarmed and the session dropped): start over on a new one.
     SessionEnded,
     /// The deadline passed while looking for a node of unknown fate: the
-    /// caller cleans up (the undo is still armed) and gives up.
+    /// caller cleans up (the withdrawal is still armed) and gives up.
     DeadlinePassed,
 }
 
@@ -376,17 +378,17 @@ pub(crate) enum Joined {
 /// its prefix (after a `sync`) has found nothing; the withdraw then
 /// remembers that a late create may still land, and sweeps the prefix.
 ///
-/// `undo` must be armed with `withdraw`, before this is called.
+/// `withdrawal` must be armed with `withdraw`, before this is called.
 ///
 /// # Errors
 ///
 /// [`Error::Conflict`] for a directory that is not a lock's (ephemeral, or
 /// holding data: an id counter), after our node is deleted; server errors
-/// (the undo then stays armed when a node of ours may exist).
+/// (the withdrawal then stays armed when a node of ours may exist).
 pub(crate) async fn join(
     ctx: &Context,
     withdraw: &Withdraw,
-    undo: &mut CleanupGuard,
+    withdrawal: &mut CleanupGuard,
     (data, list, under): (&[u8], bool, Option<&str>),
     wait: Wait,
 ) -> Result<Joined> {
@@ -439,14 +441,14 @@ pub(crate) async fn join(
                 };
                 if let Err(e) = verdict {
                     // Refused: nothing of ours may stay under that name.
-                    let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+                    let _ = with_timeout("withdraw", timeout, withdrawal.run_now()).await;
                     return Err(e);
                 }
                 let children = listed.map(|(children, _)| children);
                 (format!("{path_prefix}{seq}"), stat.czxid, children, sent)
             }
             Err(ZkError::NoNode) => {
-                undo.disarm();
+                withdrawal.disarm();
                 if let Some(p) = under {
                     // Made by us, the missing parents would be left below a
                     // name that is not a lock's.
@@ -456,16 +458,16 @@ pub(crate) async fn join(
                 return Ok(Joined::Again);
             }
             Err(ZkError::NoChildrenForEphemerals) => {
-                undo.disarm();
+                withdrawal.disarm();
                 return Err(conflict(dir));
             }
             Err(e) => match triage("create", timeout, e.clone()) {
                 Triage::SessionEnded => {
-                    start_over(ctx, session, undo).await;
+                    start_over(ctx, session, withdrawal).await;
                     return Ok(Joined::SessionEnded);
                 }
                 Triage::Fail(e) => {
-                    undo.disarm();
+                    withdrawal.disarm();
                     return Err(e);
                 }
                 // The create may have happened: look, never create twice.
@@ -473,7 +475,7 @@ pub(crate) async fn join(
                     Lookup::Found(node, czxid, heard_at) => {
                         withdraw.know(&node);
                         if let Err(e) = check_dir_again(session, dir, under, timeout).await {
-                            let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+                            let _ = with_timeout("withdraw", timeout, withdrawal.run_now()).await;
                             return Err(e);
                         }
                         (node, czxid, None, heard_at)
@@ -482,7 +484,7 @@ pub(crate) async fn join(
                         // Not there now; it may still land late (read by
                         // the server, not yet run): create again after a
                         // pause, and keep the withdraw's sweep of our
-                        // prefix armed (nothing known yet: the undo, armed
+                        // prefix armed (nothing known yet: the withdrawal, armed
                         // on every return below, sweeps it).
                         unsure = true;
                         if again.pause(wait).await {
@@ -494,7 +496,7 @@ pub(crate) async fn join(
                         return Ok(Joined::DeadlinePassed);
                     }
                     Lookup::SessionEnded => {
-                        start_over(ctx, session, undo).await;
+                        start_over(ctx, session, withdrawal).await;
                         return Ok(Joined::SessionEnded);
                     }
                     Lookup::DeadlinePassed => return Ok(Joined::DeadlinePassed),
@@ -640,7 +642,7 @@ pub(crate) fn enter_tagged_queue<'a>(
 struct InQueue {
     /// Knows the session and our node's path.
     withdraw: Arc<Withdraw>,
-    undo: CleanupGuard,
+    withdrawal: CleanupGuard,
     czxid: i64,
     /// When the request whose answer last showed the queue was sent.
     heard_at: Instant,
@@ -700,7 +702,7 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
             };
             if !watch_fired(ctx, watcher, wait.deadline()).await? {
                 if let Some(waiting) = ours.take() {
-                    Box::pin(clean_up_now(waiting.undo, slack(ctx.timeout, wait))).await;
+                    Box::pin(withdraw_now(waiting.withdrawal, slack(ctx.timeout, wait))).await;
                 }
                 return Ok(None);
             }
@@ -737,10 +739,10 @@ async fn queue_step(
                 };
                 let naming = (uuid, rules.node_name());
                 let withdraw = Withdraw::new(&session, Arc::clone(dir), naming, timeout);
-                let mut undo =
+                let mut withdrawal =
                     CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
                 let asks = (data, true, rules.primitive_dir());
-                match join(ctx, &withdraw, &mut undo, asks, wait).await? {
+                match join(ctx, &withdraw, &mut withdrawal, asks, wait).await? {
                     Joined::Node {
                         czxid,
                         children: listed,
@@ -750,14 +752,14 @@ async fn queue_step(
                         children = listed;
                         InQueue {
                             withdraw,
-                            undo,
+                            withdrawal,
                             czxid,
                             heard_at,
                         }
                     }
                     Joined::Again | Joined::SessionEnded => continue 'session,
                     Joined::DeadlinePassed => {
-                        clean_up_now(undo, slack(timeout, wait)).await;
+                        withdraw_now(withdrawal, slack(timeout, wait)).await;
                         return Ok(QueueStep::Done(None));
                     }
                 }
@@ -777,12 +779,12 @@ async fn queue_step(
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            start_over(ctx, &Arc::clone(q.session()), &mut q.undo).await;
+                            start_over(ctx, &Arc::clone(q.session()), &mut q.withdrawal).await;
                             continue 'session;
                         }
                         Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                         Err(Triage::Retry) => {
-                            clean_up_now(q.undo, slack(timeout, wait)).await;
+                            withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                             return Ok(QueueStep::Done(None));
                         }
                         Err(Triage::Fail(e)) => return Err(e),
@@ -803,12 +805,12 @@ async fn queue_step(
                 match adopt_lowest(&mut q, timeout).await {
                     Ok(()) => {}
                     Err(Triage::SessionEnded) => {
-                        start_over(ctx, &Arc::clone(q.session()), &mut q.undo).await;
+                        start_over(ctx, &Arc::clone(q.session()), &mut q.withdrawal).await;
                         continue 'session;
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                     Err(Triage::Retry) => {
-                        clean_up_now(q.undo, slack(timeout, wait)).await;
+                        withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                         return Ok(QueueStep::Done(None));
                     }
                     Err(Triage::Fail(e)) => return Err(e),
@@ -820,21 +822,21 @@ async fn queue_step(
             let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
-                    clean_up_now(q.undo, slack(timeout, wait)).await;
+                    withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                     return Err(wrapped(dir));
                 }
             };
             let predecessor = match standing {
                 Standing::Missing => {
                     // Our node is gone (deleted by someone): queue again.
-                    q.undo.disarm();
+                    q.withdrawal.disarm();
                     if passed(deadline) {
                         return Ok(QueueStep::Done(None));
                     }
                     continue 'session;
                 }
                 Standing::Holds => {
-                    q.undo.disarm();
+                    q.withdrawal.disarm();
                     return Ok(QueueStep::Done(Some(Acquired {
                         session: Arc::clone(q.session()),
                         node,
@@ -847,7 +849,7 @@ async fn queue_step(
                 Standing::Behind(child) => format!("{dir}/{child}"),
             };
             if wait == Wait::No || passed(deadline) {
-                clean_up_now(q.undo, slack(timeout, wait)).await;
+                withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                 return Ok(QueueStep::Done(None));
             }
             let watched = with_timeout(
@@ -863,7 +865,7 @@ async fn queue_step(
                     // A persistent (or container, or TTL) node in the queue
                     // never goes by itself: waiting for it is waiting
                     // forever. Refused, and our node withdrawn.
-                    clean_up_now(q.undo, slack(timeout, wait)).await;
+                    withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                     return Err(Error::Conflict {
                         what: format!("zookeeper node {predecessor:?}"),
                         expected: "lock node of a session (it is persistent, so it would never be released)",
@@ -874,12 +876,12 @@ async fn queue_step(
                     return Ok(QueueStep::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(ctx, &Arc::clone(q.session()), &mut q.undo).await;
+                    start_over(ctx, &Arc::clone(q.session()), &mut q.withdrawal).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(q.undo, slack(timeout, wait)).await;
+                    withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                     return Ok(QueueStep::Done(None));
                 }
                 Err(Triage::Fail(e)) => return Err(e),

@@ -43,7 +43,7 @@ use crate::node::session_owned;
 use crate::queue::{enter_queue_below, join, Joined, Withdraw};
 use crate::session::Session;
 use crate::wait::{
-    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within,
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within,
 };
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
@@ -254,7 +254,11 @@ async fn count_leases(
 /// deadline plus one: [`slack`]; what is left then finishes in the
 /// background), so that a wait that gives up overruns its deadline by one
 /// operation timeout at most.
-async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, budget: std::time::Duration) {
+async fn withdraw_both(
+    mut lease: CleanupGuard,
+    mut lock: CleanupGuard,
+    budget: std::time::Duration,
+) {
     let _ = with_timeout("withdraw", budget, async {
         let _ = lease.run_now().await;
         let _ = lock.run_now().await;
@@ -280,28 +284,30 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
         let Some(lock) = internal.await? else {
             return Ok(None);
         };
-        let mut unlock = CleanupGuard::arm(
+        let mut lock_withdrawal = CleanupGuard::arm(
             "release the semaphore's internal lock",
             Withdraw::acquired(&lock, timeout),
         )?;
         let session = lock.session;
         // Our lease node, in the session that holds the internal lock.
-        let (own, czxid, mut undo, lease_unsure) = loop {
+        let (own, czxid, mut withdrawal, lease_unsure) = loop {
             ctx.lifecycle.check_open()?;
             let naming = (lease_uuid, std::borrow::Cow::Borrowed("lease-"));
             let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
-            let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
+            let mut withdrawal = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
             // The internal lock's join checked the semaphore's directory.
-            match join(ctx, &withdraw, &mut undo, (&data, false, None), wait).await? {
-                Joined::Node { node, czxid, .. } => break (node, czxid, undo, withdraw.unsure()),
+            match join(ctx, &withdraw, &mut withdrawal, (&data, false, None), wait).await? {
+                Joined::Node { node, czxid, .. } => {
+                    break (node, czxid, withdrawal, withdraw.unsure())
+                }
                 Joined::Again => {}
                 Joined::SessionEnded => {
                     // The internal lock node went with the session.
-                    unlock.disarm();
+                    lock_withdrawal.disarm();
                     continue 'attempt;
                 }
                 Joined::DeadlinePassed => {
-                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                     return Ok(None);
                 }
             }
@@ -321,31 +327,31 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
             let counted = match counted {
                 Ok(counted) => counted,
                 Err(Triage::SessionEnded) => {
-                    start_over(ctx, &session, &mut undo).await;
-                    unlock.disarm();
+                    start_over(ctx, &session, &mut withdrawal).await;
+                    lock_withdrawal.disarm();
                     continue 'attempt;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                 Err(Triage::Retry) => {
-                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                     return Ok(None);
                 }
                 Err(Triage::Fail(e)) => {
-                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                     return Err(e);
                 }
             };
             if !counted.ours_there {
                 // Deleted by someone else: Curator starts over, and so do we.
-                undo.disarm();
-                clean_up_now(unlock, slack(timeout, wait)).await;
+                withdrawal.disarm();
+                withdraw_now(lock_withdrawal, slack(timeout, wait)).await;
                 if wait == Wait::No || passed(deadline) {
                     return Ok(None);
                 }
                 continue 'attempt;
             }
             if let Some(held) = counted.mismatch {
-                give_up(undo, unlock, slack(timeout, wait)).await;
+                withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                 return Err(Error::PermitsMismatch {
                     name: sem.name.to_string(),
                     held,
@@ -366,21 +372,21 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 match Box::pin(checked).await {
                     Ok(_) => {}
                     Err(Triage::SessionEnded) => {
-                        start_over(ctx, &session, &mut undo).await;
-                        unlock.disarm();
+                        start_over(ctx, &session, &mut withdrawal).await;
+                        lock_withdrawal.disarm();
                         continue 'attempt;
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                     Err(Triage::Retry) => {
-                        give_up(undo, unlock, slack(timeout, wait)).await;
+                        withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                         return Ok(None);
                     }
                     Err(Triage::Fail(e)) => {
-                        give_up(undo, unlock, slack(timeout, wait)).await;
+                        withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                         return Err(e);
                     }
                 }
-                undo.disarm();
+                withdrawal.disarm();
                 let acquired = Acquired {
                     session: Arc::clone(&session),
                     node: own,
@@ -392,11 +398,11 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).
                 let held = guard(&sem.ctx, &sem.name, acquired, true, sem.hold)?;
-                clean_up_now(unlock, slack(timeout, wait)).await;
+                withdraw_now(lock_withdrawal, slack(timeout, wait)).await;
                 return Ok(Some(held));
             }
             if wait == Wait::No {
-                give_up(undo, unlock, slack(timeout, wait)).await;
+                withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                 return Ok(None);
             }
             tracing::debug!(
@@ -406,7 +412,7 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 "distlock semaphore full; waiting for a release"
             );
             if !watch_fired(ctx, counted.watcher, deadline).await? {
-                give_up(undo, unlock, slack(timeout, wait)).await;
+                withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                 return Ok(None);
             }
             watch_noticed(ctx);

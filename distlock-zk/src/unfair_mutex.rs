@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
+use distlock_core::backend::{with_timeout, CleanupGuard};
 use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
@@ -25,11 +25,11 @@ use crate::context::{session_for, start_over, Context};
 use crate::error::{from_zk, triage, triage_timed, Triage};
 use crate::layout::{Kind, UNFAIR_NODE};
 use crate::lease::Acquired;
-use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
+use crate::node::{acls, check_lock_dir, make_parents, Mark, WithdrawIfOurs};
 use crate::queue::{check_dir_again, conflict};
 use crate::session::Session;
 use crate::wait::{
-    clean_up_now, passed, pause_before_retry, slack, watch_fired, watch_noticed, within, Recreate,
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within, Recreate,
 };
 
 /// A ZooKeeper unfair mutex.
@@ -50,29 +50,6 @@ impl fmt::Debug for UnfairMutex {
         f.debug_struct("UnfairMutex")
             .field("path", &self.dir)
             .finish_non_exhaustive()
-    }
-}
-
-/// Deletes the lock node if it holds our owner id in our session.
-struct DeleteIfOurs {
-    session: Arc<Session>,
-    node: String,
-    owner: Vec<u8>,
-    timeout: Duration,
-}
-
-#[async_trait]
-impl Cleanup for DeleteIfOurs {
-    async fn clean_up(&self) -> Result<()> {
-        // Retry for as long as the session may live: a node left behind
-        // would hold the lock until the session ends.
-        let budget = WHILE_SESSION_LIVES;
-        let owner = self.session.id;
-        let is_ours = |data: &[u8], stat: &zookeeper_client::Stat| {
-            data == self.owner.as_slice() && stat.ephemeral_owner == owner
-        };
-        delete_if_ours(&self.session, &self.node, is_ours, self.timeout, budget).await?;
-        Ok(())
     }
 }
 
@@ -169,13 +146,13 @@ async fn attempt(
         let Some(session) = session_for(ctx, wait).await? else {
             return Ok(Step::Done(None));
         };
-        let cleanup = Arc::new(DeleteIfOurs {
+        let ours = Arc::new(WithdrawIfOurs {
             session: Arc::clone(&session),
             node: node.to_owned(),
-            owner: owner.to_vec(),
+            mark: Mark::Data(owner.to_vec()),
             timeout,
         });
-        let mut undo = CleanupGuard::arm("undo unfair create", cleanup)?;
+        let mut withdrawal = CleanupGuard::arm("withdraw the unfair node", ours)?;
         // `true` while the last create's outcome is unknown: only the
         // lookup may be retried, never the create.
         let mut unknown = false;
@@ -223,17 +200,17 @@ async fn attempt(
                 if let Err(e) = verdict {
                     let refused = matches!(&created, Ok(Err(e)) if !crate::error::unknown(e));
                     if refused {
-                        undo.disarm();
+                        withdrawal.disarm();
                     } else {
                         // Ours may be there: nothing may stay under a name
                         // that is refused.
-                        clean_up_now(undo, slack(timeout, wait)).await;
+                        withdraw_now(withdrawal, slack(timeout, wait)).await;
                     }
                     return Err(e);
                 }
                 match created {
                     Ok(Ok((stat, _))) => {
-                        // Read before the undo is disarmed: a cancellation
+                        // Read before the withdrawal is disarmed: a cancellation
                         // while it is awaited still deletes our node.
                         let listing = match listing {
                             Some(listing) => with_timeout("list", timeout, listing)
@@ -242,7 +219,7 @@ async fn attempt(
                                 .and_then(std::result::Result::ok),
                             None => None,
                         };
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Ok(Step::Done(Some(Acquired {
                             session: Arc::clone(&session),
                             node: node.to_owned(),
@@ -255,26 +232,26 @@ async fn attempt(
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
                         // Someone else's: ours is only created after a
                         // lookup found none.
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Ok(Step::Done(None));
                     }
                     Ok(Err(ZkError::NodeExists)) => {}
                     Ok(Err(ZkError::NoNode)) => {
-                        undo.disarm();
+                        withdrawal.disarm();
                         make_parents(&session, node, ctx.authenticated, timeout).await?;
                         continue 'session;
                     }
                     Ok(Err(ZkError::NoChildrenForEphemerals)) => {
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Err(conflict(dir));
                     }
                     Ok(Err(e)) => match triage("create", timeout, e.clone()) {
                         Triage::SessionEnded => {
-                            start_over(ctx, &session, &mut undo).await;
+                            start_over(ctx, &session, &mut withdrawal).await;
                             continue 'session;
                         }
                         Triage::Fail(e) => {
-                            undo.disarm();
+                            withdrawal.disarm();
                             return Err(e);
                         }
                         Triage::Retry => {
@@ -296,12 +273,12 @@ async fn attempt(
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
-                            start_over(ctx, &session, &mut undo).await;
+                            start_over(ctx, &session, &mut withdrawal).await;
                             continue 'session;
                         }
                         Triage::Retry if pause_before_retry(deadline).await => continue,
                         Triage::Retry => {
-                            clean_up_now(undo, slack(timeout, wait)).await;
+                            withdraw_now(withdrawal, slack(timeout, wait)).await;
                             return Ok(Step::Done(None));
                         }
                         // No directory: the create cannot have happened.
@@ -311,7 +288,7 @@ async fn attempt(
             }
             match inspect(&session, node, owner, within(timeout, wait)).await {
                 Ok(Found::Ours(czxid, heard_at)) => {
-                    undo.disarm();
+                    withdrawal.disarm();
                     return Ok(Step::Done(Some(Acquired {
                         session,
                         node: node.to_owned(),
@@ -324,7 +301,7 @@ async fn attempt(
                 Ok(Found::Absent) if unknown => {
                     // Definitive: ours never landed (or it went); create
                     // again after a pause. A late create may still land:
-                    // the undo, armed on every return, deletes it.
+                    // the withdrawal, armed on every return, deletes it.
                     unknown = false;
                     if !again.pause(wait).await {
                         return match last.take() {
@@ -337,21 +314,21 @@ async fn attempt(
                     // The holder's node went: race for it at once.
                 }
                 Ok(Found::Theirs(watcher)) => {
-                    undo.disarm();
+                    withdrawal.disarm();
                     return Ok(Step::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(ctx, &session, &mut undo).await;
+                    start_over(ctx, &session, &mut withdrawal).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(undo, slack(timeout, wait)).await;
+                    withdraw_now(withdrawal, slack(timeout, wait)).await;
                     return Ok(Step::Done(None));
                 }
                 Err(Triage::Fail(e)) => {
                     if unknown {
-                        clean_up_now(undo, slack(timeout, wait)).await;
+                        withdraw_now(withdrawal, slack(timeout, wait)).await;
                     }
                     return Err(e);
                 }

@@ -167,6 +167,6 @@ impl<F: std::future::Future<Output = WatchedEvent>> std::future::Future for Watc
 
 /// Runs an armed cleanup now, for at most the operation timeout; if it does
 /// not finish, the guard's drop finishes it in the background.
-pub(crate) async fn clean_up_now(mut undo: CleanupGuard, timeout: Duration) {
-    let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+pub(crate) async fn withdraw_now(mut withdrawal: CleanupGuard, timeout: Duration) {
+    let _ = with_timeout("withdraw", timeout, withdrawal.run_now()).await;
 }
