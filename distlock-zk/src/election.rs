@@ -1,10 +1,5 @@
-//! Leader election, LeaderLatch-style: candidates queue as
-//! `_c_<uuid>-o=<owner identity>-latch-<seq>` ephemeral sequential nodes
-//! holding their candidate id (the identity is in the name because
-//! Curator's `LeaderLatch` reads the data as the participant id); the
-//! leader is the lowest node, and a candidate counts itself leader only for
-//! a node whose `ephemeralOwner` is its current session (so a reconnect can
-//! never make two leaders).
+//! Leader election, LeaderLatch-style (the crate docs, "Election"; node
+//! names in `layout`).
 
 use std::fmt;
 use std::sync::Arc;

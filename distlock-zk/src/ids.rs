@@ -1,8 +1,4 @@
-//! The id counter: a persistent node holding a 64-bit big-endian number (the
-//! format of Curator's `DistributedAtomicLong`), advanced with versioned
-//! `setData` and retried on conflict. A node that is no counter (ephemeral,
-//! a container, holding other data, or with children: a lock's directory)
-//! is refused with `Error::Conflict`, and nothing is written.
+//! The id counter (the crate docs, "Ids").
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,9 +1,6 @@
-//! A held ZooKeeper lease: our ephemeral node in our session. Released by
-//! deleting the node; lost when the session expires or closes, when the node
-//! is deleted, or when the server has not been heard for the session timeout
-//! (less the drift margin): the core watchdog checks the node every
-//! timeout / 4, and each confirmed check moves the deadline on. Suspended
-//! while the session is disconnected.
+//! A held ZooKeeper lease: our ephemeral node in our session, its release
+//! and its watch (the crate docs, "Leases"); and [`Acquired`], the node an
+//! acquisition hands to the guard.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};

@@ -1,14 +1,8 @@
 //! The queue of ephemeral sequential nodes behind the fair mutex, the
-//! election and the read-write lock: joining it, finding our own node,
-//! parsing sequences, and withdrawing. Which node holds, and which one a
-//! waiter watches, is each recipe's [`QueueRules`].
-//!
-//! The rule for a create whose outcome is unknown (the connection dropped or
-//! the reply did not come in time): never create again in that session until
-//! a lookup has answered definitively. The lookup `sync`s the directory first
-//! (a server we reconnected to may not have seen our create yet) and lists
-//! it; every child with our `_c_<uuid>-` prefix and our session as owner is
-//! ours: the lowest is kept, the rest are deleted.
+//! election, the read-write lock and the semaphore's internal lock: joining
+//! it (the create, with the lookup after an unknown outcome), the rules of
+//! who holds ([`QueueRules`]), waiting in it, and withdrawing from it. The
+//! protocol is the crate docs' ("The recipes", "Unknown outcomes").
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};

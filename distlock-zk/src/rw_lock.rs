@@ -1,30 +1,9 @@
 //! The read-write lock, in Curator's `InterProcessReadWriteLock` layout: one
 //! queue of read and write nodes in the lock's directory.
 //!
-//! Every acquisition, read or write, is its own ephemeral sequential node
-//! `_c_<uuid>-__READ__<seq10>` or `_c_<uuid>-__WRIT__<seq10>` (Curator's
-//! protected names), so every hold is its own session lease. The queue is
-//! every read and write node, ordered by the sequence after `__READ__` or
-//! `__WRIT__` (Curator's `fixForSorting`; the two kinds share the directory's
-//! counter, so the order is the order of creation).
-//!
-//! * A writer holds when its node is the lowest of the queue, and otherwise
-//!   watches its immediate predecessor, reader or writer (Curator's
-//!   `StandardLockInternalsDriver` with one lease).
-//! * A reader holds when no write node is before its own: a waiting writer
-//!   holds back every reader that comes after it (no writer starvation).
-//!   Otherwise it watches the **last** write node before its own. Curator's
-//!   reader watches the first one; while that one holds, the writers behind
-//!   it still block the reader, so a release would wake every reader for
-//!   nothing but another wait. The last writer is the one a reader must
-//!   outlast: it goes (released, or withdrawn) at most once, and a reader
-//!   woken by it finds the writers before it gone too, in the usual order of
-//!   things. Each waiter watches one node, and a release wakes only those
-//!   waiting for exactly that node.
-//!
-//! Both rules are Curator's, so a Curator `InterProcessReadWriteLock` on the
-//! same path takes part in the same queue; which node a waiter watches does
-//! not matter to the others.
+//! Who holds and whom a waiter watches are the crate docs' ("The
+//! recipes"); here are the rules as [`QueueRules`] and the proof of the
+//! tokens' order.
 //!
 //! # Fencing
 //!

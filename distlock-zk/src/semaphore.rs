@@ -1,27 +1,5 @@
-//! The counting semaphore, in Curator's `InterProcessSemaphoreV2` layout.
-//!
-//! Under the semaphore's directory `DIR`:
-//!
-//! * `DIR/locks` holds an internal fair mutex (Curator's `InterProcessMutex`,
-//!   `_c_<uuid>-lock-<seq10>` nodes): the queue of acquirers;
-//! * `DIR/leases` holds one ephemeral sequential node per permit
-//!   (`_c_<uuid>-lease-<seq10>`, Curator's protected names).
-//!
-//! Acquiring, as Curator does: take the internal lock; create our lease
-//! node; list `leases` with a watch. When it has at most `permits` children
-//! (our own counted, and every child counted, whoever made it) the permit
-//! is ours; else wait for the watch (a lease node created or deleted) and
-//! list again. The internal lock is released once the permit is held, or
-//! when giving up (after deleting the lease node). Only the head of the
-//! `locks` queue watches `leases`, and every other acquirer watches only
-//! its predecessor in `locks`: a release wakes one waiter, not all.
-//!
-//! Why it is safe: every holder listed at most `permits` lease nodes after
-//! its own was created. Of the holders present at any instant, the last to
-//! create its node saw all the others (created before it and not deleted
-//! since), so there are at most `permits` of them. The internal lock
-//! makes the queue fair and keeps acquirers from pushing each other over
-//! the limit, but the bound does not depend on it.
+//! The counting semaphore, in Curator's `InterProcessSemaphoreV2` layout:
+//! the protocol and why it is safe are in the crate docs ("The recipes").
 
 use std::collections::HashSet;
 use std::fmt;

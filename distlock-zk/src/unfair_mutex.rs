@@ -1,11 +1,5 @@
-//! The unfair mutex: one ephemeral node holding `distlock owner=<identity>
-//! id=<uuid>` (the id is this acquisition's own); losers watch
-//! it and race again when it goes (every waiter wakes: the herd effect the
-//! benches measure).
-//!
-//! After a create of unknown outcome, only the lookup is retried (after a
-//! `sync`) until it answers: the node with our owner id in our session is
-//! ours; another's means we wait; none means we may create again.
+//! The unfair mutex: one ephemeral node `_unfair_lock` that every contender
+//! races to create (the crate docs, "The recipes" and "Unknown outcomes").
 
 use std::fmt;
 use std::future::Future;
