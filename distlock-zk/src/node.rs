@@ -1,4 +1,6 @@
-//! Paths, node names and the small helpers every recipe uses.
+//! Requests on nodes: retrying deletes, the withdrawal of a node at a shared
+//! path, the lookup of our nodes by prefix, parents, ACLs, and the checks of
+//! a lock directory and of a node's owner.
 
 use std::sync::Arc;
 use std::time::Duration;
