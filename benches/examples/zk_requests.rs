@@ -71,7 +71,11 @@ async fn count_requests(
         }
         if !first && n >= 8 {
             let op = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
-            *counts.lock().unwrap().entry(op_name(op)).or_default() += 1;
+            *counts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(op_name(op))
+                .or_default() += 1;
         }
         first = false;
         if to.write_all(&len).await.is_err() || to.write_all(&body).await.is_err() {
@@ -140,7 +144,10 @@ where
         round().await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    counts.lock().unwrap().clear();
+    counts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
     let mut times = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let start = Instant::now();
@@ -151,7 +158,7 @@ where
     tokio::time::sleep(Duration::from_millis(100)).await;
     let per_round = counts
         .lock()
-        .unwrap()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .filter(|(op, _)| **op != "ping")
         .map(|(op, n)| {
