@@ -1,10 +1,5 @@
-//! Leader election, LeaderLatch-style: candidates queue as
-//! `_c_<uuid>-o=<owner identity>-latch-<seq>` ephemeral sequential nodes
-//! holding their candidate id (the identity is in the name because
-//! Curator's `LeaderLatch` reads the data as the participant id); the
-//! leader is the lowest node, and a candidate counts itself leader only for
-//! a node whose `ephemeralOwner` is its current session (so a reconnect can
-//! never make two leaders).
+//! Leader election, LeaderLatch-style (the crate docs, "Election"; node
+//! names in `layout`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,16 +10,15 @@ use distlock_core::backend::{validate_candidate, with_timeout};
 use distlock_core::{Election, Error, LeaderInfo, LeaderStream, Leadership, Name, Result, Wait};
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
+use crate::acquire::{acquire, Recipe};
+use crate::context::Context;
 use crate::error::from_zk;
-use crate::kinds::{settle, Kind, Settled};
-use crate::lease::guard;
-use crate::ops::latch_tag;
-use crate::provider::Shared;
-use crate::queue::{enter_tagged_queue, sorted_queue};
+use crate::layout::{latch_tag, sorted_queue, Kind};
+use crate::queue::enter_tagged_queue;
 
 /// A ZooKeeper election.
 pub(crate) struct ZkElection {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     /// Shared by every acquisition's withdraw.
     pub(crate) dir: Arc<str>,
@@ -40,16 +34,38 @@ impl fmt::Debug for ZkElection {
     }
 }
 
+impl Recipe for ZkElection {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Election
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
+    }
+}
+
 /// The leader now, and (with `watch`) a watcher that fires when the set of
 /// candidates changes.
 async fn current(
-    shared: &Shared,
+    ctx: &Context,
     dir: &str,
     watch: bool,
 ) -> Result<(Option<LeaderInfo>, Option<OneshotWatcher>)> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     loop {
-        let session = shared.sessions.get().await?;
+        let session = ctx.sessions.get().await?;
         let client = &session.client;
         let (children, watcher) = if watch {
             match with_timeout("watch", timeout, client.get_and_watch_children(dir)).await? {
@@ -105,56 +121,40 @@ impl Election for ZkElection {
         distlock_core::backend::measured_campaign("zookeeper", &self.name, async {
             // The data stays the candidate id (Curator's LeaderLatch reads
             // it); our owner identity goes into the node's name.
-            let tag = latch_tag(&self.shared.owner);
-            let acquired = loop {
-                let acquired = enter_tagged_queue(
-                    &self.shared,
+            let tag = latch_tag(&self.ctx.owner);
+            let held = acquire(self, Wait::Forever, |wait| {
+                enter_tagged_queue(
+                    &self.ctx,
                     &self.dir,
                     "latch",
                     &tag,
                     candidate.as_bytes(),
-                    Wait::Forever,
+                    wait,
                 )
-                .await?
-                .ok_or(Error::Closed)?;
-                let settled = settle(
-                    &self.shared,
-                    &self.name,
-                    &self.dir,
-                    Kind::Election,
-                    acquired,
-                    Wait::Forever,
-                );
-                match Box::pin(settled).await? {
-                    Settled::Held(a) => break a,
-                    Settled::NotAcquired => return Err(Error::Closed),
-                    Settled::Again => {}
-                }
-            };
+            })
+            .await?
+            .ok_or(Error::Closed)?;
             // The node we lead with is ours by construction: created in this
             // session (or found by prefix with this session as its owner).
-            Ok(Leadership::new(
-                guard(&self.shared, &self.name, acquired, true, self.hold)?,
-                candidate,
-            ))
+            Ok(Leadership::new(held, candidate))
         })
         .await
     }
 
     async fn leader(&self) -> Result<Option<LeaderInfo>> {
-        self.shared.lifecycle.check_open()?;
-        Ok(current(&self.shared, &self.dir, false).await?.0)
+        self.ctx.lifecycle.check_open()?;
+        Ok(current(&self.ctx, &self.dir, false).await?.0)
     }
 
     fn observe(&self) -> LeaderStream {
         struct State {
-            shared: Arc<Shared>,
+            ctx: Arc<Context>,
             dir: String,
             last: Option<Option<LeaderInfo>>,
             watcher: Option<OneshotWatcher>,
         }
         let state = State {
-            shared: Arc::clone(&self.shared),
+            ctx: Arc::clone(&self.ctx),
             dir: self.dir.to_string(),
             last: None,
             watcher: None,
@@ -164,7 +164,7 @@ impl Election for ZkElection {
                 if let Some(watcher) = state.watcher.take() {
                     watcher.changed().await;
                 }
-                match current(&state.shared, &state.dir, true).await {
+                match current(&state.ctx, &state.dir, true).await {
                     Ok((leader, watcher)) => {
                         state.watcher = watcher;
                         if state.last.as_ref() != Some(&leader) {

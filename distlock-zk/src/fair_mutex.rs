@@ -8,16 +8,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use distlock_core::{Lock, LockGuard, Name, Result, Wait};
-use futures::FutureExt;
 
-use crate::kinds::{settle, Kind, Settled};
-use crate::lease::guard;
-use crate::provider::Shared;
+use crate::acquire::{acquire, Recipe};
+use crate::context::Context;
+use crate::layout::Kind;
 use crate::queue::enter_queue;
 
 /// A ZooKeeper fair mutex.
 pub(crate) struct FairMutex {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     /// Shared by every acquisition's withdraw (one copy, not one each).
     pub(crate) dir: Arc<str>,
@@ -47,8 +46,8 @@ impl Lock for FairMutex {
         distlock_core::PrimitiveKind::FairMutex
     }
 
-    // Not an `async fn`: the queue's future with the guard made in place
-    // (`map`), no async body around it (a waiting task keeps this).
+    // Not an `async fn`: the skeleton's future itself, no async body
+    // around it (a waiting task keeps this).
     fn acquire<'life0, 'async_trait>(
         &'life0 self,
         wait: Wait,
@@ -59,39 +58,30 @@ impl Lock for FairMutex {
     {
         // The queue checks for a runtime at its first poll (a future made
         // outside one and run inside one, `block_on(lock.lock())`, works).
-        let queued = enter_queue(
-            &self.shared,
-            &self.dir,
-            "lock",
-            &self.shared.owner_data,
-            wait,
-        );
-        // The queue's head then passes the kind check (`kinds`): boxed, so a
-        // waiter in the queue keeps none of it.
-        Box::pin(queued.then(move |acquired| {
-            Box::pin(async move {
-                let mut acquired = acquired?;
-                loop {
-                    let Some(a) = acquired else {
-                        return Ok(None);
-                    };
-                    match settle(&self.shared, &self.name, &self.dir, Kind::Fair, a, wait).await? {
-                        Settled::Held(a) => {
-                            return guard(&self.shared, &self.name, a, true, self.hold).map(Some)
-                        }
-                        Settled::NotAcquired => return Ok(None),
-                        Settled::Again => {}
-                    }
-                    acquired = enter_queue(
-                        &self.shared,
-                        &self.dir,
-                        "lock",
-                        &self.shared.owner_data,
-                        wait,
-                    )
-                    .await?;
-                }
-            })
+        Box::pin(acquire(self, wait, move |wait| {
+            enter_queue(&self.ctx, &self.dir, "lock", &self.ctx.owner_data, wait)
         }))
+    }
+}
+
+impl Recipe for FairMutex {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Fair
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
     }
 }

@@ -1,8 +1,4 @@
-//! The id counter: a persistent node holding a 64-bit big-endian number (the
-//! format of Curator's `DistributedAtomicLong`), advanced with versioned
-//! `setData` and retried on conflict. A node that is no counter (ephemeral,
-//! a container, holding other data, or with children: a lock's directory)
-//! is refused with `Error::Conflict`, and nothing is written.
+//! The id counter (the crate docs, "Ids").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,13 +8,13 @@ use distlock_core::backend::{with_timeout, IdSource};
 use distlock_core::{Error, Name, Result};
 use zookeeper_client::{CreateMode, Error as ZkError};
 
+use crate::context::Context;
 use crate::error::from_zk;
 use crate::node::{acls, make_parents, CONTAINER_OWNER};
-use crate::provider::Shared;
 
 /// The counter of one id generator.
 pub(crate) struct ZkIds {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     pub(crate) node: String,
 }
@@ -35,10 +31,10 @@ impl ZkIds {
 #[async_trait]
 impl IdSource for ZkIds {
     async fn reserve(&self, n: u64) -> Result<u64> {
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         let mut attempt: u32 = 0;
         loop {
-            let session = self.shared.sessions.get().await?;
+            let session = self.ctx.sessions.get().await?;
             let client = &session.client;
             match with_timeout("get", timeout, client.get_data(&self.node)).await? {
                 Ok((data, stat)) => {
@@ -84,14 +80,14 @@ impl IdSource for ZkIds {
                     }
                 }
                 Err(ZkError::NoNode) => {
-                    let create = CreateMode::Persistent.with_acls(acls(self.shared.authenticated));
+                    let create = CreateMode::Persistent.with_acls(acls(self.ctx.authenticated));
                     let zero = 0u64.to_be_bytes();
                     match with_timeout("create", timeout, client.create(&self.node, &zero, &create))
                         .await?
                     {
                         Ok(_) | Err(ZkError::NodeExists) => {}
                         Err(ZkError::NoNode) => {
-                            make_parents(&session, &self.node, self.shared.authenticated, timeout)
+                            make_parents(&session, &self.node, self.ctx.authenticated, timeout)
                                 .await?;
                         }
                         Err(e) => return Err(from_zk("create", timeout, e)),

@@ -59,86 +59,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
 use distlock_core::{Error, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher, Stat};
 
+use crate::context::Context;
 use crate::error::{triage_timed, Triage};
-use crate::node::{delete_if_ours, WHILE_SESSION_LIVES};
-use crate::provider::Shared;
-use crate::queue::{
-    clean_up_now, passed, pause_before_retry, sequence, sequence_digits, slack, watch_fired,
-    watch_noticed, within, Acquired, Withdraw,
-};
+use crate::layout::{classify, sequence, Kind, LEASES};
+use crate::lease::Acquired;
+use crate::node::{Mark, WithdrawIfOurs};
+use crate::queue::Withdraw;
 use crate::session::Session;
-
-/// The unfair lock's node under the lock's directory.
-pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
-/// Curator's `READ_LOCK_NAME`.
-pub(crate) const READ: &str = "__READ__";
-/// Curator's `WRITE_LOCK_NAME` (the same length as `READ`).
-pub(crate) const WRITE: &str = "__WRIT__";
-/// The semaphore's internal lock's directory under the lock's.
-pub(crate) const LOCKS: &str = "locks";
-/// The semaphore's lease nodes' directory under the lock's.
-pub(crate) const LEASES: &str = "leases";
-
-/// A kind of primitive, as its nodes show it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Mutex,
-    Fair,
-    Rw,
-    Semaphore,
-    Election,
-}
-
-impl Kind {
-    fn noun(self) -> &'static str {
-        match self {
-            Kind::Mutex => "mutex",
-            Kind::Fair => "fair mutex",
-            Kind::Rw => "read-write lock",
-            Kind::Semaphore => "semaphore",
-            Kind::Election => "election",
-        }
-    }
-
-    /// The kinds that are one lock: the mutex and the fair mutex.
-    fn family(self) -> Kind {
-        match self {
-            Kind::Fair => Kind::Mutex,
-            k => k,
-        }
-    }
-}
-
-/// The kind of a child of a lock's directory, and its sequence (`None` for
-/// the unfair node and the semaphore's `leases` directory); `None` for a
-/// child of no kind (the semaphore's `locks`, foreign nodes).
-fn classify(child: &str) -> Option<(Kind, Option<u64>)> {
-    if child == UNFAIR_NODE {
-        return Some((Kind::Mutex, None));
-    }
-    if child == LEASES {
-        return Some((Kind::Semaphore, None));
-    }
-    if let Some((_, digits)) = child.rsplit_once(WRITE).or_else(|| child.rsplit_once(READ)) {
-        return sequence_digits(digits)
-            .ok()
-            .flatten()
-            .map(|s| (Kind::Rw, Some(s)));
-    }
-    if let Ok(Some(s)) = sequence(child, "latch") {
-        return Some((Kind::Election, Some(s)));
-    }
-    if let Ok(Some(s)) = sequence(child, "lock") {
-        return Some((Kind::Fair, Some(s)));
-    }
-    None
-}
+use crate::wait::{
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within,
+};
 
 /// What the check found.
 pub(crate) enum Verdict {
@@ -306,32 +241,6 @@ pub(crate) enum Settled {
     Again,
 }
 
-/// Deletes `node` only while it is the one this acquisition created (same
-/// czxid, in our session), retrying for as long as the session may live.
-struct DeleteTheNodeCreated {
-    session: Arc<Session>,
-    node: String,
-    czxid: i64,
-    timeout: Duration,
-}
-
-#[async_trait]
-impl Cleanup for DeleteTheNodeCreated {
-    async fn clean_up(&self) -> Result<()> {
-        let (czxid, owner) = (self.czxid, self.session.id);
-        let is_ours = |_: &[u8], stat: &Stat| stat.czxid == czxid && stat.ephemeral_owner == owner;
-        delete_if_ours(
-            &self.session,
-            &self.node,
-            is_ours,
-            self.timeout,
-            WHILE_SESSION_LIVES,
-        )
-        .await?;
-        Ok(())
-    }
-}
-
 /// Runs [`check`] on a node its own recipe just found holding: gives it
 /// back when it may hold, waits (watching the other node) while the other
 /// half of the mutex family is older, and deletes it and fails with
@@ -341,14 +250,14 @@ impl Cleanup for DeleteTheNodeCreated {
 /// Cancellation safe: the node is deleted (in the background if need be)
 /// unless it is given back.
 pub(crate) async fn settle(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     mine: Kind,
     mut acquired: Acquired,
     wait: Wait,
 ) -> Result<Settled> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let deadline = wait.deadline();
     let session: Arc<Session> = Arc::clone(&acquired.session);
     // The unfair node's path is shared by every client: once ours may have
@@ -356,16 +265,16 @@ pub(crate) async fn settle(
     // client's node can stand at that path, so it is deleted only if it is
     // still ours (its czxid). Queue nodes have names of their own.
     let withdraw: Arc<dyn Cleanup> = if mine == Kind::Mutex {
-        Arc::new(DeleteTheNodeCreated {
+        Arc::new(WithdrawIfOurs {
             session: Arc::clone(&session),
             node: acquired.node.clone(),
-            czxid: acquired.czxid,
+            mark: Mark::Czxid(acquired.czxid),
             timeout,
         })
     } else {
         Withdraw::node(&session, &acquired.node, timeout)
     };
-    let mut undo = CleanupGuard::arm("withdraw a node another kind refused", withdraw)?;
+    let mut withdrawal = CleanupGuard::arm("withdraw a node another kind refused", withdraw)?;
     // Whether this is not our first look (we waited for the other half of
     // the mutex family, or retried): the node is then looked up before it
     // is given back as held.
@@ -382,7 +291,7 @@ pub(crate) async fn settle(
                 }
                 match verdict {
                     Verdict::Clear if !again => {
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Ok(Settled::Held(acquired));
                     }
                     Verdict::Clear => {
@@ -398,26 +307,26 @@ pub(crate) async fn settle(
                         .await;
                         match triage_timed("stat", timeout, stat) {
                             Ok(Some(stat)) if stat.czxid == acquired.czxid => {
-                                undo.disarm();
+                                withdrawal.disarm();
                                 return Ok(Settled::Held(acquired));
                             }
                             // Gone (the unfair path may hold another's
                             // node now: never delete it): join again.
                             Ok(_) => {
-                                undo.disarm();
+                                withdrawal.disarm();
                                 return Ok(Settled::Again);
                             }
                             Err(Triage::Fail(e)) => {
-                                clean_up_now(undo, timeout).await;
+                                withdraw_now(withdrawal, timeout).await;
                                 return Err(e);
                             }
                             Err(Triage::SessionEnded) => {
-                                undo.disarm();
+                                withdrawal.disarm();
                                 return Ok(Settled::Again);
                             }
                             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                             Err(Triage::Retry) => {
-                                clean_up_now(undo, timeout).await;
+                                withdraw_now(withdrawal, timeout).await;
                                 return Ok(Settled::NotAcquired);
                             }
                         }
@@ -426,21 +335,21 @@ pub(crate) async fn settle(
                 }
             }
             Err(Triage::Fail(e)) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Err(e);
             }
             Err(Triage::SessionEnded) => {
-                undo.disarm();
+                withdrawal.disarm();
                 return Ok(Settled::Again);
             }
             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
             Err(Triage::Retry) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Ok(Settled::NotAcquired);
             }
         };
         if wait == Wait::No || passed(deadline) {
-            clean_up_now(undo, slack(timeout, wait)).await;
+            withdraw_now(withdrawal, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
         let watched = with_timeout(
@@ -461,51 +370,23 @@ pub(crate) async fn settle(
             // watch, once-only, is dropped).
             Ok((Some(_), _)) => continue,
             Err(Triage::Fail(e)) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Err(e);
             }
             Err(Triage::SessionEnded) => {
-                undo.disarm();
+                withdrawal.disarm();
                 return Ok(Settled::Again);
             }
             Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
             Err(Triage::Retry) => {
-                clean_up_now(undo, slack(timeout, wait)).await;
+                withdraw_now(withdrawal, slack(timeout, wait)).await;
                 return Ok(Settled::NotAcquired);
             }
         };
-        if !watch_fired(shared, watcher, deadline).await? {
-            clean_up_now(undo, slack(timeout, wait)).await;
+        if !watch_fired(ctx, watcher, deadline).await? {
+            withdraw_now(withdrawal, slack(timeout, wait)).await;
             return Ok(Settled::NotAcquired);
         }
-        watch_noticed(shared);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_layout_has_its_kind() {
-        let fair = classify("_c_0f-lock-0000000007");
-        assert_eq!(fair, Some((Kind::Fair, Some(7))));
-        assert_eq!(classify("x__lock__0000000003"), Some((Kind::Fair, Some(3))));
-        assert_eq!(
-            classify("_c_0f-__READ__0000000001"),
-            Some((Kind::Rw, Some(1)))
-        );
-        assert_eq!(
-            classify("_c_0f-__WRIT__0000000002"),
-            Some((Kind::Rw, Some(2)))
-        );
-        assert_eq!(
-            classify("_c_0f-tag-latch-0000000009"),
-            Some((Kind::Election, Some(9)))
-        );
-        assert_eq!(classify(UNFAIR_NODE), Some((Kind::Mutex, None)));
-        assert_eq!(classify(LEASES), Some((Kind::Semaphore, None)));
-        assert_eq!(classify(LOCKS), None);
-        assert_eq!(classify("something-else"), None);
+        watch_noticed(ctx);
     }
 }

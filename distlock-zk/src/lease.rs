@@ -1,9 +1,6 @@
-//! A held ZooKeeper lease: our ephemeral node in our session. Released by
-//! deleting the node; lost when the session expires or closes, when the node
-//! is deleted, or when the server has not been heard for the session timeout
-//! (less the drift margin): the core watchdog checks the node every
-//! timeout / 4, and each confirmed check moves the deadline on. Suspended
-//! while the session is disconnected.
+//! A held ZooKeeper lease: our ephemeral node in our session, its release
+//! and its watch (the crate docs, "Leases"); and [`Acquired`], the node an
+//! acquisition hands to the guard.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -13,18 +10,37 @@ use async_trait::async_trait;
 use distlock_core::backend::{with_timeout, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms};
 use distlock_core::{Error, LockGuard, LostReason, Name, Result};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use zookeeper_client::EventType;
 
+use crate::context::Context;
 use crate::error::{from_zk, session_ended};
-use crate::node::{delete_if_ours, delete_retrying, token, WHILE_SESSION_LIVES};
-use crate::provider::Shared;
-use crate::queue::Acquired;
+use crate::node::{
+    delete_if_ours, delete_retrying, sweep_in_background, token, WHILE_SESSION_LIVES,
+};
 use crate::session::{Session, Status};
+
+/// A lease just acquired: our node in our session.
+pub(crate) struct Acquired {
+    pub(crate) session: Arc<Session>,
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+    /// When the request whose answer showed us the holder was sent: the
+    /// server heard the session at or after this instant.
+    pub(crate) heard_at: Instant,
+    /// A create of this acquisition had an unknown outcome in this
+    /// session: a late one may still land, so the release also deletes
+    /// every node with our prefix ([`sweep_in_background`]).
+    pub(crate) sweep: bool,
+    /// The directory's children as that answer listed them, after our node
+    /// was created (for the kind check, `kinds`), if it was a listing.
+    pub(crate) listing: Option<Vec<String>>,
+}
 
 /// One held lease.
 pub(crate) struct ZkLease {
     /// Keeps the provider (and so its session) alive while the guard lives.
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     /// Not owned: closing the provider closes the session even while a
     /// guard is still around.
     session: Weak<Session>,
@@ -56,7 +72,7 @@ impl ZkLease {
     /// Whether the node is still the one we created, in our session; with
     /// its version.
     async fn ours(&self, session: &Session) -> Result<Option<i32>> {
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         match with_timeout(
             "check lease",
             timeout,
@@ -96,7 +112,7 @@ impl ZkLease {
             // path now is someone else's.
             return Quick::NotAtZero;
         }
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         match with_timeout(
             "delete",
             timeout,
@@ -140,7 +156,7 @@ impl LeaseBackend for ZkLease {
         // the leader (which would still answer reads) cannot confirm a
         // session the leader has expired.
         let session = self.session()?;
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         match with_timeout("sync", timeout, session.client.sync(&self.node)).await? {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
             Err(e) if session_ended(&e) => return Err(self.not_held()),
@@ -154,7 +170,7 @@ impl LeaseBackend for ZkLease {
 
     async fn release(&self) -> Result<()> {
         let session = self.session()?;
-        let timeout = self.shared.timeout;
+        let timeout = self.ctx.timeout;
         let deleted = if self.own_path {
             // A queue node's path is ours alone: no check needed.
             delete_retrying(&session, &self.node, None, timeout).await
@@ -175,7 +191,7 @@ impl LeaseBackend for ZkLease {
         };
         if self.sweep {
             // After our own delete, so that it cannot find our node gone.
-            crate::queue::sweep_in_background(Arc::clone(&session), &self.node, timeout);
+            sweep_in_background(Arc::clone(&session), &self.node, timeout);
         }
         match deleted {
             Ok(true) => Ok(()),
@@ -204,7 +220,7 @@ impl LeaseBackend for ZkLease {
 
 /// Turns an acquired node into a guard and starts watching it.
 pub(crate) fn guard(
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
     name: &Name,
     acquired: Acquired,
     own_path: bool,
@@ -223,7 +239,7 @@ pub(crate) fn guard(
     }
     let fencing_token = token(acquired.czxid);
     let backend = Arc::new(ZkLease {
-        shared: Arc::clone(shared),
+        ctx: Arc::clone(ctx),
         session: Arc::downgrade(&acquired.session),
         name: name.clone(),
         node: acquired.node.clone(),
@@ -242,7 +258,7 @@ pub(crate) fn guard(
             timeout: acquired.session.timeout(),
         },
         acquired_at: acquired.heard_at,
-        lifecycle: Arc::clone(&shared.lifecycle),
+        lifecycle: Arc::clone(&ctx.lifecycle),
     };
     let guard = LockGuard::new(parts, backend)?;
     fencing_token?;

@@ -78,6 +78,12 @@
 //!   owner=<identity>`; an
 //!   acquisition that finds a distlock holder admitted under another N
 //!   deletes its nodes and fails with `Error::PermitsMismatch`.
+//!   Why it is safe: every holder listed at most `permits` lease nodes after
+//!   its own was created. Of the holders present at any instant, the last to
+//!   create its node saw all the others (created before it and not deleted
+//!   since), so there are at most `permits` of them. The internal lock
+//!   makes the queue fair and keeps acquirers from pushing each other over
+//!   the limit, but the bound does not depend on it.
 //! * **Read-write lock** — one queue of read and write nodes, joined like
 //!   the fair mutex's (the same create, lookup and withdraw). A writer holds
 //!   as the lowest node and watches its predecessor; a reader holds when no
@@ -318,11 +324,14 @@
 //!
 //! Rust 1.88 or later.
 
+mod acquire;
+mod context;
 mod election;
 mod error;
 mod fair_mutex;
 mod ids;
 mod kinds;
+mod layout;
 mod lease;
 mod node;
 mod ops;
@@ -333,6 +342,7 @@ mod rw_lock;
 mod semaphore;
 mod session;
 mod unfair_mutex;
+mod wait;
 
 use std::sync::Arc;
 

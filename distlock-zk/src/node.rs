@@ -1,13 +1,18 @@
-//! Paths, node names and the small helpers every recipe uses.
+//! Requests on nodes: retrying deletes, the withdrawal of a node at a shared
+//! path, the lookup of our nodes by prefix, parents, ACLs, and the checks of
+//! a lock directory and of a node's owner.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::backend::with_timeout;
-use distlock_core::{Error, Name, Result};
+use async_trait::async_trait;
+use distlock_core::backend::{with_timeout, Cleanup};
+use distlock_core::{Error, Result};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, Stat};
 
-use crate::error::from_zk;
+use crate::error::{from_zk, triage_timed, Triage};
+use crate::layout::sequence_digits;
 use crate::session::Session;
 
 /// ZooKeeper marks container nodes with this `ephemeralOwner`.
@@ -43,11 +48,6 @@ pub(crate) fn check_lock_dir(dir: &str, stat: &Stat) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// The directory of a primitive: root + `/` + name.
-pub(crate) fn dir(root: &str, name: &Name) -> String {
-    format!("{root}/{name}")
 }
 
 /// A cleanup budget with no end of its own: retry for as long as the
@@ -180,6 +180,49 @@ pub(crate) async fn delete_if_ours(
     }
 }
 
+/// How a node at a path that others may use too (the unfair node) is
+/// known to be ours, besides its owner session.
+pub(crate) enum Mark {
+    /// It holds our data (the unfair node's owner id).
+    Data(Vec<u8>),
+    /// It has the `czxid` of the node we created.
+    Czxid(i64),
+}
+
+/// Withdraws a node at a path that others may use too: deletes `node`
+/// only while it is ours ([`Mark`], and our session), retrying for as long
+/// as the session may live (a node left behind would hold the lock until
+/// the session ends).
+pub(crate) struct WithdrawIfOurs {
+    pub(crate) session: Arc<Session>,
+    pub(crate) node: String,
+    pub(crate) mark: Mark,
+    pub(crate) timeout: Duration,
+}
+
+#[async_trait]
+impl Cleanup for WithdrawIfOurs {
+    async fn clean_up(&self) -> Result<()> {
+        let owner = self.session.id;
+        let is_ours = |data: &[u8], stat: &Stat| {
+            stat.ephemeral_owner == owner
+                && match &self.mark {
+                    Mark::Data(ours) => data == ours.as_slice(),
+                    Mark::Czxid(czxid) => stat.czxid == *czxid,
+                }
+        };
+        delete_if_ours(
+            &self.session,
+            &self.node,
+            is_ours,
+            self.timeout,
+            WHILE_SESSION_LIVES,
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 /// ACLs for nodes we create: creator-only when authenticated, else open.
 pub(crate) fn acls(authenticated: bool) -> Acls<'static> {
     if authenticated {
@@ -223,4 +266,86 @@ pub(crate) async fn make_parents(
 /// The czxid of a created node as a fencing token.
 pub(crate) fn token(czxid: i64) -> Result<u64> {
     u64::try_from(czxid).map_err(|_| Error::server("zookeeper", "negative czxid"))
+}
+/// Deletes, in the background, every node of `session` with the prefix of
+/// `node` (a queue node, `dir/_c_<uuid>-<name><seq10>`), retrying for as
+/// long as the session lives.
+pub(crate) fn sweep_in_background(session: Arc<Session>, node: &str, timeout: Duration) {
+    let Some((dir, name)) = node.rsplit_once('/') else {
+        return;
+    };
+    let Some(prefix) = name.get(..name.len().saturating_sub(10)) else {
+        return;
+    };
+    let (dir, prefix) = (dir.to_owned(), prefix.to_owned());
+    tokio::spawn(async move {
+        while !session.is_dead() {
+            match find_ours(&session, &dir, &prefix, timeout).await {
+                Ok(nodes) => {
+                    for (node, _) in nodes {
+                        let _ = delete_retrying(&session, &node, None, WHILE_SESSION_LIVES).await;
+                    }
+                    return;
+                }
+                Err(Triage::Retry) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(_) => return,
+            }
+        }
+    });
+}
+
+/// Our queue nodes in `dir` (prefix and session), lowest first, after a
+/// `sync` so that a create of ours that reached the leader is seen.
+pub(crate) async fn find_ours(
+    session: &Session,
+    dir: &str,
+    prefix: &str,
+    timeout: Duration,
+) -> std::result::Result<Vec<(String, i64)>, Triage> {
+    let found = find_prefixed(session, dir, prefix, timeout).await?;
+    Ok(found
+        .into_iter()
+        .filter(|(_, _, in_session)| *in_session)
+        .map(|(node, czxid, _)| (node, czxid))
+        .collect())
+}
+
+/// Every node with `prefix` in `dir`, lowest first, as (path, `czxid`,
+/// whether `session` owns it), after a `sync` so that a create of ours
+/// that reached the leader is seen.
+pub(crate) async fn find_prefixed(
+    session: &Session,
+    dir: &str,
+    prefix: &str,
+    timeout: Duration,
+) -> std::result::Result<Vec<(String, i64, bool)>, Triage> {
+    triage_timed(
+        "sync",
+        timeout,
+        with_timeout("sync", timeout, session.client.sync(dir)).await,
+    )
+    .or_else(|t| match t {
+        // No directory: nothing of ours in it.
+        Triage::Fail(_) => Ok(()),
+        other => Err(other),
+    })?;
+    let listed = with_timeout("list", timeout, session.client.list_children(dir)).await;
+    let children = match listed {
+        Ok(Err(ZkError::NoNode)) => return Ok(Vec::new()),
+        other => triage_timed("list", timeout, other)?,
+    };
+    let mut ours = Vec::new();
+    for child in children.into_iter().filter(|c| c.starts_with(prefix)) {
+        let node = format!("{dir}/{child}");
+        let stat = with_timeout("stat", timeout, session.client.check_stat(&node)).await;
+        if let Some(stat) = triage_timed("stat", timeout, stat)? {
+            let seq = child
+                .strip_prefix(prefix)
+                .and_then(|digits| sequence_digits(digits).ok().flatten())
+                .unwrap_or(u64::MAX);
+            ours.push((seq, node, stat.czxid, stat.ephemeral_owner == session.id));
+        }
+    }
+    ours.sort();
+    Ok(ours.into_iter().map(|(_, n, c, s)| (n, c, s)).collect())
 }

@@ -32,47 +32,13 @@ use distlock_core::inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapsho
 use distlock_core::{Error, ForceReleased, LeaderInfo, Name, Result};
 use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
 
+use crate::context::Context;
 use crate::error::from_zk;
+use crate::layout::{latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, UNFAIR_NODE};
 use crate::node::CONTAINER_OWNER;
-use crate::provider::Shared;
-use crate::queue::sorted_queue;
-use crate::unfair_mutex::UNFAIR_NODE;
-
-/// The first word of our nodes' data.
-const MARK: &str = "distlock";
 
 /// Children read per multi-read.
 pub(crate) const READ_BATCH: usize = 512;
-
-/// The data of our lock nodes: `distlock owner=<owner>`.
-pub(crate) fn owner_data(owner: &str) -> Vec<u8> {
-    format!("{MARK} owner={owner}").into_bytes()
-}
-
-/// What our data says: `None` when it is not ours.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Ours {
-    pub(crate) owner: Option<String>,
-    pub(crate) permits: Option<u32>,
-}
-
-/// Parses `distlock word=value…` (words in any order; unknown words are
-/// skipped, so more can be added).
-pub(crate) fn parse(data: &[u8]) -> Option<Ours> {
-    let mut words = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
-    if words.next()? != MARK {
-        return None;
-    }
-    let mut ours = Ours::default();
-    for word in words {
-        if let Some(owner) = word.strip_prefix("owner=") {
-            ours.owner = Some(owner.to_owned());
-        } else if let Some(permits) = word.strip_prefix("permits=") {
-            ours.permits = permits.parse().ok();
-        }
-    }
-    Some(ours)
-}
 
 /// What is known of a foreign node: its kind and its data if printable.
 fn foreign(what: &str, data: &[u8]) -> String {
@@ -83,39 +49,6 @@ fn foreign(what: &str, data: &[u8]) -> String {
         }
         _ => format!("{what}, {} bytes of data", data.len()),
     }
-}
-
-/// The election node name's tag before `-latch-`: `o=<owner>` with every
-/// byte but ASCII letters, digits, `_`, `.`, `:`, `@` escaped as `%XX` (so
-/// no `-` or `/` is left in it).
-pub(crate) fn latch_tag(owner: &str) -> String {
-    let mut tag = String::from("o=");
-    for b in owner.bytes() {
-        if b.is_ascii_alphanumeric() || b"_.:@".contains(&b) {
-            tag.push(char::from(b));
-        } else {
-            tag.push_str(&format!("%{b:02X}"));
-        }
-    }
-    tag
-}
-
-/// The owner in an election node's name (see [`latch_tag`]), if it has one.
-pub(crate) fn latch_owner(child: &str) -> Option<String> {
-    let (_, rest) = child.split_once("-o=")?;
-    let escaped = rest.split('-').next()?;
-    let mut bytes = Vec::with_capacity(escaped.len());
-    let mut it = escaped.bytes();
-    while let Some(b) = it.next() {
-        if b == b'%' {
-            let hex = [it.next()?, it.next()?];
-            let hex = std::str::from_utf8(&hex).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-        } else {
-            bytes.push(b);
-        }
-    }
-    String::from_utf8(bytes).ok()
 }
 
 /// One child read: its path, data and stat.
@@ -216,13 +149,13 @@ fn zk(timeout: Duration) -> impl Fn(ZkError) -> Error {
 /// Round 1: the directory's data and, for each of `lists`, its children
 /// (`None`: no such node); for each of `reads`, its data and stat.
 async fn first_read(
-    shared: &Shared,
+    ctx: &Context,
     dir: &str,
     lists: &[String],
     reads: &[String],
 ) -> Result<(Vec<Option<Vec<String>>>, Vec<Option<(Vec<u8>, Stat)>>)> {
-    let timeout = shared.timeout;
-    let session = shared.sessions.get().await?;
+    let timeout = ctx.timeout;
+    let session = ctx.sessions.get().await?;
     let mut reader = session.client.new_multi_reader();
     reader.add_get_data(dir).map_err(zk(timeout))?;
     for path in lists {
@@ -265,13 +198,13 @@ async fn first_read(
 
 /// Round 2: the data and stat of `names` in `parent`, in one multi-read per
 /// [`READ_BATCH`]; children gone meanwhile are left out.
-async fn read_nodes(shared: &Shared, parent: &str, names: Vec<String>) -> Result<Vec<Node>> {
-    let timeout = shared.timeout;
+async fn read_nodes(ctx: &Context, parent: &str, names: Vec<String>) -> Result<Vec<Node>> {
+    let timeout = ctx.timeout;
     let mut nodes = Vec::with_capacity(names.len());
     if names.is_empty() {
         return Ok(nodes);
     }
-    let session = shared.sessions.get().await?;
+    let session = ctx.sessions.get().await?;
     for batch in names.chunks(READ_BATCH) {
         let mut reader = session.client.new_multi_reader();
         let paths: Vec<String> = batch.iter().map(|n| format!("{parent}/{n}")).collect();
@@ -301,7 +234,7 @@ async fn read_nodes(shared: &Shared, parent: &str, names: Vec<String>) -> Result
 }
 
 /// Reads `name`'s nodes as the primitive `kind` in `dir`.
-async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> Result<State> {
+async fn read(ctx: &Context, name: &Name, dir: &str, kind: PrimitiveKind) -> Result<State> {
     let mut snapshot = Snapshot::empty(name.clone(), kind, "zookeeper");
     let mut holds = Vec::new();
     let wrapped = |_| {
@@ -316,17 +249,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             // queue's head holds, whichever kind is asked about; the other
             // waits.
             let unfair = format!("{dir}/{UNFAIR_NODE}");
-            let (mut lists, mut read) = first_read(
-                shared,
-                dir,
-                &[dir.to_owned()],
-                std::slice::from_ref(&unfair),
-            )
-            .await?;
+            let (mut lists, mut read) =
+                first_read(ctx, dir, &[dir.to_owned()], std::slice::from_ref(&unfair)).await?;
             let children = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(children, "lock").map_err(wrapped)?;
             let mut nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+                read_nodes(ctx, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
             if let Some((data, stat)) = read.pop().flatten() {
                 if stat.ephemeral_owner == 0 {
                     return Err(conflict(
@@ -361,11 +289,10 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             snapshot.waiters = waiters(nodes, |n| parse(&n.data).and_then(|o| o.owner));
         }
         PrimitiveKind::Election => {
-            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let (mut lists, _) = first_read(ctx, dir, &[dir.to_owned()], &[]).await?;
             let children = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(children, "latch").map_err(wrapped)?;
-            let nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
+            let nodes = read_nodes(ctx, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
             let mut nodes = nodes.iter();
             if let Some(head) = nodes.next() {
                 let id = String::from_utf8_lossy(&head.data).into_owned();
@@ -383,16 +310,16 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             snapshot.waiters = waiters(nodes, |n| latch_owner(&n.name));
         }
         PrimitiveKind::ReadWrite => {
-            let (mut lists, _) = first_read(shared, dir, &[dir.to_owned()], &[]).await?;
+            let (mut lists, _) = first_read(ctx, dir, &[dir.to_owned()], &[]).await?;
             let children = lists.pop().flatten().unwrap_or_default();
-            let queue = crate::rw_lock::rw_queue(children).map_err(wrapped)?;
+            let queue = rw_queue(children).map_err(wrapped)?;
             let writes: std::collections::HashSet<String> = queue
                 .iter()
                 .filter(|(_, w, _)| *w)
                 .map(|(_, _, n)| n.clone())
                 .collect();
             let nodes =
-                read_nodes(shared, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
+                read_nodes(ctx, dir, queue.into_iter().map(|(_, _, n)| n).collect()).await?;
             // Holding: the first node if it is a write, else every read
             // before the first write.
             let first_write = nodes.iter().position(|n| writes.contains(&n.name));
@@ -416,10 +343,10 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
             });
         }
         PrimitiveKind::Semaphore => {
-            let locks = format!("{dir}/{}", crate::semaphore::LOCKS);
-            let leases = format!("{dir}/{}", crate::semaphore::LEASES);
+            let locks = format!("{dir}/{}", LOCKS);
+            let leases = format!("{dir}/{}", LEASES);
             let (mut lists, _) =
-                first_read(shared, dir, &[locks.clone(), leases.clone()], &[]).await?;
+                first_read(ctx, dir, &[locks.clone(), leases.clone()], &[]).await?;
             let lease_names = lists.pop().flatten().unwrap_or_default();
             let lock_names = lists.pop().flatten().unwrap_or_default();
             let queue = sorted_queue(lock_names, "lock").map_err(wrapped)?;
@@ -432,16 +359,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
                 .into_iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    let sub = if i < queued {
-                        crate::semaphore::LOCKS
-                    } else {
-                        crate::semaphore::LEASES
-                    };
+                    let sub = if i < queued { LOCKS } else { LEASES };
                     format!("{sub}/{n}")
                 })
                 .collect();
-            let nodes = read_nodes(shared, dir, names).await?;
-            let in_locks = format!("{}/", crate::semaphore::LOCKS);
+            let nodes = read_nodes(ctx, dir, names).await?;
+            let in_locks = format!("{}/", LOCKS);
             let (mut queue, mut leases): (Vec<Node>, Vec<Node>) = nodes
                 .into_iter()
                 .partition(|n| n.name.starts_with(&in_locks));
@@ -478,12 +401,12 @@ async fn read(shared: &Shared, name: &Name, dir: &str, kind: PrimitiveKind) -> R
 
 /// `Provider::inspect`.
 pub(crate) async fn inspect(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     kind: PrimitiveKind,
 ) -> Result<Snapshot> {
-    Ok(read(shared, name, dir, kind).await?.snapshot)
+    Ok(read(ctx, name, dir, kind).await?.snapshot)
 }
 
 /// `Provider::force_release`: deletes every holding node (pipelined), so
@@ -491,14 +414,14 @@ pub(crate) async fn inspect(
 /// the holders' own node watches report their leases lost
 /// (`LostReason::Deleted`).
 pub(crate) async fn force_release(
-    shared: &Shared,
+    ctx: &Context,
     name: &Name,
     dir: &str,
     kind: PrimitiveKind,
 ) -> Result<ForceReleased> {
-    let state = read(shared, name, dir, kind).await?;
-    let timeout = shared.timeout;
-    let session = shared.sessions.get().await?;
+    let state = read(ctx, name, dir, kind).await?;
+    let timeout = ctx.timeout;
+    let session = ctx.sessions.get().await?;
     let deletes = state.holds.iter().map(|hold| {
         let client = &session.client;
         async move { client.delete(&hold.path, None).await }
@@ -533,6 +456,7 @@ pub(crate) async fn force_release(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::{owner_data, Ours};
 
     #[test]
     fn our_data_parses_and_foreign_data_does_not() {
@@ -574,30 +498,6 @@ mod tests {
         assert_eq!(
             foreign("lock node x", &[0, 1, 2]),
             "lock node x, 3 bytes of data"
-        );
-    }
-
-    #[test]
-    fn latch_tags_round_trip_and_never_hold_a_dash_or_slash() {
-        for owner in [
-            "h:1",
-            "web-1@h-2.example:42",
-            "a/b_c.d:e@f%g",
-            "x-latch-y@h:1",
-        ] {
-            let tag = latch_tag(owner);
-            assert!(!tag.contains('-') && !tag.contains('/'), "{tag}");
-            let child = format!("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-{tag}-latch-0000000042");
-            assert_eq!(latch_owner(&child).as_deref(), Some(owner), "{child}");
-            assert_eq!(
-                crate::queue::sequence(&child, "latch").ok().flatten(),
-                Some(42)
-            );
-        }
-        // Curator's LeaderLatch nodes carry no owner.
-        assert_eq!(
-            latch_owner("_c_0f1e2d3c-aaaa-bbbb-cccc-0123456789ab-latch-0000000001"),
-            None
         );
     }
 }

@@ -1,7 +1,7 @@
 //! The ZooKeeper provider.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,34 +13,14 @@ use distlock_core::{
     ReadWriteLock, Result, Semaphore, Snapshot,
 };
 
+use crate::context::{Context, Stats};
 use crate::election::ZkElection;
 use crate::fair_mutex::FairMutex;
 use crate::ids::ZkIds;
-use crate::node::dir;
+use crate::layout::{dir, owner_data};
 use crate::options::ZkOptions;
 use crate::session::{self, Sessions};
 use crate::unfair_mutex::UnfairMutex;
-
-/// Counters for tests and benches.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    /// Watch notifications that woke a waiter.
-    pub(crate) watch_events: AtomicU64,
-}
-
-/// What every primitive of one provider shares.
-pub(crate) struct Shared {
-    pub(crate) sessions: Sessions,
-    pub(crate) authenticated: bool,
-    pub(crate) timeout: Duration,
-    pub(crate) stats: Stats,
-    pub(crate) lifecycle: Arc<Lifecycle>,
-    /// The owner identity stored with every hold (`label@host:pid`).
-    pub(crate) owner: String,
-    /// The data of our lock nodes (`ops::owner_data` of `owner`), made
-    /// once: a waiting acquisition borrows it.
-    pub(crate) owner_data: Vec<u8>,
-}
 
 /// A connected ZooKeeper backend.
 ///
@@ -49,14 +29,14 @@ pub(crate) struct Shared {
 /// provider opens a new session by itself at the next operation.
 #[derive(Clone)]
 pub struct ZkProvider {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
 }
 
 impl fmt::Debug for ZkProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZkProvider")
-            .field("hosts", &self.shared.sessions.options().hosts)
-            .field("root", &self.shared.sessions.options().root)
+            .field("hosts", &self.ctx.sessions.options().hosts)
+            .field("root", &self.ctx.sessions.options().root)
             .finish_non_exhaustive()
     }
 }
@@ -96,13 +76,13 @@ impl ZkProvider {
         let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         Ok(ZkProvider {
-            shared: Arc::new(Shared {
+            ctx: Arc::new(Context {
                 authenticated: options.digest.is_some(),
                 timeout: options.operation_timeout,
                 sessions: Sessions::new(options, first),
                 stats: Stats::default(),
                 lifecycle,
-                owner_data: crate::ops::owner_data(&owner),
+                owner_data: owner_data(&owner),
                 owner,
             }),
         })
@@ -115,7 +95,7 @@ impl ZkProvider {
     /// [`Error::InvalidName`](distlock_core::Error::InvalidName) for a bad
     /// name.
     pub fn path(&self, name: &str) -> Result<String> {
-        Ok(dir(&self.shared.sessions.options().root, &Name::new(name)?))
+        Ok(dir(&self.ctx.sessions.options().root, &Name::new(name)?))
     }
 
     /// The id of the current session, opening one if needed.
@@ -128,7 +108,7 @@ impl ZkProvider {
     ///
     /// Cancellation safe.
     pub async fn session_id(&self) -> Result<i64> {
-        Ok(self.shared.sessions.get().await?.id)
+        Ok(self.ctx.sessions.get().await?.id)
     }
 
     /// The current session's timeout as negotiated with the server.
@@ -141,13 +121,13 @@ impl ZkProvider {
     ///
     /// Cancellation safe.
     pub async fn session_timeout(&self) -> Result<Duration> {
-        Ok(self.shared.sessions.get().await?.timeout())
+        Ok(self.ctx.sessions.get().await?.timeout())
     }
 
     /// Watch notifications that woke a waiter so far (for benches and tests).
     #[must_use]
     pub fn watch_events(&self) -> u64 {
-        self.shared.stats.watch_events.load(Ordering::Relaxed)
+        self.ctx.stats.watch_events.load(Ordering::Relaxed)
     }
 
     /// A primitive's name and directory, after the checks every primitive
@@ -164,7 +144,7 @@ impl ZkProvider {
         name: &str,
         lease: Option<LeaseOptions>,
     ) -> Result<((Name, String), Option<std::time::Duration>)> {
-        self.shared.lifecycle.check_open()?;
+        self.ctx.lifecycle.check_open()?;
         let default = self.default_lease();
         let hold = lease.and_then(|l| l.hold_limit());
         if lease.is_some_and(|l| l.ttl() != default.ttl() || l.renewal() != default.renewal()) {
@@ -175,7 +155,7 @@ impl ZkProvider {
             ));
         }
         let name = Name::new(name)?;
-        let dir = dir(&self.shared.sessions.options().root, &name);
+        let dir = dir(&self.ctx.sessions.options().root, &name);
         Ok(((name, dir), hold))
     }
 }
@@ -187,8 +167,8 @@ impl Provider for ZkProvider {
     }
 
     async fn close(&self) -> Result<()> {
-        let released = self.shared.lifecycle.close().await;
-        self.shared.sessions.close(self.shared.timeout).await;
+        let released = self.ctx.lifecycle.close().await;
+        self.ctx.sessions.close(self.ctx.timeout).await;
         released
     }
 
@@ -197,7 +177,7 @@ impl Provider for ZkProvider {
     }
 
     fn owner(&self) -> &str {
-        &self.shared.owner
+        &self.ctx.owner
     }
 
     /// Reads the name's nodes in two requests (see the crate docs,
@@ -217,7 +197,7 @@ impl Provider for ZkProvider {
     /// Cancellation safe: it only reads.
     async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
         let (name, dir) = self.named(name, None)?;
-        crate::ops::inspect(&self.shared, &name, &dir, kind).await
+        crate::ops::inspect(&self.ctx, &name, &dir, kind).await
     }
 
     /// **Dangerous: for operators.** Deletes every holding node of the name
@@ -246,13 +226,13 @@ impl Provider for ZkProvider {
     /// some holders' nodes.
     async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
         let (name, dir) = self.named(name, None)?;
-        crate::ops::force_release(&self.shared, &name, &dir, kind).await
+        crate::ops::force_release(&self.ctx, &name, &dir, kind).await
     }
 
     fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
         let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
         Ok(Arc::new(UnfairMutex {
-            shared: Arc::clone(&self.shared),
+            ctx: Arc::clone(&self.ctx),
             name,
             dir,
             hold,
@@ -263,7 +243,7 @@ impl Provider for ZkProvider {
     fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
         let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
         Ok(Arc::new(FairMutex {
-            shared: Arc::clone(&self.shared),
+            ctx: Arc::clone(&self.ctx),
             name,
             dir: Arc::from(dir),
             hold,
@@ -273,7 +253,7 @@ impl Provider for ZkProvider {
     fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
         let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
         Ok(Arc::new(ZkElection {
-            shared: Arc::clone(&self.shared),
+            ctx: Arc::clone(&self.ctx),
             name,
             dir: Arc::from(dir),
             hold,
@@ -282,7 +262,7 @@ impl Provider for ZkProvider {
 
     fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
         let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
-        crate::rw_lock::rw_lock(&self.shared, name, dir, hold)
+        crate::rw_lock::rw_lock(&self.ctx, name, dir, hold)
     }
 
     fn semaphore_with(
@@ -292,13 +272,13 @@ impl Provider for ZkProvider {
         lease: LeaseOptions,
     ) -> Result<Arc<dyn Semaphore>> {
         let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
-        crate::semaphore::semaphore(&self.shared, name, dir, check_permits(permits)?, hold)
+        crate::semaphore::semaphore(&self.ctx, name, dir, check_permits(permits)?, hold)
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
         let (name, node) = self.named(name, None)?;
         let source = ZkIds {
-            shared: Arc::clone(&self.shared),
+            ctx: Arc::clone(&self.ctx),
             name: name.clone(),
             node,
         };

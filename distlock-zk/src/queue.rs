@@ -1,135 +1,31 @@
 //! The queue of ephemeral sequential nodes behind the fair mutex, the
-//! election and the read-write lock: joining it, finding our own node,
-//! parsing sequences, and withdrawing. Which node holds, and which one a
-//! waiter watches, is each recipe's [`QueueRules`].
-//!
-//! The rule for a create whose outcome is unknown (the connection dropped or
-//! the reply did not come in time): never create again in that session until
-//! a lookup has answered definitively. The lookup `sync`s the directory first
-//! (a server we reconnected to may not have seen our create yet) and lists
-//! it; every child with our `_c_<uuid>-` prefix and our session as owner is
-//! ours: the lowest is kept, the rest are deleted.
+//! election, the read-write lock and the semaphore's internal lock: joining
+//! it (the create, with the lookup after an unknown outcome), the rules of
+//! who holds ([`QueueRules`]), waiting in it, and withdrawing from it. The
+//! protocol is the crate docs' ("The recipes", "Unknown outcomes").
 
 use std::borrow::Cow;
-use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
 use distlock_core::{Error, Result, Wait};
 use tokio::time::Instant;
-use zookeeper_client::{
-    CreateMode, CreateSequence, Error as ZkError, OneshotWatcher, WatchedEvent,
-};
+use zookeeper_client::{CreateMode, CreateSequence, Error as ZkError, OneshotWatcher};
 
+use crate::context::{session_for, start_over, Context};
 use crate::error::{triage, triage_timed, Triage};
+use crate::layout::{sorted_queue, Wrapped};
+use crate::lease::Acquired;
 use crate::node::{
-    acls, check_lock_dir, delete_retrying, make_parents, session_owned, WHILE_SESSION_LIVES,
+    acls, check_lock_dir, delete_retrying, find_ours, find_prefixed, make_parents, session_owned,
+    WHILE_SESSION_LIVES,
 };
-use crate::provider::Shared;
 use crate::session::Session;
-
-/// A lease just acquired: our node in our session.
-pub(crate) struct Acquired {
-    pub(crate) session: Arc<Session>,
-    pub(crate) node: String,
-    pub(crate) czxid: i64,
-    /// When the request whose answer showed us the holder was sent: the
-    /// server heard the session at or after this instant.
-    pub(crate) heard_at: Instant,
-    /// A create of this acquisition had an unknown outcome in this
-    /// session: a late one may still land, so the release also deletes
-    /// every node with our prefix ([`sweep_in_background`]).
-    pub(crate) sweep: bool,
-    /// The directory's children as that answer listed them, after our node
-    /// was created (for the kind check, `kinds`), if it was a listing.
-    pub(crate) listing: Option<Vec<String>>,
-}
-
-/// Deletes, in the background, every node of `session` with the prefix of
-/// `node` (a queue node, `dir/_c_<uuid>-<name><seq10>`), retrying for as
-/// long as the session lives.
-pub(crate) fn sweep_in_background(session: Arc<Session>, node: &str, timeout: Duration) {
-    let Some((dir, name)) = node.rsplit_once('/') else {
-        return;
-    };
-    let Some(prefix) = name.get(..name.len().saturating_sub(10)) else {
-        return;
-    };
-    let (dir, prefix) = (dir.to_owned(), prefix.to_owned());
-    tokio::spawn(async move {
-        while !session.is_dead() {
-            match find_ours(&session, &dir, &prefix, timeout).await {
-                Ok(nodes) => {
-                    for (node, _) in nodes {
-                        let _ = delete_retrying(&session, &node, None, WHILE_SESSION_LIVES).await;
-                    }
-                    return;
-                }
-                Err(Triage::Retry) => tokio::time::sleep(Duration::from_millis(50)).await,
-                Err(_) => return,
-            }
-        }
-    });
-}
-
-/// A queue's sequence counter went past `i32::MAX`: the server prints it
-/// negative, and the queue order is lost.
-#[derive(Debug)]
-pub(crate) struct Wrapped;
-
-/// The sequence number of a queue child of `marker` (`lock`, `latch`):
-/// Curator's `…-lock-0000000042` and, for locks, kazoo's
-/// `…__lock__0000000042`. `Ok(None)` for a child that is not a queue node;
-/// `Err(Wrapped)` for a sequence the server printed negative.
-pub(crate) fn sequence(child: &str, marker: &str) -> std::result::Result<Option<u64>, Wrapped> {
-    let curator = format!("-{marker}-");
-    let kazoo = format!("__{marker}__");
-    let Some(digits) = child
-        .rsplit_once(curator.as_str())
-        .or_else(|| {
-            (marker == "lock")
-                .then(|| child.rsplit_once(kazoo.as_str()))
-                .flatten()
-        })
-        .map(|(_, d)| d)
-    else {
-        return Ok(None);
-    };
-    sequence_digits(digits)
-}
-
-/// The sequence a server appended to a node name (`0000000042`): `Ok(None)`
-/// for anything else, `Err(Wrapped)` for a sequence printed negative.
-pub(crate) fn sequence_digits(digits: &str) -> std::result::Result<Option<u64>, Wrapped> {
-    if let Some(negative) = digits.strip_prefix('-') {
-        if !negative.is_empty() && negative.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Wrapped);
-        }
-    }
-    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(None);
-    }
-    Ok(digits.parse().ok())
-}
-
-/// Queue children of `marker`, in queue order.
-pub(crate) fn sorted_queue(
-    children: Vec<String>,
-    marker: &str,
-) -> std::result::Result<Vec<(u64, String)>, Wrapped> {
-    let mut queue = Vec::with_capacity(children.len());
-    for child in children {
-        if let Some(seq) = sequence(&child, marker)? {
-            queue.push((seq, child));
-        }
-    }
-    queue.sort();
-    Ok(queue)
-}
+use crate::wait::{
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within, Recreate,
+};
 
 /// Where our node stands in a queue, after a listing.
 pub(crate) enum Standing {
@@ -210,269 +106,6 @@ pub(crate) fn conflict(dir: &str) -> Error {
         what: format!("zookeeper node {dir:?}"),
         expected: "lock directory (it is ephemeral, so it cannot hold lock nodes)",
     }
-}
-
-/// How long a request of an acquisition that waits until `deadline` may
-/// take: the operation timeout, but not past the deadline, so that the
-/// deadline's only slack is the create's and the cleanup's ([`slack`]).
-/// A try (`deadline` now) and a wait without a deadline get the operation
-/// timeout.
-pub(crate) fn within(timeout: Duration, wait: Wait) -> Duration {
-    match wait {
-        Wait::Until(d) => timeout
-            .min(d.saturating_duration_since(Instant::now()))
-            .max(Duration::from_millis(1)),
-        Wait::No | Wait::Forever => timeout,
-    }
-}
-
-/// How long a request that may end past the deadline may take: a create
-/// (every acquisition makes one whole attempt) and a withdraw or other
-/// cleanup after giving up. The operation timeout, but not past the
-/// deadline plus one operation timeout, so that `lock_timeout(d)` returns
-/// within `d` and one operation timeout whatever came before: a create
-/// sent before the deadline gets the whole operation timeout, one sent
-/// after it (a second create: a semaphore's lease, a session's end) only
-/// what is left, and a withdraw only what the create left (a cleanup cut
-/// short finishes in the background, for as long as the session lives).
-/// A try and a wait without a deadline get the operation timeout.
-pub(crate) fn slack(timeout: Duration, wait: Wait) -> Duration {
-    match wait {
-        Wait::Until(d) => (d + timeout)
-            .saturating_duration_since(Instant::now())
-            .min(timeout)
-            .max(Duration::from_millis(1)),
-        Wait::No | Wait::Forever => timeout,
-    }
-}
-
-pub(crate) fn passed(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-/// Waits a moment before a retry; `false` when that would pass the deadline.
-pub(crate) async fn pause_before_retry(deadline: Option<Instant>) -> bool {
-    let until = Instant::now() + Duration::from_millis(50);
-    if deadline.is_some_and(|d| d <= until) {
-        return false;
-    }
-    tokio::time::sleep_until(until).await;
-    true
-}
-
-/// How many creates a try ([`Wait::No`]) sends in all when lookups keep
-/// finding that the last one did not happen; then it fails with the last
-/// create's (retryable) error.
-pub(crate) const TRY_CREATES: u32 = 3;
-
-/// The creates of one acquisition sent again after a lookup found that a
-/// create of unknown outcome did not happen: each waits first, 50 ms
-/// doubling to 1 s, so that no error can make an acquisition spin; a wait
-/// stops at its deadline, a try after [`TRY_CREATES`] creates.
-pub(crate) struct Recreate {
-    creates: u32,
-    pause: Duration,
-}
-
-impl Recreate {
-    pub(crate) fn new() -> Self {
-        Recreate {
-            creates: 1,
-            pause: Duration::from_millis(50),
-        }
-    }
-
-    /// Waits before the next create; `false` when there is none to send
-    /// (the deadline would pass first, or a try has sent its creates).
-    pub(crate) async fn pause(&mut self, wait: Wait) -> bool {
-        let until = Instant::now() + self.pause;
-        let go = match wait {
-            Wait::No => self.creates < TRY_CREATES,
-            Wait::Until(d) => until < d,
-            Wait::Forever => true,
-        };
-        if !go {
-            return false;
-        }
-        tokio::time::sleep_until(until).await;
-        self.creates += 1;
-        self.pause = (self.pause * 2).min(Duration::from_secs(1));
-        true
-    }
-}
-
-/// The provider's live session, for an acquisition that may wait: a
-/// retryable failure to open one (the ensemble unreachable for now, after
-/// our last session expired) is retried, with a pause that doubles from
-/// 50 ms to 1 s, until the deadline, like any other retryable error while
-/// waiting; opening is bounded by the deadline too. `Ok(None)`: the
-/// deadline passed. A try ([`Wait::No`]) fails at once.
-///
-/// # Errors
-///
-/// [`Error::Closed`], a non-retryable error, or any error for a try.
-pub(crate) async fn session_for(shared: &Shared, wait: Wait) -> Result<Option<Arc<Session>>> {
-    // A try opens a session as it must: its "deadline" is now.
-    let deadline = match wait {
-        Wait::No => None,
-        other => other.deadline(),
-    };
-    let mut pause = Duration::from_millis(50);
-    loop {
-        shared.lifecycle.check_open()?;
-        let opening = shared.sessions.get();
-        let opened = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, opening).await {
-                Ok(opened) => opened,
-                Err(_) => return Ok(None),
-            },
-            None => opening.await,
-        };
-        match opened {
-            Ok(session) => return Ok(Some(session)),
-            Err(e) if wait != Wait::No && e.is_retryable() => {
-                tracing::debug!(error = %e, "distlock zookeeper: no session yet; retrying");
-                let until = Instant::now() + pause;
-                if deadline.is_some_and(|d| d <= until) {
-                    return Ok(None);
-                }
-                tokio::time::sleep_until(until).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Waits for a watch to fire; `false` when the deadline came first. The
-/// caller counts a fired watch with [`watch_noticed`].
-///
-/// # Errors
-///
-/// [`Error::Closed`] when the provider is closed meanwhile.
-///
-/// Not an `async fn`: a small future of its own (the watcher's, the close
-/// signal, and a deadline timer only with a deadline, boxed), since every
-/// waiting acquisition keeps one for as long as it waits.
-pub(crate) fn watch_fired(
-    shared: &Shared,
-    watcher: OneshotWatcher,
-    deadline: Option<Instant>,
-) -> WatchFired<'_, impl std::future::Future<Output = WatchedEvent> + Send> {
-    WatchFired {
-        changed: watcher.changed(),
-        closed: shared.lifecycle.closed(),
-        timer: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
-    }
-}
-
-/// Counts a watch that fired for a waiter (stats, and the core's wake-up
-/// count).
-pub(crate) fn watch_noticed(shared: &Shared) {
-    shared.stats.watch_events.fetch_add(1, Ordering::Relaxed);
-    distlock_core::backend::woke();
-}
-
-pin_project_lite::pin_project! {
-    /// The future of [`watch_fired`].
-    pub(crate) struct WatchFired<'a, F> {
-        #[pin]
-        changed: F,
-        closed: distlock_core::backend::Closed<'a>,
-        timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    }
-}
-
-impl<F: std::future::Future<Output = WatchedEvent>> std::future::Future for WatchFired<'_, F> {
-    type Output = Result<bool>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<bool>> {
-        let this = self.project();
-        // Closed first: a closed provider's waiter ends with `Closed`
-        // whatever else happened meanwhile.
-        if Pin::new(this.closed).poll(cx).is_ready() {
-            return Poll::Ready(Err(Error::Closed));
-        }
-        if this.changed.poll(cx).is_ready() {
-            return Poll::Ready(Ok(true));
-        }
-        if let Some(timer) = this.timer {
-            if timer.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Ok(false));
-            }
-        }
-        Poll::Pending
-    }
-}
-
-/// The session ended and took every ephemeral node of ours with it:
-/// nothing is left to clean up, and the caller starts over on a new
-/// session.
-pub(crate) async fn start_over(shared: &Shared, session: &Arc<Session>, undo: &mut CleanupGuard) {
-    undo.disarm();
-    shared.sessions.ended(session).await;
-}
-
-/// Runs an armed cleanup now, for at most the operation timeout; if it does
-/// not finish, the guard's drop finishes it in the background.
-pub(crate) async fn clean_up_now(mut undo: CleanupGuard, timeout: Duration) {
-    let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
-}
-
-/// Our queue nodes in `dir` (prefix and session), lowest first, after a
-/// `sync` so that a create of ours that reached the leader is seen.
-async fn find_ours(
-    session: &Session,
-    dir: &str,
-    prefix: &str,
-    timeout: Duration,
-) -> std::result::Result<Vec<(String, i64)>, Triage> {
-    let found = find_prefixed(session, dir, prefix, timeout).await?;
-    Ok(found
-        .into_iter()
-        .filter(|(_, _, in_session)| *in_session)
-        .map(|(node, czxid, _)| (node, czxid))
-        .collect())
-}
-
-/// Every node with `prefix` in `dir`, lowest first, as (path, `czxid`,
-/// whether `session` owns it), after a `sync` so that a create of ours
-/// that reached the leader is seen.
-async fn find_prefixed(
-    session: &Session,
-    dir: &str,
-    prefix: &str,
-    timeout: Duration,
-) -> std::result::Result<Vec<(String, i64, bool)>, Triage> {
-    triage_timed(
-        "sync",
-        timeout,
-        with_timeout("sync", timeout, session.client.sync(dir)).await,
-    )
-    .or_else(|t| match t {
-        // No directory: nothing of ours in it.
-        Triage::Fail(_) => Ok(()),
-        other => Err(other),
-    })?;
-    let listed = with_timeout("list", timeout, session.client.list_children(dir)).await;
-    let children = match listed {
-        Ok(Err(ZkError::NoNode)) => return Ok(Vec::new()),
-        other => triage_timed("list", timeout, other)?,
-    };
-    let mut ours = Vec::new();
-    for child in children.into_iter().filter(|c| c.starts_with(prefix)) {
-        let node = format!("{dir}/{child}");
-        let stat = with_timeout("stat", timeout, session.client.check_stat(&node)).await;
-        if let Some(stat) = triage_timed("stat", timeout, stat)? {
-            let seq = child
-                .strip_prefix(prefix)
-                .and_then(|digits| sequence_digits(digits).ok().flatten())
-                .unwrap_or(u64::MAX);
-            ours.push((seq, node, stat.czxid, stat.ephemeral_owner == session.id));
-        }
-    }
-    ours.sort();
-    Ok(ours.into_iter().map(|(_, n, c, s)| (n, c, s)).collect())
 }
 
 /// Deletes every queue node of one acquisition: the known one, or all
@@ -689,8 +322,10 @@ async fn look_for_ours(session: &Arc<Session>, withdraw: &Withdraw, wait: Wait) 
                     // A second node of ours would queue behind us and block
                     // the queue after our release: delete it for sure.
                     let extra = Withdraw::node(session, &extra, withdraw.timeout());
-                    if let Ok(mut undo) = CleanupGuard::arm("extra queue node", extra) {
-                        undo.run_in_background();
+                    if let Ok(mut withdrawal) =
+                        CleanupGuard::arm("withdraw an extra queue node", extra)
+                    {
+                        withdrawal.run_in_background();
                     }
                 }
                 return Lookup::Found(node, czxid, sent);
@@ -718,13 +353,13 @@ pub(crate) enum Joined {
         heard_at: Instant,
     },
     /// Nothing of ours is there (parents were just made, or the create did
-    /// not happen; the undo is disarmed): create again.
+    /// not happen; the withdrawal is disarmed): create again.
     Again,
-    /// The session ended with every ephemeral node of ours (the undo is
+    /// The session ended with every ephemeral node of ours (the withdrawal is
     /// disarmed and the session dropped): start over on a new one.
     SessionEnded,
     /// The deadline passed while looking for a node of unknown fate: the
-    /// caller cleans up (the undo is still armed) and gives up.
+    /// caller cleans up (the withdrawal is still armed) and gives up.
     DeadlinePassed,
 }
 
@@ -737,25 +372,25 @@ pub(crate) enum Joined {
 /// its prefix (after a `sync`) has found nothing; the withdraw then
 /// remembers that a late create may still land, and sweeps the prefix.
 ///
-/// `undo` must be armed with `withdraw`, before this is called.
+/// `withdrawal` must be armed with `withdraw`, before this is called.
 ///
 /// # Errors
 ///
 /// [`Error::Conflict`] for a directory that is not a lock's (ephemeral, or
 /// holding data: an id counter), after our node is deleted; server errors
-/// (the undo then stays armed when a node of ours may exist).
+/// (the withdrawal then stays armed when a node of ours may exist).
 pub(crate) async fn join(
-    shared: &Shared,
+    ctx: &Context,
     withdraw: &Withdraw,
-    undo: &mut CleanupGuard,
+    withdrawal: &mut CleanupGuard,
     (data, list, under): (&[u8], bool, Option<&str>),
     wait: Wait,
 ) -> Result<Joined> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let session = &withdraw.session;
     let dir = &*withdraw.dir;
     let path_prefix = withdraw.path_prefix();
-    let create = CreateMode::EphemeralSequential.with_acls(acls(shared.authenticated));
+    let create = CreateMode::EphemeralSequential.with_acls(acls(ctx.authenticated));
     // An earlier create of ours in this session had an unknown outcome.
     let mut unsure = false;
     let mut again = Recreate::new();
@@ -800,33 +435,33 @@ pub(crate) async fn join(
                 };
                 if let Err(e) = verdict {
                     // Refused: nothing of ours may stay under that name.
-                    let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+                    let _ = with_timeout("withdraw", timeout, withdrawal.run_now()).await;
                     return Err(e);
                 }
                 let children = listed.map(|(children, _)| children);
                 (format!("{path_prefix}{seq}"), stat.czxid, children, sent)
             }
             Err(ZkError::NoNode) => {
-                undo.disarm();
+                withdrawal.disarm();
                 if let Some(p) = under {
                     // Made by us, the missing parents would be left below a
                     // name that is not a lock's.
                     check_dir_again(session, p, None, timeout).await?;
                 }
-                make_parents(session, &path_prefix, shared.authenticated, timeout).await?;
+                make_parents(session, &path_prefix, ctx.authenticated, timeout).await?;
                 return Ok(Joined::Again);
             }
             Err(ZkError::NoChildrenForEphemerals) => {
-                undo.disarm();
+                withdrawal.disarm();
                 return Err(conflict(dir));
             }
             Err(e) => match triage("create", timeout, e.clone()) {
                 Triage::SessionEnded => {
-                    start_over(shared, session, undo).await;
+                    start_over(ctx, session, withdrawal).await;
                     return Ok(Joined::SessionEnded);
                 }
                 Triage::Fail(e) => {
-                    undo.disarm();
+                    withdrawal.disarm();
                     return Err(e);
                 }
                 // The create may have happened: look, never create twice.
@@ -834,7 +469,7 @@ pub(crate) async fn join(
                     Lookup::Found(node, czxid, heard_at) => {
                         withdraw.know(&node);
                         if let Err(e) = check_dir_again(session, dir, under, timeout).await {
-                            let _ = with_timeout("withdraw", timeout, undo.run_now()).await;
+                            let _ = with_timeout("withdraw", timeout, withdrawal.run_now()).await;
                             return Err(e);
                         }
                         (node, czxid, None, heard_at)
@@ -843,7 +478,7 @@ pub(crate) async fn join(
                         // Not there now; it may still land late (read by
                         // the server, not yet run): create again after a
                         // pause, and keep the withdraw's sweep of our
-                        // prefix armed (nothing known yet: the undo, armed
+                        // prefix armed (nothing known yet: the withdrawal, armed
                         // on every return below, sweeps it).
                         unsure = true;
                         if again.pause(wait).await {
@@ -855,7 +490,7 @@ pub(crate) async fn join(
                         return Ok(Joined::DeadlinePassed);
                     }
                     Lookup::SessionEnded => {
-                        start_over(shared, session, undo).await;
+                        start_over(ctx, session, withdrawal).await;
                         return Ok(Joined::SessionEnded);
                     }
                     Lookup::DeadlinePassed => return Ok(Joined::DeadlinePassed),
@@ -909,7 +544,7 @@ pub(crate) async fn check_dir_again(
 ///
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_queue<'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     marker: &'a str,
     data: &'a [u8],
@@ -917,7 +552,7 @@ pub(crate) fn enter_queue<'a>(
 ) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
     // Not an `async fn`: [`join_queue`]'s future itself, with no second
     // body around it (a waiting task keeps this future).
-    join_queue(shared, dir, Fifo(marker), data, wait)
+    join_queue(ctx, dir, Fifo(marker), data, wait)
 }
 
 /// A FIFO queue of `marker` nodes in a directory below the primitive's.
@@ -945,7 +580,7 @@ impl QueueRules for Below<'_> {
 ///
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_queue_below<'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     primitive_dir: &'a str,
     marker: &'a str,
@@ -953,7 +588,7 @@ pub(crate) fn enter_queue_below<'a>(
     wait: Wait,
 ) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
     join_queue(
-        shared,
+        ctx,
         dir,
         Below {
             marker,
@@ -986,14 +621,14 @@ impl QueueRules for Tagged<'_> {
 ///
 /// Cancellation safe: as [`join_queue`].
 pub(crate) fn enter_tagged_queue<'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     marker: &'a str,
     tag: &'a str,
     data: &'a [u8],
     wait: Wait,
 ) -> impl std::future::Future<Output = Result<Option<Acquired>>> + Send + 'a {
-    join_queue(shared, dir, Tagged { marker, tag }, data, wait)
+    join_queue(ctx, dir, Tagged { marker, tag }, data, wait)
 }
 
 /// Our node while it waits in a queue: the session it lives in, its
@@ -1001,7 +636,7 @@ pub(crate) fn enter_tagged_queue<'a>(
 struct InQueue {
     /// Knows the session and our node's path.
     withdraw: Arc<Withdraw>,
-    undo: CleanupGuard,
+    withdrawal: CleanupGuard,
     czxid: i64,
     /// When the request whose answer last showed the queue was sent.
     heard_at: Instant,
@@ -1038,7 +673,7 @@ enum QueueStep {
 // An `async fn` would keep its arguments twice (see below).
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
-    shared: &'a Shared,
+    ctx: &'a Context,
     dir: &'a Arc<str>,
     rules: R,
     data: &'a [u8],
@@ -1053,19 +688,19 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
         let uuid = uuid::Uuid::new_v4();
         let mut ours: Option<InQueue> = None;
         loop {
-            let step = queue_step(shared, dir, &rules, data, wait, uuid, &mut ours);
+            let step = queue_step(ctx, dir, &rules, data, wait, uuid, &mut ours);
             // Out of the match, so that the step is not kept through the wait.
             let watcher = match Box::pin(step).await? {
                 QueueStep::Done(acquired) => return Ok(acquired),
                 QueueStep::Wait(watcher) => watcher,
             };
-            if !watch_fired(shared, watcher, wait.deadline()).await? {
+            if !watch_fired(ctx, watcher, wait.deadline()).await? {
                 if let Some(waiting) = ours.take() {
-                    Box::pin(clean_up_now(waiting.undo, slack(shared.timeout, wait))).await;
+                    Box::pin(withdraw_now(waiting.withdrawal, slack(ctx.timeout, wait))).await;
                 }
                 return Ok(None);
             }
-            watch_noticed(shared);
+            watch_noticed(ctx);
         }
     }
 }
@@ -1076,7 +711,7 @@ pub(crate) fn join_queue<'a, R: QueueRules + Send + 'a>(
 /// back only with a watch to wait on; dropped with its withdraw armed on
 /// an error or a cancellation.
 async fn queue_step(
-    shared: &Shared,
+    ctx: &Context,
     dir: &Arc<str>,
     rules: &dyn QueueRules,
     data: &[u8],
@@ -1084,7 +719,7 @@ async fn queue_step(
     uuid: uuid::Uuid,
     ours: &mut Option<InQueue>,
 ) -> Result<QueueStep> {
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let deadline = wait.deadline();
     let mut children = None;
     // Our extra nodes were looked for once in this step already.
@@ -1093,15 +728,15 @@ async fn queue_step(
         let mut q = match ours.take() {
             Some(q) => q,
             None => {
-                let Some(session) = session_for(shared, wait).await? else {
+                let Some(session) = session_for(ctx, wait).await? else {
                     return Ok(QueueStep::Done(None));
                 };
                 let naming = (uuid, rules.node_name());
                 let withdraw = Withdraw::new(&session, Arc::clone(dir), naming, timeout);
-                let mut undo =
+                let mut withdrawal =
                     CleanupGuard::arm("withdraw from queue", Arc::clone(&withdraw) as _)?;
                 let asks = (data, true, rules.primitive_dir());
-                match join(shared, &withdraw, &mut undo, asks, wait).await? {
+                match join(ctx, &withdraw, &mut withdrawal, asks, wait).await? {
                     Joined::Node {
                         czxid,
                         children: listed,
@@ -1111,14 +746,14 @@ async fn queue_step(
                         children = listed;
                         InQueue {
                             withdraw,
-                            undo,
+                            withdrawal,
                             czxid,
                             heard_at,
                         }
                     }
                     Joined::Again | Joined::SessionEnded => continue 'session,
                     Joined::DeadlinePassed => {
-                        clean_up_now(undo, slack(timeout, wait)).await;
+                        withdraw_now(withdrawal, slack(timeout, wait)).await;
                         return Ok(QueueStep::Done(None));
                     }
                 }
@@ -1138,12 +773,12 @@ async fn queue_step(
                             names
                         }
                         Err(Triage::SessionEnded) => {
-                            start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                            start_over(ctx, &Arc::clone(q.session()), &mut q.withdrawal).await;
                             continue 'session;
                         }
                         Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                         Err(Triage::Retry) => {
-                            clean_up_now(q.undo, slack(timeout, wait)).await;
+                            withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                             return Ok(QueueStep::Done(None));
                         }
                         Err(Triage::Fail(e)) => return Err(e),
@@ -1164,12 +799,12 @@ async fn queue_step(
                 match adopt_lowest(&mut q, timeout).await {
                     Ok(()) => {}
                     Err(Triage::SessionEnded) => {
-                        start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                        start_over(ctx, &Arc::clone(q.session()), &mut q.withdrawal).await;
                         continue 'session;
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                     Err(Triage::Retry) => {
-                        clean_up_now(q.undo, slack(timeout, wait)).await;
+                        withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                         return Ok(QueueStep::Done(None));
                     }
                     Err(Triage::Fail(e)) => return Err(e),
@@ -1181,21 +816,21 @@ async fn queue_step(
             let standing = match rules.standing(names, own_name) {
                 Ok(standing) => standing,
                 Err(Wrapped) => {
-                    clean_up_now(q.undo, slack(timeout, wait)).await;
+                    withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                     return Err(wrapped(dir));
                 }
             };
             let predecessor = match standing {
                 Standing::Missing => {
                     // Our node is gone (deleted by someone): queue again.
-                    q.undo.disarm();
+                    q.withdrawal.disarm();
                     if passed(deadline) {
                         return Ok(QueueStep::Done(None));
                     }
                     continue 'session;
                 }
                 Standing::Holds => {
-                    q.undo.disarm();
+                    q.withdrawal.disarm();
                     return Ok(QueueStep::Done(Some(Acquired {
                         session: Arc::clone(q.session()),
                         node,
@@ -1208,7 +843,7 @@ async fn queue_step(
                 Standing::Behind(child) => format!("{dir}/{child}"),
             };
             if wait == Wait::No || passed(deadline) {
-                clean_up_now(q.undo, slack(timeout, wait)).await;
+                withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                 return Ok(QueueStep::Done(None));
             }
             let watched = with_timeout(
@@ -1224,7 +859,7 @@ async fn queue_step(
                     // A persistent (or container, or TTL) node in the queue
                     // never goes by itself: waiting for it is waiting
                     // forever. Refused, and our node withdrawn.
-                    clean_up_now(q.undo, slack(timeout, wait)).await;
+                    withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                     return Err(Error::Conflict {
                         what: format!("zookeeper node {predecessor:?}"),
                         expected: "lock node of a session (it is persistent, so it would never be released)",
@@ -1235,67 +870,16 @@ async fn queue_step(
                     return Ok(QueueStep::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &Arc::clone(q.session()), &mut q.undo).await;
+                    start_over(ctx, &Arc::clone(q.session()), &mut q.withdrawal).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(q.undo, slack(timeout, wait)).await;
+                    withdraw_now(q.withdrawal, slack(timeout, wait)).await;
                     return Ok(QueueStep::Done(None));
                 }
                 Err(Triage::Fail(e)) => return Err(e),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sequences_of_curator_kazoo_and_others() {
-        let seq = |c: &str, m: &str| sequence(c, m).unwrap();
-        assert_eq!(seq("_c_1f-lock-0000000042", "lock"), Some(42));
-        assert_eq!(seq("abc__lock__0000000007", "lock"), Some(7));
-        assert_eq!(seq("_c_1f-latch-0000000003", "latch"), Some(3));
-        assert_eq!(seq("abc__lock__0000000007", "latch"), None);
-        assert_eq!(seq("_unfair_lock", "lock"), None);
-        assert_eq!(seq("_c_x-lock-12", "lock"), None);
-        assert_eq!(seq("_c_x-lock-000000000a", "lock"), None);
-        assert_eq!(seq("_c_x-lock-2147483647", "lock"), Some(2_147_483_647));
-        let q = sorted_queue(
-            vec![
-                "b-lock-0000000010".into(),
-                "a__lock__0000000002".into(),
-                "junk".into(),
-                "c-lock-0000000005".into(),
-            ],
-            "lock",
-        )
-        .unwrap();
-        let names: Vec<&str> = q.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "a__lock__0000000002",
-                "c-lock-0000000005",
-                "b-lock-0000000010"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_sequence_past_i32_max_is_an_error_not_a_skipped_child() {
-        // ZooKeeper prints the wrapped counter with "%010d".
-        for child in [
-            "_c_1f-lock--2147483648",
-            "_c_1f-lock--000000001",
-            "x__lock__-2147483647",
-        ] {
-            assert!(sequence(child, "lock").is_err(), "{child}");
-        }
-        assert!(sorted_queue(vec!["_c_1f-lock--2147483648".into()], "lock").is_err());
-        assert_eq!(sequence("_c_1f-lock--", "lock").unwrap(), None);
     }
 }

@@ -1,30 +1,9 @@
 //! The read-write lock, in Curator's `InterProcessReadWriteLock` layout: one
 //! queue of read and write nodes in the lock's directory.
 //!
-//! Every acquisition, read or write, is its own ephemeral sequential node
-//! `_c_<uuid>-__READ__<seq10>` or `_c_<uuid>-__WRIT__<seq10>` (Curator's
-//! protected names), so every hold is its own session lease. The queue is
-//! every read and write node, ordered by the sequence after `__READ__` or
-//! `__WRIT__` (Curator's `fixForSorting`; the two kinds share the directory's
-//! counter, so the order is the order of creation).
-//!
-//! * A writer holds when its node is the lowest of the queue, and otherwise
-//!   watches its immediate predecessor, reader or writer (Curator's
-//!   `StandardLockInternalsDriver` with one lease).
-//! * A reader holds when no write node is before its own: a waiting writer
-//!   holds back every reader that comes after it (no writer starvation).
-//!   Otherwise it watches the **last** write node before its own. Curator's
-//!   reader watches the first one; while that one holds, the writers behind
-//!   it still block the reader, so a release would wake every reader for
-//!   nothing but another wait. The last writer is the one a reader must
-//!   outlast: it goes (released, or withdrawn) at most once, and a reader
-//!   woken by it finds the writers before it gone too, in the usual order of
-//!   things. Each waiter watches one node, and a release wakes only those
-//!   waiting for exactly that node.
-//!
-//! Both rules are Curator's, so a Curator `InterProcessReadWriteLock` on the
-//! same path takes part in the same queue; which node a waiter watches does
-//! not matter to the others.
+//! Who holds and whom a waiter watches are the crate docs' ("The
+//! recipes"); here are the rules as [`QueueRules`] and the proof of the
+//! tokens' order.
 //!
 //! # Fencing
 //!
@@ -52,33 +31,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{Error, Lock, LockGuard, Name, ReadWriteLock, Result, Wait};
 
-use crate::kinds::{settle, Kind, Settled, READ, WRITE};
-use crate::lease::guard;
-use crate::provider::Shared;
-use crate::queue::{join_queue, sequence_digits, QueueRules, Standing, Wrapped};
-
-/// The read and write nodes among `children`, in queue order, as
-/// `(sequence, is_write, name)`; other children are not part of the queue.
-pub(crate) fn rw_queue(
-    children: Vec<String>,
-) -> std::result::Result<Vec<(u64, bool, String)>, Wrapped> {
-    let mut queue = Vec::with_capacity(children.len());
-    for child in children {
-        // Curator: a child containing `__WRIT__` is a writer.
-        let parsed = match child.rsplit_once(WRITE) {
-            Some((_, digits)) => Some((true, digits)),
-            None => child.rsplit_once(READ).map(|(_, digits)| (false, digits)),
-        };
-        let Some((write, digits)) = parsed else {
-            continue;
-        };
-        if let Some(seq) = sequence_digits(digits)? {
-            queue.push((seq, write, child));
-        }
-    }
-    queue.sort_unstable();
-    Ok(queue)
-}
+use crate::acquire::{acquire, Recipe};
+use crate::context::Context;
+use crate::layout::{rw_queue, Kind, Wrapped, READ, WRITE};
+use crate::queue::{join_queue, QueueRules, Standing};
 
 /// The queue rules of one side of the lock.
 struct Side {
@@ -109,7 +65,7 @@ impl QueueRules for Side {
 
 /// One side of a ZooKeeper read-write lock, as a [`Lock`].
 struct RwSide {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     name: Name,
     dir: Arc<str>,
     side: Side,
@@ -144,34 +100,32 @@ impl Lock for RwSide {
 
     async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        loop {
-            let acquired = join_queue(
-                &self.shared,
-                &self.dir,
-                &self.side,
-                &self.shared.owner_data,
-                wait,
-            )
-            .await?;
-            let Some(acquired) = acquired else {
-                return Ok(None);
-            };
-            let settled = settle(
-                &self.shared,
-                &self.name,
-                &self.dir,
-                Kind::Rw,
-                acquired,
-                wait,
-            );
-            match Box::pin(settled).await? {
-                Settled::Held(a) => {
-                    return guard(&self.shared, &self.name, a, true, self.hold).map(Some)
-                }
-                Settled::NotAcquired => return Ok(None),
-                Settled::Again => {}
-            }
-        }
+        acquire(self, wait, |wait| {
+            join_queue(&self.ctx, &self.dir, &self.side, &self.ctx.owner_data, wait)
+        })
+        .await
+    }
+}
+
+impl Recipe for RwSide {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Rw
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
     }
 }
 
@@ -211,7 +165,7 @@ impl ReadWriteLock for ZkRwLock {
 ///
 /// None so far: the provider checked the name and its options.
 pub(crate) fn rw_lock(
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
     name: Name,
     dir: String,
     hold: Option<std::time::Duration>,
@@ -219,7 +173,7 @@ pub(crate) fn rw_lock(
     let dir: Arc<str> = Arc::from(dir);
     let side = |write: bool, dir: Arc<str>| -> Arc<dyn Lock> {
         Arc::new(RwSide {
-            shared: Arc::clone(shared),
+            ctx: Arc::clone(ctx),
             name: name.clone(),
             dir,
             side: Side { write },

@@ -1,27 +1,5 @@
-//! The counting semaphore, in Curator's `InterProcessSemaphoreV2` layout.
-//!
-//! Under the semaphore's directory `DIR`:
-//!
-//! * `DIR/locks` holds an internal fair mutex (Curator's `InterProcessMutex`,
-//!   `_c_<uuid>-lock-<seq10>` nodes): the queue of acquirers;
-//! * `DIR/leases` holds one ephemeral sequential node per permit
-//!   (`_c_<uuid>-lease-<seq10>`, Curator's protected names).
-//!
-//! Acquiring, as Curator does: take the internal lock; create our lease
-//! node; list `leases` with a watch. When it has at most `permits` children
-//! (our own counted, and every child counted, whoever made it) the permit
-//! is ours; else wait for the watch (a lease node created or deleted) and
-//! list again. The internal lock is released once the permit is held, or
-//! when giving up (after deleting the lease node). Only the head of the
-//! `locks` queue watches `leases`, and every other acquirer watches only
-//! its predecessor in `locks`: a release wakes one waiter, not all.
-//!
-//! Why it is safe: every holder listed at most `permits` lease nodes after
-//! its own was created. Of the holders present at any instant, the last to
-//! create its node saw all the others (created before it and not deleted
-//! since), so there are at most `permits` of them. The internal lock
-//! makes the queue fair and keeps acquirers from pushing each other over
-//! the limit, but the bound does not depend on it.
+//! The counting semaphore, in Curator's `InterProcessSemaphoreV2` layout:
+//! the protocol and why it is safe are in the crate docs ("The recipes").
 
 use std::collections::HashSet;
 use std::fmt;
@@ -33,19 +11,18 @@ use distlock_core::{Error, Lock, LockGuard, Name, Result, Semaphore, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, OneshotWatcher};
 
+use crate::context::{start_over, Context};
 use crate::error::{triage_timed, Triage};
-use crate::kinds::{check, Kind};
+use crate::kinds::check;
+use crate::layout::{lease_data, owner_data, permits_of, Kind, LEASES, LOCKS};
 use crate::lease::guard;
+use crate::lease::Acquired;
 use crate::node::session_owned;
-use crate::ops::owner_data;
-use crate::provider::Shared;
-use crate::queue::{
-    clean_up_now, enter_queue_below, join, passed, pause_before_retry, slack, start_over,
-    watch_fired, watch_noticed, within, Acquired, Joined, Withdraw,
-};
+use crate::queue::{enter_queue_below, join, Joined, Withdraw};
 use crate::session::Session;
-
-pub(crate) use crate::kinds::{LEASES, LOCKS};
+use crate::wait::{
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within,
+};
 
 /// Builds the ZooKeeper semaphore `name` at `dir` with `permits` (≥ 1).
 ///
@@ -54,14 +31,14 @@ pub(crate) use crate::kinds::{LEASES, LOCKS};
 /// None yet: the signature leaves room for checks of the name.
 #[allow(clippy::unnecessary_wraps)]
 pub(crate) fn semaphore(
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
     name: Name,
     dir: String,
     permits: u32,
     hold: Option<std::time::Duration>,
 ) -> Result<Arc<dyn Semaphore>> {
     Ok(Arc::new(ZkSemaphore {
-        shared: Arc::clone(shared),
+        ctx: Arc::clone(ctx),
         name,
         dir,
         permits,
@@ -94,7 +71,7 @@ pub(crate) fn semaphore(
 /// client uses its own `maxLeases` and must be configured with the same
 /// number by hand.
 pub(crate) struct ZkSemaphore {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     name: Name,
     dir: String,
     permits: u32,
@@ -151,20 +128,6 @@ impl Semaphore for ZkSemaphore {
     fn permits(&self) -> u32 {
         self.permits
     }
-}
-
-/// The data of our lease nodes: `distlock permits=N owner=<identity>`.
-fn lease_data(permits: u32, owner: &str) -> Vec<u8> {
-    format!("distlock permits={permits} owner={owner}").into_bytes()
-}
-
-/// The permits in a lease node's data, if distlock wrote it.
-fn permits_of(data: &[u8]) -> Option<u32> {
-    let mut words = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
-    if words.next()? != "distlock" {
-        return None;
-    }
-    words.find_map(|w| w.strip_prefix("permits="))?.parse().ok()
 }
 
 /// Reads the lease nodes `names` (pipelined) and returns the permits of the
@@ -269,7 +232,11 @@ async fn count_leases(
 /// deadline plus one: [`slack`]; what is left then finishes in the
 /// background), so that a wait that gives up overruns its deadline by one
 /// operation timeout at most.
-async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, budget: std::time::Duration) {
+async fn withdraw_both(
+    mut lease: CleanupGuard,
+    mut lock: CleanupGuard,
+    budget: std::time::Duration,
+) {
     let _ = with_timeout("withdraw", budget, async {
         let _ = lease.run_now().await;
         let _ = lock.run_now().await;
@@ -280,43 +247,45 @@ async fn give_up(mut lease: CleanupGuard, mut lock: CleanupGuard, budget: std::t
 /// Curator's `internalAcquire1Lease`, with distlock's care for unknown
 /// outcomes, cancellation and session ends.
 async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
-    let shared = sem.shared.as_ref();
+    let ctx = sem.ctx.as_ref();
     let deadline = wait.deadline();
-    let timeout = shared.timeout;
+    let timeout = ctx.timeout;
     let locks: Arc<str> = Arc::from(format!("{}/{LOCKS}", sem.dir));
     let leases: Arc<str> = Arc::from(format!("{}/{LEASES}", sem.dir));
     let lease_uuid = uuid::Uuid::new_v4();
-    let data = lease_data(sem.permits, &shared.owner);
-    let lock_data = owner_data(&shared.owner);
+    let data = lease_data(sem.permits, &ctx.owner);
+    let lock_data = owner_data(&ctx.owner);
     let limit = usize::try_from(sem.permits).unwrap_or(usize::MAX);
     'attempt: loop {
         // The internal lock; Wait::No takes it only if nobody is ahead.
-        let internal = enter_queue_below(shared, &locks, &sem.dir, "lock", &lock_data, wait);
+        let internal = enter_queue_below(ctx, &locks, &sem.dir, "lock", &lock_data, wait);
         let Some(lock) = internal.await? else {
             return Ok(None);
         };
-        let mut unlock = CleanupGuard::arm(
+        let mut lock_withdrawal = CleanupGuard::arm(
             "release the semaphore's internal lock",
             Withdraw::acquired(&lock, timeout),
         )?;
         let session = lock.session;
         // Our lease node, in the session that holds the internal lock.
-        let (own, czxid, mut undo, lease_unsure) = loop {
-            shared.lifecycle.check_open()?;
+        let (own, czxid, mut withdrawal, lease_unsure) = loop {
+            ctx.lifecycle.check_open()?;
             let naming = (lease_uuid, std::borrow::Cow::Borrowed("lease-"));
             let withdraw = Withdraw::new(&session, Arc::clone(&leases), naming, timeout);
-            let mut undo = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
+            let mut withdrawal = CleanupGuard::arm("withdraw a lease", Arc::clone(&withdraw) as _)?;
             // The internal lock's join checked the semaphore's directory.
-            match join(shared, &withdraw, &mut undo, (&data, false, None), wait).await? {
-                Joined::Node { node, czxid, .. } => break (node, czxid, undo, withdraw.unsure()),
+            match join(ctx, &withdraw, &mut withdrawal, (&data, false, None), wait).await? {
+                Joined::Node { node, czxid, .. } => {
+                    break (node, czxid, withdrawal, withdraw.unsure())
+                }
                 Joined::Again => {}
                 Joined::SessionEnded => {
                     // The internal lock node went with the session.
-                    unlock.disarm();
+                    lock_withdrawal.disarm();
                     continue 'attempt;
                 }
                 Joined::DeadlinePassed => {
-                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                     return Ok(None);
                 }
             }
@@ -336,31 +305,31 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
             let counted = match counted {
                 Ok(counted) => counted,
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &session, &mut undo).await;
-                    unlock.disarm();
+                    start_over(ctx, &session, &mut withdrawal).await;
+                    lock_withdrawal.disarm();
                     continue 'attempt;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                 Err(Triage::Retry) => {
-                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                     return Ok(None);
                 }
                 Err(Triage::Fail(e)) => {
-                    give_up(undo, unlock, slack(timeout, wait)).await;
+                    withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                     return Err(e);
                 }
             };
             if !counted.ours_there {
                 // Deleted by someone else: Curator starts over, and so do we.
-                undo.disarm();
-                clean_up_now(unlock, slack(timeout, wait)).await;
+                withdrawal.disarm();
+                withdraw_now(lock_withdrawal, slack(timeout, wait)).await;
                 if wait == Wait::No || passed(deadline) {
                     return Ok(None);
                 }
                 continue 'attempt;
             }
             if let Some(held) = counted.mismatch {
-                give_up(undo, unlock, slack(timeout, wait)).await;
+                withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                 return Err(Error::PermitsMismatch {
                     name: sem.name.to_string(),
                     held,
@@ -381,21 +350,21 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 match Box::pin(checked).await {
                     Ok(_) => {}
                     Err(Triage::SessionEnded) => {
-                        start_over(shared, &session, &mut undo).await;
-                        unlock.disarm();
+                        start_over(ctx, &session, &mut withdrawal).await;
+                        lock_withdrawal.disarm();
                         continue 'attempt;
                     }
                     Err(Triage::Retry) if pause_before_retry(deadline).await => continue,
                     Err(Triage::Retry) => {
-                        give_up(undo, unlock, slack(timeout, wait)).await;
+                        withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                         return Ok(None);
                     }
                     Err(Triage::Fail(e)) => {
-                        give_up(undo, unlock, slack(timeout, wait)).await;
+                        withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                         return Err(e);
                     }
                 }
-                undo.disarm();
+                withdrawal.disarm();
                 let acquired = Acquired {
                     session: Arc::clone(&session),
                     node: own,
@@ -406,12 +375,12 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 };
                 // The guard owns the lease from here; then the internal
                 // lock goes (in the background if this is cancelled).
-                let held = guard(&sem.shared, &sem.name, acquired, true, sem.hold)?;
-                clean_up_now(unlock, slack(timeout, wait)).await;
+                let held = guard(&sem.ctx, &sem.name, acquired, true, sem.hold)?;
+                withdraw_now(lock_withdrawal, slack(timeout, wait)).await;
                 return Ok(Some(held));
             }
             if wait == Wait::No {
-                give_up(undo, unlock, slack(timeout, wait)).await;
+                withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                 return Ok(None);
             }
             tracing::debug!(
@@ -420,32 +389,11 @@ async fn take(sem: &ZkSemaphore, wait: Wait) -> Result<Option<LockGuard>> {
                 permits = sem.permits,
                 "distlock semaphore full; waiting for a release"
             );
-            if !watch_fired(shared, counted.watcher, deadline).await? {
-                give_up(undo, unlock, slack(timeout, wait)).await;
+            if !watch_fired(ctx, counted.watcher, deadline).await? {
+                withdraw_both(withdrawal, lock_withdrawal, slack(timeout, wait)).await;
                 return Ok(None);
             }
-            watch_noticed(shared);
+            watch_noticed(ctx);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_data_round_trips_and_foreign_data_is_not_ours() {
-        assert_eq!(lease_data(3, "w@h:1"), b"distlock permits=3 owner=w@h:1");
-        assert_eq!(permits_of(&lease_data(7, "h:2")), Some(7));
-        assert_eq!(permits_of(b"distlock permits=3"), Some(3));
-        assert_eq!(permits_of(b"distlock owner=host:1 permits=2"), Some(2));
-        assert_eq!(permits_of(b"distlock  permits=2 owner=x"), Some(2));
-        // Curator's default node data: the client's IP address.
-        assert_eq!(permits_of(b"127.0.1.1"), None);
-        assert_eq!(permits_of(b""), None);
-        assert_eq!(permits_of(b"distlock"), None);
-        assert_eq!(permits_of(b"distlock permits=x"), None);
-        assert_eq!(permits_of(b"distlockpermits=2"), None);
-        assert_eq!(permits_of(&[0xff, 0xfe]), None);
     }
 }

@@ -1,39 +1,34 @@
-//! The unfair mutex: one ephemeral node holding `distlock owner=<identity>
-//! id=<uuid>` (the id is this acquisition's own); losers watch
-//! it and race again when it goes (every waiter wakes: the herd effect the
-//! benches measure).
-//!
-//! After a create of unknown outcome, only the lookup is retried (after a
-//! `sync`) until it answers: the node with our owner id in our session is
-//! ours; another's means we wait; none means we may create again.
+//! The unfair mutex: one ephemeral node `_unfair_lock` that every contender
+//! races to create (the crate docs, "The recipes" and "Unknown outcomes").
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
+use distlock_core::backend::{with_timeout, CleanupGuard};
 use distlock_core::{Error, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, Error as ZkError, OneshotWatcher};
 
+use crate::acquire::{acquire, Recipe};
+use crate::context::{session_for, start_over, Context};
 use crate::error::{from_zk, triage, triage_timed, Triage};
-use crate::kinds::{settle, Kind, Settled};
-use crate::lease::guard;
-use crate::node::{acls, check_lock_dir, delete_if_ours, make_parents, WHILE_SESSION_LIVES};
-use crate::provider::Shared;
-use crate::queue::{
-    check_dir_again, clean_up_now, conflict, passed, pause_before_retry, session_for, slack,
-    start_over, watch_fired, watch_noticed, within, Acquired, Recreate,
-};
+use crate::layout::{Kind, UNFAIR_NODE};
+use crate::lease::Acquired;
+use crate::node::{acls, check_lock_dir, make_parents, Mark, WithdrawIfOurs};
+use crate::queue::{check_dir_again, conflict};
 use crate::session::Session;
-
-pub(crate) use crate::kinds::UNFAIR_NODE;
+use crate::wait::{
+    passed, pause_before_retry, slack, watch_fired, watch_noticed, withdraw_now, within, Recreate,
+};
 
 /// A ZooKeeper unfair mutex.
 pub(crate) struct UnfairMutex {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) name: Name,
     pub(crate) dir: String,
     /// The lease's `max_hold`, if any.
@@ -49,29 +44,6 @@ impl fmt::Debug for UnfairMutex {
         f.debug_struct("UnfairMutex")
             .field("path", &self.dir)
             .finish_non_exhaustive()
-    }
-}
-
-/// Deletes the lock node if it holds our owner id in our session.
-struct DeleteIfOurs {
-    session: Arc<Session>,
-    node: String,
-    owner: Vec<u8>,
-    timeout: Duration,
-}
-
-#[async_trait]
-impl Cleanup for DeleteIfOurs {
-    async fn clean_up(&self) -> Result<()> {
-        // Retry for as long as the session may live: a node left behind
-        // would hold the lock until the session ends.
-        let budget = WHILE_SESSION_LIVES;
-        let owner = self.session.id;
-        let is_ours = |data: &[u8], stat: &zookeeper_client::Stat| {
-            data == self.owner.as_slice() && stat.ephemeral_owner == owner
-        };
-        delete_if_ours(&self.session, &self.node, is_ours, self.timeout, budget).await?;
-        Ok(())
     }
 }
 
@@ -120,76 +92,61 @@ enum Step {
     Wait(OneshotWatcher),
 }
 
-/// Races for the one ephemeral node of an unfair lock: attempts, and waits
-/// for the holder's node to go between them. Each attempt is boxed and
-/// over before the wait, so a waiter keeps only its wait.
+/// Races for the one ephemeral node of an unfair lock, with `owner` as
+/// its data: attempts, and waits for the holder's node to go between them.
+/// Each attempt is boxed and over before the wait, so a waiter keeps only
+/// its wait. The node it takes then passes the kind check (`acquire`).
 async fn take(
-    shared: &Shared,
-    name: &Name,
+    ctx: &Context,
     dir: &str,
     dir_checked: &AtomicBool,
+    owner: Arc<[u8]>,
     wait: Wait,
 ) -> Result<Option<Acquired>> {
+    // At the first poll: a future made outside a runtime and run inside
+    // one works.
+    tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let deadline = wait.deadline();
     let node = format!("{dir}/{UNFAIR_NODE}");
-    // Our identity, and an id that tells this acquisition's node from
-    // another's of the same identity.
-    let owner = format!(
-        "distlock owner={} id={}",
-        shared.owner,
-        uuid::Uuid::new_v4().simple()
-    )
-    .into_bytes();
     loop {
         // Out of the match, so that the step is not kept through the wait.
-        let watcher =
-            match Box::pin(attempt(shared, (dir, dir_checked), &node, &owner, wait)).await? {
-                Step::Done(Some(acquired)) => {
-                    // Ours: the kind check (`kinds`), which may wait for an
-                    // older fair mutex node.
-                    let settled = settle(shared, name, dir, Kind::Mutex, acquired, wait);
-                    match Box::pin(settled).await? {
-                        Settled::Held(acquired) => return Ok(Some(acquired)),
-                        Settled::NotAcquired => return Ok(None),
-                        Settled::Again => continue,
-                    }
-                }
-                Step::Done(None) => return Ok(None),
-                Step::Wait(watcher) => watcher,
-            };
+        let watcher = match Box::pin(attempt(ctx, (dir, dir_checked), &node, &owner, wait)).await? {
+            Step::Done(acquired) => return Ok(acquired),
+            Step::Wait(watcher) => watcher,
+        };
         if wait == Wait::No || passed(deadline) {
             return Ok(None);
         }
-        if !watch_fired(shared, watcher, deadline).await? {
+        if !watch_fired(ctx, watcher, deadline).await? {
             return Ok(None);
         }
-        watch_noticed(shared);
+        watch_noticed(ctx);
     }
 }
 
 /// One attempt: create the node, or learn who holds it (with a watch),
 /// starting over on a new session when ours ends.
 async fn attempt(
-    shared: &Shared,
+    ctx: &Context,
     (dir, dir_checked): (&str, &AtomicBool),
     node: &str,
     owner: &[u8],
     wait: Wait,
 ) -> Result<Step> {
     let deadline = wait.deadline();
-    let timeout = shared.timeout;
-    let create = CreateMode::Ephemeral.with_acls(acls(shared.authenticated));
+    let timeout = ctx.timeout;
+    let create = CreateMode::Ephemeral.with_acls(acls(ctx.authenticated));
     'session: loop {
-        let Some(session) = session_for(shared, wait).await? else {
+        let Some(session) = session_for(ctx, wait).await? else {
             return Ok(Step::Done(None));
         };
-        let cleanup = Arc::new(DeleteIfOurs {
+        let ours = Arc::new(WithdrawIfOurs {
             session: Arc::clone(&session),
             node: node.to_owned(),
-            owner: owner.to_vec(),
+            mark: Mark::Data(owner.to_vec()),
             timeout,
         });
-        let mut undo = CleanupGuard::arm("undo unfair create", cleanup)?;
+        let mut withdrawal = CleanupGuard::arm("withdraw the unfair node", ours)?;
         // `true` while the last create's outcome is unknown: only the
         // lookup may be retried, never the create.
         let mut unknown = false;
@@ -237,17 +194,17 @@ async fn attempt(
                 if let Err(e) = verdict {
                     let refused = matches!(&created, Ok(Err(e)) if !crate::error::unknown(e));
                     if refused {
-                        undo.disarm();
+                        withdrawal.disarm();
                     } else {
                         // Ours may be there: nothing may stay under a name
                         // that is refused.
-                        clean_up_now(undo, slack(timeout, wait)).await;
+                        withdraw_now(withdrawal, slack(timeout, wait)).await;
                     }
                     return Err(e);
                 }
                 match created {
                     Ok(Ok((stat, _))) => {
-                        // Read before the undo is disarmed: a cancellation
+                        // Read before the withdrawal is disarmed: a cancellation
                         // while it is awaited still deletes our node.
                         let listing = match listing {
                             Some(listing) => with_timeout("list", timeout, listing)
@@ -256,7 +213,7 @@ async fn attempt(
                                 .and_then(std::result::Result::ok),
                             None => None,
                         };
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Ok(Step::Done(Some(Acquired {
                             session: Arc::clone(&session),
                             node: node.to_owned(),
@@ -269,26 +226,26 @@ async fn attempt(
                     Ok(Err(ZkError::NodeExists)) if wait == Wait::No => {
                         // Someone else's: ours is only created after a
                         // lookup found none.
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Ok(Step::Done(None));
                     }
                     Ok(Err(ZkError::NodeExists)) => {}
                     Ok(Err(ZkError::NoNode)) => {
-                        undo.disarm();
-                        make_parents(&session, node, shared.authenticated, timeout).await?;
+                        withdrawal.disarm();
+                        make_parents(&session, node, ctx.authenticated, timeout).await?;
                         continue 'session;
                     }
                     Ok(Err(ZkError::NoChildrenForEphemerals)) => {
-                        undo.disarm();
+                        withdrawal.disarm();
                         return Err(conflict(dir));
                     }
                     Ok(Err(e)) => match triage("create", timeout, e.clone()) {
                         Triage::SessionEnded => {
-                            start_over(shared, &session, &mut undo).await;
+                            start_over(ctx, &session, &mut withdrawal).await;
                             continue 'session;
                         }
                         Triage::Fail(e) => {
-                            undo.disarm();
+                            withdrawal.disarm();
                             return Err(e);
                         }
                         Triage::Retry => {
@@ -310,12 +267,12 @@ async fn attempt(
                 if let Err(t) = triage_timed("sync", timeout, synced) {
                     match t {
                         Triage::SessionEnded => {
-                            start_over(shared, &session, &mut undo).await;
+                            start_over(ctx, &session, &mut withdrawal).await;
                             continue 'session;
                         }
                         Triage::Retry if pause_before_retry(deadline).await => continue,
                         Triage::Retry => {
-                            clean_up_now(undo, slack(timeout, wait)).await;
+                            withdraw_now(withdrawal, slack(timeout, wait)).await;
                             return Ok(Step::Done(None));
                         }
                         // No directory: the create cannot have happened.
@@ -325,7 +282,7 @@ async fn attempt(
             }
             match inspect(&session, node, owner, within(timeout, wait)).await {
                 Ok(Found::Ours(czxid, heard_at)) => {
-                    undo.disarm();
+                    withdrawal.disarm();
                     return Ok(Step::Done(Some(Acquired {
                         session,
                         node: node.to_owned(),
@@ -338,7 +295,7 @@ async fn attempt(
                 Ok(Found::Absent) if unknown => {
                     // Definitive: ours never landed (or it went); create
                     // again after a pause. A late create may still land:
-                    // the undo, armed on every return, deletes it.
+                    // the withdrawal, armed on every return, deletes it.
                     unknown = false;
                     if !again.pause(wait).await {
                         return match last.take() {
@@ -351,26 +308,48 @@ async fn attempt(
                     // The holder's node went: race for it at once.
                 }
                 Ok(Found::Theirs(watcher)) => {
-                    undo.disarm();
+                    withdrawal.disarm();
                     return Ok(Step::Wait(watcher));
                 }
                 Err(Triage::SessionEnded) => {
-                    start_over(shared, &session, &mut undo).await;
+                    start_over(ctx, &session, &mut withdrawal).await;
                     continue 'session;
                 }
                 Err(Triage::Retry) if pause_before_retry(deadline).await => {}
                 Err(Triage::Retry) => {
-                    clean_up_now(undo, slack(timeout, wait)).await;
+                    withdraw_now(withdrawal, slack(timeout, wait)).await;
                     return Ok(Step::Done(None));
                 }
                 Err(Triage::Fail(e)) => {
                     if unknown {
-                        clean_up_now(undo, slack(timeout, wait)).await;
+                        withdraw_now(withdrawal, slack(timeout, wait)).await;
                     }
                     return Err(e);
                 }
             }
         }
+    }
+}
+
+impl Recipe for UnfairMutex {
+    fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Mutex
+    }
+
+    fn hold(&self) -> Option<std::time::Duration> {
+        self.hold
     }
 }
 
@@ -388,11 +367,34 @@ impl Lock for UnfairMutex {
         distlock_core::PrimitiveKind::Mutex
     }
 
-    async fn acquire(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let acquired = take(&self.shared, &self.name, &self.dir, &self.dir_checked, wait).await?;
-        acquired
-            .map(|a| guard(&self.shared, &self.name, a, false, self.hold))
-            .transpose()
+    // Not an `async fn`: the skeleton's future itself, no async body
+    // around it (a waiting task keeps this).
+    fn acquire<'life0, 'async_trait>(
+        &'life0 self,
+        wait: Wait,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<LockGuard>>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        // Our identity, and an id that tells this acquisition's node from
+        // another's of the same identity: the same for every join of this
+        // acquisition (a late create of ours is then still ours).
+        let owner: Arc<[u8]> = format!(
+            "distlock owner={} id={}",
+            self.ctx.owner,
+            uuid::Uuid::new_v4().simple()
+        )
+        .into_bytes()
+        .into();
+        Box::pin(acquire(self, wait, move |wait| {
+            take(
+                &self.ctx,
+                &self.dir,
+                &self.dir_checked,
+                Arc::clone(&owner),
+                wait,
+            )
+        }))
     }
 }
