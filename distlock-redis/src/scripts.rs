@@ -1,8 +1,9 @@
 //! The Lua scripts, kept in `.lua` files and run by EVALSHA (loaded on
 //! NOSCRIPT by the client), or by EVAL when a `WAIT` rides behind them (so a
 //! NOSCRIPT never costs a second `WAIT`). The read-write lock's and the semaphore's
-//! acquire and release scripts start with their `…_wake.lua` prelude (who may
-//! get in, and the addressed wake-ups); theirs, their extend and force scripts
+//! acquire, release and force scripts start with their admission rule
+//! (`rw_admit.lua`, `sem_admit.lua`: who may get in) and their queue library
+//! (`queue.lua`: the addressed wake-ups, purges and expiries); theirs, their extend and force scripts
 //! and `fair_acquire` (the election's) start with `kind.lua` (one name is one
 //! lock: the other kinds' check and this kind's marker in the lock key); the
 //! plain mutex's release and pass scripts with `line_pop.lua` (the first live
@@ -41,11 +42,11 @@ scripts! {
     FAIR_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/fair_acquire.lua"));
     FAIR_LEAVE = include_str!("scripts/fair_leave.lua");
     ELECT_LEADER = include_str!("scripts/elect_leader.lua");
-    RW_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_acquire.lua"));
-    RW_RELEASE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_release.lua"));
+    RW_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_acquire.lua"));
+    RW_RELEASE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_release.lua"));
     RW_EXTEND = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_extend.lua"));
-    SEM_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_acquire.lua"));
-    SEM_RELEASE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_release.lua"));
+    SEM_ACQUIRE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_acquire.lua"));
+    SEM_RELEASE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_release.lua"));
     SEM_EXTEND = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_extend.lua"));
     REDLOCK_ACQUIRE = include_str!("scripts/redlock_acquire.lua");
     REDLOCK_RAISE = include_str!("scripts/redlock_raise.lua");
@@ -54,8 +55,8 @@ scripts! {
     INSPECT_LOCK = include_str!("scripts/inspect_lock.lua");
     INSPECT_QUEUED = include_str!("scripts/inspect_queued.lua");
     FORCE_LOCK = include_str!("scripts/force_lock.lua");
-    RW_FORCE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_wake.lua"), include_str!("scripts/rw_force.lua"));
-    SEM_FORCE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_wake.lua"), include_str!("scripts/sem_force.lua"));
+    RW_FORCE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_force.lua"));
+    SEM_FORCE = concat!(include_str!("scripts/kind.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_force.lua"));
 }
 
 /// The source of one of our scripts by its SHA1 (what `EVALSHA` names).
