@@ -17,14 +17,18 @@
 //!
 //! # The recipe
 //!
-//! * **Acquire**: one Lua script runs `SET key token NX PX ttl` and, on
-//!   success, takes the fencing token: `INCR` of the lock's fencing counter,
-//!   raised to the server's `TIME` in microseconds when below it (see
+//! * **Acquire**: one Lua script runs `SET key value NX PX ttl` and, on
+//!   success, takes the fencing token: `max(counter + 1, server TIME in µs)`
+//!   with `TIME` and one `SET {…}:fence … GET` (see
 //!   [Fencing tokens](#fencing-tokens)); otherwise it returns the holder's
-//!   remaining `PTTL`. The owner token (the lock key's value) is 128 random
-//!   bits, unique per acquisition, never logged.
-//! * **Release**: compare-and-delete (only our token), then `PUBLISH` on the
-//!   lock's channel. **Extend**: compare-and-`PEXPIRE`. Both have redis-py's
+//!   remaining `PTTL`. The lock key's value is `<token>|<owner identity>`:
+//!   the token is 128 random bits, unique per acquisition, never logged;
+//!   the value is the holder record too (no other key is written). An
+//!   uncontended lock + release runs 6 commands inside its scripts (`SET NX
+//!   PX GET`, `TIME`, `SET GET`; `GET`, `DEL`, one `EXISTS` of the fair
+//!   queue, the line and the listeners).
+//! * **Release**: compare-and-delete (only our value), then, when anyone
+//!   waits or listens, the hand-over and a `PUBLISH` on the lock's channel. **Extend**: compare-and-`PEXPIRE`. Both have redis-py's
 //!   `Lock` semantics. Scripts run by `EVALSHA`, loaded on `NOSCRIPT`.
 //! * **Watchdog**: the core watchdog renews at TTL/3 while the guard lives;
 //!   a renewal that finds another owner fires `lost()`.
@@ -38,7 +42,8 @@
 //!   puts its provider in the lock's line (`{PREFIX NAME}:waiting`, once per
 //!   provider however many of its tasks wait) inside the same script call.
 //!   A release takes the first provider off the line, reserves the free lock
-//!   for it for 50 ms (`{PREFIX NAME}:handoff`) and publishes
+//!   for it for 50 ms (the lock key holds `distlock:handoff:<provider id>`
+//!   meanwhile, so every other `SET NX` fails by itself) and publishes
 //!   `to:<provider id>`: that provider's subscriber wakes one of its
 //!   waiters, nobody else wakes, and a client that asks meanwhile is refused
 //!   and joins the line. So at 16 processes a handoff costs the release and
@@ -59,17 +64,20 @@
 //!   before its connection goes. A place in line lives only as long as its
 //!   provider is known to hear hand-overs (see [Liveness](#liveness)): a
 //!   dead, closed or silent provider drops out by itself, and a release
-//!   skips it. `try_lock` ignores reservations: a
-//!   free lock is free. The channel stays subscribed 2 s after its last
+//!   skips it. A waiter that listens but could not join the line (its
+//!   pub/sub connection not known to deliver) puts its provider in
+//!   `{PREFIX NAME}:listening` until its next look, so a release with
+//!   nobody in line still publishes `released` for it; with nobody waiting
+//!   or listening a release publishes nothing. `try_lock` (and any
+//!   other kind of primitive) takes a reserved lock: a free lock is free. The channel stays subscribed 2 s after its last
 //!   waiter left, so a lock contended again and again costs no `SUBSCRIBE`
-//!   per wait. The reservation binds distlock clients only; mutual
-//!   exclusion never depends on it. A reservation is for a free lock: once
-//!   someone else holds the lock (a `try_lock`, redis-py), the next attempt
-//!   of any waiter drops it; the reserved provider's woken waiter, finding
+//!   per wait. Mutual exclusion never depends on the reservation; a
+//!   redis-py `Lock` waits it out too (at most 50 ms). When a `try_lock`
+//!   took the reserved lock, the reserved provider's woken waiter, finding
 //!   the lock taken, queues again at the front of the line.
 //! * **Next to clients that do not publish** (redis-py): a refused attempt
-//!   tells whether the holder is a distlock holder (its holder record
-//!   matches the lock's value). While it is not, the waiter has the server
+//!   tells whether the holder is a distlock holder (the lock's value is
+//!   `<token>|<owner>`, or an earlier version's holder record matches it). While it is not, the waiter has the server
 //!   tell it when the key changes: the provider keeps one extra connection
 //!   (RESP3, opened at the first such wait) with client tracking on
 //!   (`CLIENT TRACKING ON`, Redis 6+), reads the key there (`EXISTS`), and
@@ -166,21 +174,22 @@
 //!
 //! | key | what |
 //! |---|---|
-//! | `PREFIX NAME` | the lock (plain and fair mutex): value = owner token, TTL = lease; while another kind holds the name, its marker (see [One name is one lock](#one-name-is-one-lock)) |
-//! | `{PREFIX NAME}:fence` | fencing counter (`INCR`, floored at the server's `TIME` in µs) |
+//! | `PREFIX NAME` | the lock (plain and fair mutex): value = `<token>\|<owner identity>`, TTL = lease; for 50 ms after a hand-over, `distlock:handoff:<provider id>` (free, reserved); while another kind holds the name, its marker (see [One name is one lock](#one-name-is-one-lock)) |
+//! | `{PREFIX NAME}:fence` | fencing counter (an integer string: `max(previous + 1, server TIME in µs)`) |
 //! | `{PREFIX NAME}:released` | pub/sub channel of release and hand-over messages |
 //! | `{PREFIX NAME}:fair:queue` | fair waiters: zset waiter id → arrival number |
 //! | `{PREFIX NAME}:fair:timeouts` | fair waiters' entry expiry: zset waiter id → server ms |
-//! | `{PREFIX NAME}:holder` | the holder record (plain and fair mutex, and each Redlock master): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
+//! | `{PREFIX NAME}:holder` | the holder record of each Redlock master, and of plain and fair mutex holds of earlier distlock versions (read, never written, by this version's mutexes): hash `lock` (the lock key's value it belongs to), `fence`, `at` (acquired at, server ms), `owner`; same TTL as the lock |
 //! | `{PREFIX NAME}:fair:owners` | fair waiters' owner identities: hash waiter id → owner, expiring with the queue |
 //! | `{PREFIX NAME}:waiting` | the plain mutex's line of waiting providers: zset provider id (`RedisProvider::line_id`) → place, expiring 60 s after the last join |
 //! | `{PREFIX NAME}:waiting:alive` | the line's liveness: zset provider id → server ms until which it is known to hear hand-overs (see [Liveness](#liveness)), expiring with the line |
-//! | `{PREFIX NAME}:handoff` | the provider a release reserved the free lock for (50 ms) |
-//! | `{PREFIX NAME}:elect` | an election's lease: value = leader's token, TTL = lease |
+//! | `{PREFIX NAME}:listening` | the plain mutex's listeners that are not in line: zset provider id → server ms until which it listens (its re-check interval plus one response timeout), taken off when it joins the line, acquires or leaves; while it exists, a release with nobody in line publishes `released` |
+//! | `{PREFIX NAME}:handoff` | the reservation of earlier versions (a provider id, 50 ms): read by their clients; this version deletes it once someone holds the lock |
+//! | `{PREFIX NAME}:elect` | an election's lease: value = `<token>\|<owner identity>`, TTL = lease |
 //! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |
 //! | `{PREFIX NAME}:elect:fence` | the election's term counter (as `:fence`) |
 //! | `{PREFIX NAME}:elect:queue`, `…:elect:timeouts` | candidates, as the fair queue |
-//! | `{PREFIX NAME}:elect:holder`, `…:elect:owners` | the leader's holder record and the candidates' owners, as `:holder` and `:fair:owners` |
+//! | `{PREFIX NAME}:elect:owners` | the candidates' owners, as `:fair:owners` (`…:elect:holder`: earlier versions' leader record, as `:holder`) |
 //! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
 //! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master |
@@ -349,12 +358,15 @@
 //! with [`RedisOptions::owner_label`] (URL query `owner=<label>`), returned
 //! by [`Provider::owner`]. The acquire
 //! scripts store it with every hold, **in the same script call** (no extra
-//! round trip), next to the hold and in its slot: the lock key's value stays
-//! the random token (so redis-py's `Lock` still shares the lock), and the
-//! holder record (`{K}:holder`, `{K}:elect:holder`, the `w` field and the
-//! token fields of `{K}:rw:info`, the token fields of `{K}:sem:info`) holds
-//! the owner, the fencing token and the acquisition time by the server's
-//! `TIME`. It is extended with the hold, deleted at its release, and purged
+//! round trip), in the hold's slot. The mutex, fair mutex and election
+//! fold it into the lock key's value (`<token>|<owner>`: redis-py's `Lock`
+//! still shares the lock, it only needs the key), their fencing token is
+//! the counter's value while they hold, and the acquisition time is that
+//! token's server `TIME` (`inspect` shows none when the counter had run
+//! ahead of the clock). The read-write lock and the semaphore keep holder
+//! records (the `w` field and the token fields of `{K}:rw:info`, the token
+//! fields of `{K}:sem:info`) with the owner, the fencing token and the
+//! acquisition time by the server's `TIME`. It is extended with the hold, deleted at its release, and purged
 //! with expired holders. Queued waiters' owners are in the `…:owners`
 //! hashes.
 //!
@@ -454,9 +466,13 @@
 //!
 //! # Fencing tokens
 //!
-//! A fencing token is `max(INCR {…}:fence, server TIME in microseconds)`,
-//! taken inside the acquire script, which stores it back in the counter when
-//! the clock wins. **Tokens never go below the Redis server's `TIME` in
+//! A fencing token is `max({…}:fence + 1, server TIME in microseconds)`,
+//! taken inside the acquire script and stored in the counter (`TIME`, then
+//! `SET {…}:fence <TIME µs> KEEPTTL GET`, and `SET <previous + 1>` only when
+//! the counter is ahead of the clock; GET + SET before Redis 6.2). It is
+//! the rule `INCR` raised to `TIME` of earlier versions, so both take
+//! increasing tokens from one counter during a rolling upgrade. A counter
+//! that is not an integer is left exactly as it was (`Error::Conflict`). **Tokens never go below the Redis server's `TIME` in
 //! microseconds**, so they keep increasing even when the counter is lost (a
 //! restart without persistence, an eviction, a failover to a replica that
 //! had not received the last `INCR`), as long as the server's clock does not

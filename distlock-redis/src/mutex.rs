@@ -112,6 +112,7 @@ impl Keys {
             .key(waiting)
             .key(handoff)
             .key(alive)
+            .key(listening_key(&self.lock))
             .arg(provider)
             .arg(&self.channel)
             .arg(RESERVATION.as_millis().to_string());
@@ -164,6 +165,7 @@ impl Keys {
                 .key(waiting)
                 .key(handoff)
                 .key(alive)
+                .key(listening_key(&self.lock))
                 .arg(token)
                 .arg(&self.channel)
                 .arg(RESERVATION.as_millis().to_string());
@@ -193,6 +195,13 @@ fn line_keys(lock: &str) -> (String, String, String) {
         format!("{{{lock}}}:handoff"),
         format!("{{{lock}}}:waiting:alive"),
     )
+}
+
+/// `{lock}:listening`: set (with a TTL) by a plain waiter that listens for
+/// the release but could not join the line, so that a release publishes
+/// even with nobody in line (see `acquire.lua`).
+fn listening_key(lock: &str) -> String {
+    format!("{{{lock}}}:listening")
 }
 
 /// A Redis mutex (unfair: whoever asks first after a release wins).
@@ -304,6 +313,11 @@ impl RedisMutex {
         } else {
             subscriber.alive_for(&self.keys.channel).as_millis()
         };
+        // How long a waiter that is not in line marks that it listens: up
+        // to its next look (a re-check, or one response timeout more).
+        let listening_ms = (self.shared.options.recheck_interval
+            + self.shared.options.response_timeout)
+            .as_millis();
         let ((status, value, publishes), acked): ((i64, i64, i64), _) = conn
             .script_acked(
                 "acquire",
@@ -315,6 +329,7 @@ impl RedisMutex {
                     .key(waiting)
                     .key(handoff)
                     .key(alive)
+                    .key(listening_key(&self.keys.lock))
                     .arg(token)
                     .arg(self.lease.ttl_millis())
                     .arg(&self.shared.owner)
@@ -326,7 +341,8 @@ impl RedisMutex {
                     })
                     .arg(if others { "1" } else { "0" })
                     .arg(if in_line { "1" } else { "0" })
-                    .arg(alive_ms.to_string()),
+                    .arg(alive_ms.to_string())
+                    .arg(listening_ms.to_string()),
                 self.shared.options.wait,
             )
             .await?;
@@ -838,11 +854,12 @@ impl RedisLease {
         pinned: &Pinned,
     ) -> Arc<RedisLease> {
         // A fresh token per attempt: an undo still running for an earlier
-        // attempt can never delete a later one's key.
+        // attempt can never delete a later one's key. The lock key's value
+        // is the holder record too: `<token>|<owner>` (see `holds.lua`).
         Arc::new(RedisLease {
             shared: Arc::clone(shared),
             keys: Arc::clone(keys),
-            token: new_token(),
+            token: format!("{}|{}", new_token(), shared.owner),
             name: name.clone(),
             conn: Sticky::new(Some(pinned)),
         })

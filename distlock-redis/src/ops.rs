@@ -66,7 +66,8 @@ impl KindKeys {
                     .key(&keys.holder)
                     .key(&keys.queue)
                     .key(&keys.timeouts)
-                    .key(&keys.owners);
+                    .key(&keys.owners)
+                    .key(&keys.fence);
                 if let Some(record) = &keys.record {
                     invocation.key(record);
                 }

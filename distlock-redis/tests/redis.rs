@@ -333,7 +333,12 @@ async fn an_exhausted_fencing_counter_is_a_typed_error_and_takes_nothing() {
 #[test]
 fn the_acquire_script_recognises_its_own_earlier_run() {
     let redis = test_support::redis::shared();
-    let script = include_str!("../src/scripts/acquire.lua");
+    // The acquire script as the registry sends it: its preludes first.
+    let script = concat!(
+        include_str!("../src/scripts/holds.lua"),
+        include_str!("../src/scripts/fence.lua"),
+        include_str!("../src/scripts/acquire.lua")
+    );
     let key = unique_name("resent");
     let fence = format!("{{{key}}}:fence");
     let first = redis.cli(&["EVAL", script, "2", &key, &fence, "tok", "10000"]);

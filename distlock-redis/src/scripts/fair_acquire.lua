@@ -1,15 +1,18 @@
 -- Acquire a distlock fair mutex (or win an election): take the lock when it
 -- is free and nobody alive queues ahead, else queue (or keep our place).
+-- Prefixed with kind.lua, holds.lua and fence.lua.
 -- KEYS[1] lock key (the plain mutex's: prefix + name), KEYS[2] fencing
 --         counter, KEYS[3] queue (zset waiter id -> arrival number),
 --         KEYS[4] queue deadlines (zset waiter id -> expiry in server ms),
---         KEYS[5] holder record (hash, as acquire.lua's), KEYS[6] waiters'
+--         KEYS[5] the holder record of earlier versions (unused: the lock's
+--         value is this version's, see holds.lua), KEYS[6] waiters'
 --         owners (hash waiter id -> owner identity, expiring with the queue),
 --         KEYS[7] (optional) leader record, set to '<token> <ARGV[7]>' with
 --         the lock's TTL on success (elections), KEYS[8] (optional, with
 --         KEYS[7]) the mutex's lock key of the election's name: the kind
 --         check, and the election's marker while it has a leader (kind.lua)
--- ARGV[1] waiter id, ARGV[2] owner token, ARGV[3] lock TTL in ms,
+-- ARGV[1] waiter id, ARGV[2] the lock's value ('<token>|<owner>',
+-- holds.lua), ARGV[3] lock TTL in ms,
 -- ARGV[4] queue entry TTL in ms, ARGV[5] '1' to queue when not acquired
 --         ('0': try once, leave no entry), ARGV[6] channel (with KEYS[5]:
 --         'elected' is published there on success), ARGV[7] candidate id,
@@ -59,6 +62,10 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   redis.call('HDEL', KEYS[6], dead)
 end
 local holder = redis.call('GET', KEYS[1])
+-- A plain mutex's hand-over reservation binds plain waiters only: free.
+if reserved_for(holder) then
+  holder = false
+end
 if holder == ARGV[2] then
   return {2, 0}
 end
@@ -74,26 +81,11 @@ while head and not redis.call('ZSCORE', KEYS[4], head) do
   head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 end
 if not holder and (head == nil or head == ARGV[1]) then
-  local token = redis.pcall('INCR', KEYS[2])
-  if type(token) == 'table' then
-    if string.find(token['err'] or '', 'overflow', 1, true) then
-      return {-3, 0}
-    end
-    return {-2, 0}
-  end
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if token < floor then
-    redis.call('SET', KEYS[2], string.format('%.0f', floor))
-    token = floor
-  end
-  if token >= 9007199254740992 then
-    return {-3, 0}
+  local token, refused = fence_next(KEYS[2], t)
+  if not token then
+    return {refused, 0}
   end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  redis.call('DEL', KEYS[5])
-  redis.call('HSET', KEYS[5], 'lock', ARGV[2], 'fence', string.format('%.0f', token),
-    'at', string.format('%.0f', now), 'owner', ARGV[8])
-  redis.call('PEXPIRE', KEYS[5], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('HDEL', KEYS[6], ARGV[1])

@@ -10,8 +10,8 @@
 -- Returns {holds removed (0 or 1), fencing counter after it was advanced},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
--- The counter is advanced as an acquisition takes a token (INCR, raised to
--- the server's TIME in µs), so the next holder's token is above it. Then
+-- The counter is advanced as an acquisition takes a token (fence.lua, which
+-- prefixes this script), so the next holder's token is above it. Then
 -- exactly what a release publishes: 'to:<id>' of the first live fair waiter,
 -- or 'released' when nobody queues (nothing when nothing was held).
 local function typed(i, want)
@@ -25,17 +25,8 @@ for i, want in ipairs(wants) do
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local token = redis.pcall('INCR', KEYS[2])
-if type(token) == 'table' then
-  if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
-  return {-2, 0}
-end
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if token < floor then
-  redis.call('SET', KEYS[2], string.format('%.0f', floor))
-  token = floor
-end
-if token >= 9007199254740992 then return {-3, 0} end
+local token, refused = fence_next(KEYS[2], t)
+if not token then return {refused, 0} end
 local evicted = 0
 local value = redis.call('GET', KEYS[1])
 if not (value and string.sub(value, 1, 9) == 'distlock:' and not KEYS[7]) then

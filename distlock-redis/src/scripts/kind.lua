@@ -11,6 +11,8 @@
 -- the lock key in its acquire script and refuses when it holds a token (a
 -- mutex, a fair mutex, redis-py) or another kind's marker. The check and the
 -- marking run in one script with the hold, so two kinds never both get in.
+-- A plain mutex's hand-over reservation in the lock key (holds.lua, which
+-- precedes this prelude) is no hold: the name is free for every kind.
 -- Defines functions only: no server call until one is called.
 local KIND_MARKERS = {['distlock:rw'] = 1, ['distlock:semaphore'] = 2, ['distlock:election'] = 3}
 -- Who else has the name: 0 when the lock key is free or holds `marker`;
@@ -21,7 +23,7 @@ local function kind_other(lock, marker)
   if t == 'none' then return 0 end
   if t ~= 'string' then return 5 end
   local value = redis.call('GET', lock)
-  if value == marker then return 0 end
+  if value == marker or reserved_for(value) then return 0 end
   return KIND_MARKERS[value] or 4
 end
 -- The latest expiry (server ms) of the holds in the zset `holders` (member ->
@@ -47,7 +49,7 @@ local function kind_keep(lock, marker, latest)
   local value = redis.pcall('GET', lock)
   if type(value) == 'table' then return end
   if latest then
-    if value and value ~= marker then return end
+    if value and value ~= marker and not reserved_for(value) then return end
     redis.call('SET', lock, marker)
     redis.call('PEXPIREAT', lock, string.format('%.0f', latest + 1))
   elseif value == marker then

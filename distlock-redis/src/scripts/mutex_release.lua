@@ -1,26 +1,36 @@
 -- Release a distlock mutex (the plain one): compare-and-delete, then hand
--- over to the next waiting provider.
+-- over to the next waiting provider, if anyone waits.
+-- Prefixed with holds.lua and line_pop.lua.
 -- KEYS[1] lock key, KEYS[2] fair queue, KEYS[3] fair queue deadlines,
--- KEYS[4] holder record, KEYS[5] fair waiters' owners (as release.lua: fair
--- waiters of the same name go first), KEYS[6] the waiting providers
--- ({lock key}:waiting, zset provider id -> place), KEYS[7] the hand-over
--- reservation ({lock key}:handoff), KEYS[8] the line's liveness
--- ({lock key}:waiting:alive, see line_pop.lua)
--- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] reservation TTL in ms
+-- KEYS[4] holder record of earlier versions (unused: this version writes
+-- none; an earlier version's holder deletes its own), KEYS[5] fair
+-- waiters' owners (as release.lua: fair waiters of the same name go first),
+-- KEYS[6] the waiting providers ({lock key}:waiting, zset provider id ->
+-- place), KEYS[7] the hand-over reservation of earlier versions (unused:
+-- this version reserves in the lock key), KEYS[8] the line's liveness
+-- ({lock key}:waiting:alive, see line_pop.lua), KEYS[9] the listeners
+-- ({lock key}:listening, see acquire.lua)
+-- ARGV[1] the lock's value, ARGV[2] release channel, ARGV[3] reservation
+-- TTL in ms
 -- Returns 1 when released, 0 when the lock is not ours (nothing changed).
--- The hand-over: 'to:<id>' of the first live fair waiter; else the first
--- live waiting provider is taken off the line (dead ones are dropped), the lock is reserved for it for
--- ARGV[3] ms and 'to:<provider id>' wakes one waiter there (one wake-up per
--- release across all providers); else 'released' (nobody in line: one plain
--- waiter of each provider that waits wakes, as for clients that do not
--- queue).
+-- Nobody waits (no fair queue, no line, no listener: one EXISTS): nothing
+-- more, three calls in all. Else the hand-over: 'to:<id>' of the first
+-- live fair waiter; else the first live waiting provider is taken off the
+-- line (dead ones are dropped), the lock key is set to its reservation
+-- (holds.lua) for ARGV[3] ms and 'to:<provider id>' wakes one waiter there
+-- (one wake-up per release across all providers); else 'released' (one
+-- plain waiter of each provider that listens wakes, as for clients that do
+-- not queue).
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[4])
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2], KEYS[6], KEYS[9]) == 0 then
+  return 1
+end
 local head = nil
-if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
+if redis.call('TYPE', KEYS[2])['ok'] == 'zset'
     and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,7 +52,7 @@ if head then
 end
 local nxt = pop_live(KEYS[6], KEYS[8])
 if nxt then
-  redis.call('SET', KEYS[7], nxt, 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], HANDOFF_PREFIX .. nxt, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], 'to:' .. nxt)
 else
   redis.call('PUBLISH', ARGV[2], 'released')

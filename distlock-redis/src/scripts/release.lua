@@ -2,7 +2,9 @@
 -- token (redis-py's LUA_RELEASE_SCRIPT semantics), then hand over.
 -- KEYS[1] lock key, KEYS[2] fair queue ({…}:fair:queue, zset waiter id ->
 --         arrival), KEYS[3] fair queue deadlines ({…}:fair:timeouts, zset
---         waiter id -> expiry in server ms), KEYS[4] holder record,
+--         waiter id -> expiry in server ms), KEYS[4] the holder record of
+--         earlier versions (unused: this version's hold is its own record,
+--         see holds.lua; an earlier version's holder deletes its own),
 --         KEYS[5] fair waiters' owners (hash waiter id -> owner identity),
 --         KEYS[6] (optional) an election's leader record, KEYS[7]
 --         (optional) the election's kind marker (the mutex's lock key of its
@@ -19,16 +21,15 @@ if value ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-for i = 4, 6, 2 do
-  if KEYS[i] then
-    redis.call('DEL', KEYS[i])
-  end
+if KEYS[6] then
+  redis.call('DEL', KEYS[6])
 end
 if KEYS[7] and redis.pcall('GET', KEYS[7]) == 'distlock:election' then
   redis.call('DEL', KEYS[7])
 end
 local head = nil
-if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
+if KEYS[3] and redis.call('EXISTS', KEYS[2]) == 1
+    and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
     and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -29,7 +29,7 @@
 --                  changed
 -- Expired readers and dead waiters (entries not refreshed) are purged first.
 -- Wake-ups: every queued waiter this call lets in (a purge that unblocked
--- the queue) gets 'to:<its id>' on the channel (rw_wake.lua). An admission
+-- the queue) gets 'to:<its id>' on the channel (queue.lua, after rw_admit.lua). An admission
 -- itself lets nobody new in: the readers queued behind an admitted reader
 -- were already let in (and woken) with it.
 local function typed(key, want)
@@ -87,16 +87,8 @@ local function attempt()
     end
   end
   if admit then
-    local token = redis.pcall('INCR', KEYS[5])
-    if type(token) == 'table' then
-      if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
-      return {-2, 0}
-    end
-    if token < now_us then
-      redis.call('SET', KEYS[5], string.format('%.0f', now_us))
-      token = now_us
-    end
-    if token >= 9007199254740992 then return {-3, 0} end
+    local token, refused = fence_next(KEYS[5], t)
+    if not token then return {refused, 0} end
     local record = string.format('%.0f', token) .. ' ' .. string.format('%.0f', now) .. ' ' .. ARGV[8]
     if ARGV[6] == 'w' then
       redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

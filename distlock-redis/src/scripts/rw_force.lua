@@ -1,11 +1,11 @@
 -- Force-release a read-write lock (writer and every reader), whoever holds
--- it: for operators. Prefixed with rw_wake.lua. KEYS as rw_acquire.lua;
+-- it: for operators. Prefixed with rw_admit.lua and queue.lua. KEYS as rw_acquire.lua;
 -- ARGV[1] the release channel; KEYS[8] the kind marker (deleted).
 -- Returns {holds removed, fencing counter after it was advanced},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
 -- The counter is advanced as an acquisition takes a token; the waiters the
--- removal lets in get 'to:<id>' as after a release (rw_wake.lua).
+-- removal lets in get 'to:<id>' as after a release (queue.lua, after rw_admit.lua).
 local wants = {'string', 'zset', 'zset', 'zset', 'string', 'hash', 'hash'}
 for i, want in ipairs(wants) do
   local t = redis.call('TYPE', KEYS[i])['ok']
@@ -14,17 +14,8 @@ end
 local before = admissible()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local token = redis.pcall('INCR', KEYS[5])
-if type(token) == 'table' then
-  if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
-  return {-2, 0}
-end
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if token < floor then
-  redis.call('SET', KEYS[5], string.format('%.0f', floor))
-  token = floor
-end
-if token >= 9007199254740992 then return {-3, 0} end
+local token, refused = fence_next(KEYS[5], t)
+if not token then return {refused, 0} end
 local evicted = redis.call('DEL', KEYS[1])
 evicted = evicted + redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 redis.call('DEL', KEYS[2], KEYS[6])

@@ -7,7 +7,7 @@
 -- Expired readers and dead waiters are purged first. Wake-ups: every queued
 -- waiter that may get in now and could not before this call (the writer
 -- left, the last reader left, a waiter ahead left or died) gets
--- 'to:<its id>' on the channel (rw_wake.lua): a writer's release wakes the
+-- 'to:<its id>' on the channel (queue.lua, after rw_admit.lua): a writer's release wakes the
 -- run of readers at the head of the queue, one message each; a waiter that
 -- leaves while it could have got in hands over to whoever may now.
 local before = admissible()

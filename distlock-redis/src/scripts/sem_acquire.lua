@@ -31,7 +31,7 @@
 -- Expired holders and dead waiters (entries not refreshed) are purged first.
 -- Wake-ups: every queued waiter this call lets in (a purge that freed
 -- permits or unblocked the queue) gets 'to:<its id>' on the channel
--- (sem_wake.lua). An admission itself lets nobody new in: with a permit
+-- (queue.lua, after sem_admit.lua). An admission itself lets nobody new in: with a permit
 -- still free, the waiter behind was already let in (and woken).
 local function typed(key, want)
   local t = redis.call('TYPE', key)['ok']
@@ -77,16 +77,8 @@ local function attempt()
   local ahead = rank
   if rank == false then ahead = redis.call('ZCARD', KEYS[3]) end
   if held + ahead < permits then
-    local token = redis.pcall('INCR', KEYS[5])
-    if type(token) == 'table' then
-      if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
-      return {-2, 0}
-    end
-    if token < now_us then
-      redis.call('SET', KEYS[5], string.format('%.0f', now_us))
-      token = now_us
-    end
-    if token >= 9007199254740992 then return {-3, 0} end
+    local token, refused = fence_next(KEYS[5], t)
+    if not token then return {refused, 0} end
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
     redis.call('SET', KEYS[1], ARGV[6])
     redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', token) .. ' '

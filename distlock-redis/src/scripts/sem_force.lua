@@ -1,12 +1,12 @@
 -- Force-release every permit of a semaphore, whoever holds them: for
--- operators. Prefixed with sem_wake.lua. KEYS as sem_acquire.lua;
+-- operators. Prefixed with sem_admit.lua and queue.lua. KEYS as sem_acquire.lua;
 -- ARGV[1] the release channel; KEYS[8] the kind marker (deleted).
 -- Returns {holds removed, fencing counter after it was advanced},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
 -- The counter is advanced as an acquisition takes a token; the waiters the
 -- freed permits let in (as many as the permits the holders were admitted
--- under) get 'to:<id>' as after a release (sem_wake.lua).
+-- under) get 'to:<id>' as after a release (queue.lua, after sem_admit.lua).
 local wants = {'string', 'zset', 'zset', 'zset', 'string', 'hash', 'hash'}
 for i, want in ipairs(wants) do
   local t = redis.call('TYPE', KEYS[i])['ok']
@@ -16,17 +16,8 @@ local under = tonumber(redis.call('GET', KEYS[1]) or '1') or 1
 local before = admissible(under)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local token = redis.pcall('INCR', KEYS[5])
-if type(token) == 'table' then
-  if string.find(token['err'] or '', 'overflow', 1, true) then return {-3, 0} end
-  return {-2, 0}
-end
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if token < floor then
-  redis.call('SET', KEYS[5], string.format('%.0f', floor))
-  token = floor
-end
-if token >= 9007199254740992 then return {-3, 0} end
+local token, refused = fence_next(KEYS[5], t)
+if not token then return {refused, 0} end
 local evicted = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
 purge_dead(now)

@@ -7,7 +7,7 @@
 -- Expired holders and dead waiters are purged first; the permits key goes
 -- with the last holder. Wake-ups: every queued waiter that may get in now
 -- and could not before this call (a permit was freed or expired, a waiter
--- ahead left or died) gets 'to:<its id>' on the channel (sem_wake.lua): one
+-- ahead left or died) gets 'to:<its id>' on the channel (queue.lua, after sem_admit.lua): one
 -- message per freed place; a waiter that leaves while it could have got in
 -- hands over to the one that now can.
 local permits = tonumber(ARGV[4]) or 1

@@ -1,31 +1,9 @@
--- Prepended to rw_acquire.lua and rw_release.lua: who may get in, and the
--- wake-ups, and the purges. KEYS as rw_acquire.lua.
--- The waiters an attempt would admit right now, in queue order: nobody while
--- a writer holds; else the head of the queue if it is a writer and no reader
--- holds; else the run of readers at the head of the queue (up to the first
--- queued writer). Computed on the keys as they stand (expired holders and
--- dead waiters count until purged). Nobody when the queue is not a sorted set.
-local function admissible()
-  if redis.call('TYPE', KEYS[3])['ok'] ~= 'zset' then return {} end
-  if redis.call('EXISTS', KEYS[1]) == 1 then return {} end
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not head then return {} end
-  if string.sub(head, 1, 2) == 'w:' then
-    if redis.pcall('ZCARD', KEYS[2]) == 0 then return {head} end
-    return {}
-  end
-  local run = {}
-  local from = 0
-  while true do
-    local chunk = redis.call('ZRANGE', KEYS[3], from, from + 63)
-    for _, m in ipairs(chunk) do
-      if string.sub(m, 1, 2) ~= 'r:' then return run end
-      run[#run + 1] = m
-    end
-    if #chunk < 64 then return run end
-    from = from + 64
-  end
-end
+-- The queue library of the read-write lock and the semaphore (a prelude:
+-- defines functions only, no server call until one is called), after their
+-- admission rule (rw_admit.lua or sem_admit.lua, which define
+-- admissible()). KEYS as rw_acquire.lua / sem_acquire.lua: KEYS[2] the
+-- holders, KEYS[3] the queue, KEYS[4] its entries' expiry, KEYS[6] the
+-- holder records, KEYS[7] the waiters' owners.
 -- Publishes 'to:<id>' on the channel for every waiter in `after` that was not
 -- in `before` (nor `me`, the caller): one wake-up per waiter that this script
 -- let in, addressed to it, whichever provider it waits on.
