@@ -3,7 +3,7 @@
 //! Sentinel.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
@@ -14,7 +14,56 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value}
 
 use crate::error::{from_redis, map_pool};
 use crate::options::WaitReplicas;
-use crate::provider::Shared;
+
+/// A provider's command connection (`None` once closed), with the response
+/// timeout and the `WAIT` its commands obey: what a sequence of commands
+/// ([`Sticky`]) needs of the provider, and nothing of its callers.
+pub(crate) struct Commands {
+    conn: RwLock<Option<Conn>>,
+    /// The response timeout `T`.
+    pub(crate) timeout: Duration,
+    /// The replicas a write waits for, if any.
+    pub(crate) wait: Option<WaitReplicas>,
+}
+
+impl fmt::Debug for Commands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Commands")
+            .field(&*self.conn.read().unwrap_or_else(PoisonError::into_inner))
+            .finish()
+    }
+}
+
+impl Commands {
+    pub(crate) fn new(conn: Conn, timeout: Duration, wait: Option<WaitReplicas>) -> Commands {
+        Commands {
+            conn: RwLock::new(Some(conn)),
+            timeout,
+            wait,
+        }
+    }
+
+    /// The command connection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] once the provider is closed.
+    pub(crate) fn conn(&self) -> Result<Conn> {
+        self.conn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    /// Takes the connection out (the provider closes).
+    pub(crate) fn take(&self) -> Option<Conn> {
+        self.conn
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -474,7 +523,7 @@ impl Sticky {
     }
 
     /// The kept connection, or one of the provider's pinned and kept.
-    async fn pinned(&self, shared: &Shared) -> Result<Pinned> {
+    async fn pinned(&self, commands: &Commands) -> Result<Pinned> {
         let current = self
             .conn
             .lock()
@@ -484,7 +533,7 @@ impl Sticky {
         match current {
             Some(pinned) => Ok(pinned),
             None => {
-                let pinned = shared.conn()?.pin(shared.options.response_timeout).await?;
+                let pinned = commands.conn()?.pin(commands.timeout).await?;
                 self.keep(&pinned);
                 Ok(pinned)
             }
@@ -495,12 +544,12 @@ impl Sticky {
     /// first if none is kept); a connection error lets the connection go.
     pub(crate) async fn script<T: FromRedisValue>(
         &self,
-        shared: &Shared,
+        commands: &Commands,
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        let timeout = shared.options.response_timeout;
-        let pinned = self.pinned(shared).await?;
+        let timeout = commands.timeout;
+        let pinned = self.pinned(commands).await?;
         let reply = pinned.script(operation, timeout, invocation).await;
         if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
             self.let_go();
@@ -512,14 +561,14 @@ impl Sticky {
     /// the same pipeline; see [`Pinned::script_acked`].
     pub(crate) async fn script_acked<T: FromRedisValue>(
         &self,
-        shared: &Shared,
+        commands: &Commands,
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<(T, Option<u32>)> {
-        let timeout = shared.options.response_timeout;
-        let pinned = self.pinned(shared).await?;
+        let timeout = commands.timeout;
+        let pinned = self.pinned(commands).await?;
         let reply = pinned
-            .script_acked(operation, timeout, invocation, shared.options.wait)
+            .script_acked(operation, timeout, invocation, commands.wait)
             .await;
         if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
             self.let_go();

@@ -162,7 +162,8 @@ impl LeaveQueue {
         let reply: Result<i64> = with_timeout(
             "leave queue",
             timeout,
-            self.conn.script(&self.shared, "leave queue", &invocation),
+            self.conn
+                .script(&self.shared.commands, "leave queue", &invocation),
         )
         .await
         .and_then(|r| r);

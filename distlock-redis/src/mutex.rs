@@ -845,7 +845,7 @@ impl RedisLease {
     ) -> Result<bool> {
         let reply: i64 = self
             .conn
-            .script(&self.shared, operation, invocation)
+            .script(&self.shared.commands, operation, invocation)
             .await?;
         Ok(reply == 1)
     }
@@ -874,7 +874,7 @@ impl LeaseBackend for RedisLease {
         invocation.arg(&self.token).arg(ms);
         let (reply, acked): (i64, _) = self
             .conn
-            .script_acked(&self.shared, "extend", &invocation)
+            .script_acked(&self.shared.commands, "extend", &invocation)
             .await?;
         self.owned(reply == 1)?;
         check_acked(&self.shared, &self.name, "renewal", acked)

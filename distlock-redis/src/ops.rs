@@ -41,10 +41,10 @@ fn keys_of(shared: &Arc<Shared>, name: &Name, kind: PrimitiveKind) -> Result<Kin
         PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::new(prefix, name)),
         PrimitiveKind::Election => KindKeys::Lock(Keys::election(prefix, name)),
         PrimitiveKind::ReadWrite => {
-            KindKeys::Queued(Recipe::new(shared, name.clone(), Side::Write))
+            KindKeys::Queued(Recipe::new(prefix, name.clone(), Side::Write))
         }
         PrimitiveKind::Semaphore => {
-            KindKeys::Queued(Recipe::new(shared, name.clone(), Side::Permit(1)))
+            KindKeys::Queued(Recipe::new(prefix, name.clone(), Side::Permit(1)))
         }
         _ => {
             return Err(Error::Unsupported {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use distlock_core::backend::check_permits;
@@ -15,7 +15,7 @@ use distlock_core::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::conn::Conn;
+use crate::conn::{Commands, Conn};
 use crate::error::from_redis;
 use crate::ids::RedisIds;
 use crate::mutex::{Keys, RedisMutex};
@@ -26,8 +26,8 @@ use crate::tracker::Tracker;
 /// What every primitive of one provider shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    /// `None` once closed.
-    conn: RwLock<Option<Conn>>,
+    /// The command connection.
+    pub(crate) commands: Commands,
     pub(crate) subscriber: Subscriber,
     /// Wake-ups on changes of keys held by clients that do not publish.
     pub(crate) tracker: Tracker,
@@ -44,11 +44,7 @@ impl Shared {
     ///
     /// [`Error::Closed`] once the provider is closed.
     pub(crate) fn conn(&self) -> Result<Conn> {
-        self.conn
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or(Error::Closed)
+        self.commands.conn()
     }
 }
 
@@ -65,7 +61,7 @@ pub struct RedisProvider {
 impl fmt::Debug for RedisProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisProvider")
-            .field("conn", &self.shared.conn)
+            .field("conn", &self.shared.commands)
             .field("prefix", &self.shared.options.prefix)
             .finish_non_exhaustive()
     }
@@ -327,7 +323,7 @@ impl RedisProvider {
         let unclaimed = subscriber.take_unclaimed();
         let refreshes = subscriber.take_refreshes();
         let shared = Arc::new(Shared {
-            conn: RwLock::new(Some(conn)),
+            commands: Commands::new(conn, options.response_timeout, options.wait),
             subscriber,
             tracker,
             options,
@@ -423,13 +419,7 @@ impl Provider for RedisProvider {
         self.shared.subscriber.outstanding.drained(leaves).await;
         self.shared.subscriber.shut_down();
         self.shared.tracker.shut_down();
-        let conn = self
-            .shared
-            .conn
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(conn) = conn {
+        if let Some(conn) = self.shared.commands.take() {
             conn.close();
         }
         released

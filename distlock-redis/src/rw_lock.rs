@@ -66,8 +66,8 @@ pub(crate) struct Recipe {
 impl Recipe {
     /// The recipe of `side` of `name`: `{lock}:rw:…` keys for a read-write
     /// lock's sides, `{lock}:sem:…` for a semaphore.
-    pub(crate) fn new(shared: &Arc<Shared>, name: Name, side: Side) -> Recipe {
-        let lock = Keys::new(&shared.options.prefix, &name).lock;
+    pub(crate) fn new(prefix: &str, name: Name, side: Side) -> Recipe {
+        let lock = Keys::new(prefix, &name).lock;
         let kind = if matches!(side, Side::Permit(_)) {
             "sem"
         } else {
@@ -503,7 +503,7 @@ impl QueuedLease {
     ) -> Result<bool> {
         let reply: i64 = self
             .conn
-            .script(&self.shared, operation, invocation)
+            .script(&self.shared.commands, operation, invocation)
             .await?;
         Ok(reply == 1)
     }
@@ -539,7 +539,7 @@ impl LeaseBackend for QueuedLease {
         invocation.arg(&self.token).arg(ms).arg(&recipe.mode);
         let (reply, acked): (i64, _) = self
             .conn
-            .script_acked(&self.shared, "extend", &invocation)
+            .script_acked(&self.shared.commands, "extend", &invocation)
             .await?;
         self.owned(reply == 1)?;
         check_acked(&self.shared, &recipe.name, "renewal", acked)
@@ -604,7 +604,7 @@ pub(crate) fn rw_lock(
     let side = |side| {
         Arc::new(Queued {
             shared: Arc::clone(shared),
-            recipe: Arc::new(Recipe::new(shared, name.clone(), side)),
+            recipe: Arc::new(Recipe::new(&shared.options.prefix, name.clone(), side)),
             lease,
         })
     };

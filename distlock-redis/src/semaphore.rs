@@ -67,7 +67,11 @@ pub(crate) fn semaphore(
     Ok(Arc::new(RedisSemaphore {
         inner: Queued {
             shared: Arc::clone(shared),
-            recipe: Arc::new(Recipe::new(shared, name, Side::Permit(permits))),
+            recipe: Arc::new(Recipe::new(
+                &shared.options.prefix,
+                name,
+                Side::Permit(permits),
+            )),
             lease,
         },
         permits,
