@@ -613,7 +613,7 @@ impl Lock for RedisMutex {
                     // Out of line before returning (given up, failed, or
                     // holding with nobody else of ours waiting).
                     drop(subscription);
-                    Box::pin(line.leave(self, leave_within())).await;
+                    Box::pin(line.leave(&self.shared, &self.keys, leave_within())).await;
                     return *done;
                 }
             };
@@ -624,7 +624,7 @@ impl Lock for RedisMutex {
                 // leaves nothing behind that releases would reserve the
                 // lock for.
                 drop(subscription);
-                Box::pin(line.leave(self, leave_within())).await;
+                Box::pin(line.leave(&self.shared, &self.keys, leave_within())).await;
                 return Ok(None);
             }
             // Subscribed after an attempt, the subscription's confirmation
@@ -757,7 +757,7 @@ impl InLine<'_> {
     /// a release would reserve the lock for. A leave that fails or takes
     /// longer is left to the drop (through the subscriber's line task);
     /// the provider's place expires by itself anyway (see the crate docs).
-    async fn leave(&mut self, mutex: &RedisMutex, within: Duration) {
+    async fn leave(&mut self, shared: &Shared, keys: &Keys, within: Duration) {
         if !self.armed {
             return;
         }
@@ -769,10 +769,9 @@ impl InLine<'_> {
         if within.is_zero() {
             return;
         }
-        let Some(invocation) = mutex.keys.pass(self.subscriber.id()) else {
+        let Some(invocation) = keys.pass(self.subscriber.id()) else {
             return;
         };
-        let shared = &mutex.shared;
         let left = tokio::time::timeout(within, async {
             let conn = shared.conn()?.pin(within).await?;
             conn.script::<i64>("leave the line", within, &invocation)
