@@ -27,11 +27,11 @@ use distlock_core::{
 use redis::Value;
 use tokio::time::{sleep_until, Instant};
 
+use crate::context::Shared;
 use crate::fair_mutex::FairQueue;
 use crate::mutex::Keys;
-use crate::provider::Shared;
 use crate::scripts::ELECT_LEADER;
-use crate::subscriber::Subscription;
+use crate::wake::subscriber::Subscription;
 
 /// Redis leader election.
 ///

@@ -39,11 +39,11 @@ use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use crate::conn::{Pinned, Sticky};
+use crate::context::Shared;
 use crate::mutex::{
     check_acked, kind_refusal, new_token, pause_before_retry, Keys, RedisLease, UndoAttempt,
 };
-use crate::provider::Shared;
+use crate::net::{Pinned, Sticky};
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
 
 /// The Redis fair (FIFO) mutex.
@@ -484,7 +484,7 @@ impl FairQueue {
             }
             if let Some(sub) = &mut subscription {
                 let never = std::future::pending();
-                Box::pin(crate::mutex::woken_or(sub, never, wake, &shared.lifecycle)).await?;
+                Box::pin(crate::wake::woken_or(sub, never, wake, &shared.lifecycle)).await?;
             }
         }
     }

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use distlock_core::backend::IdSource;
 use distlock_core::{Error, Name, Result};
 
-use crate::conn::not_replicated;
+use crate::context::Shared;
 use crate::error::from_redis;
-use crate::provider::Shared;
+use crate::net::wait::not_replicated;
 
 /// The counter behind a Redis id generator.
 pub(crate) struct RedisIds {

@@ -525,12 +525,13 @@
 //!
 //! Rust 1.88 or later.
 
-mod conn;
+mod context;
 mod election;
 mod error;
 mod fair_mutex;
 mod ids;
 mod mutex;
+mod net;
 mod ops;
 mod options;
 mod provider;
@@ -538,9 +539,7 @@ mod redlock;
 mod rw_lock;
 mod scripts;
 mod semaphore;
-mod sentinel;
-mod subscriber;
-mod tracker;
+mod wake;
 
 use std::sync::Arc;
 
@@ -548,10 +547,10 @@ pub use deadpool_redis;
 pub use distlock_core;
 pub use redis;
 
+pub use net::sentinel::SentinelAuth;
 pub use options::RedisOptions;
 pub use provider::RedisProvider;
 pub use redlock::RedlockProvider;
-pub use sentinel::SentinelAuth;
 
 use distlock_core::{Provider, Result};
 

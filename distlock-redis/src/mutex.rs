@@ -13,10 +13,12 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
-use crate::conn::{not_replicated, Pinned, Sticky};
-use crate::provider::Shared;
+use crate::context::Shared;
+use crate::net::wait::not_replicated;
+use crate::net::{Pinned, Sticky};
 use crate::scripts::{ACQUIRE, EXTEND, LINE_ALIVE, MUTEX_PASS, MUTEX_RELEASE, RELEASE};
-use crate::subscriber::Subscription;
+use crate::wake::subscriber::Subscription;
+use crate::wake::woken;
 
 /// How long a release reserves the free lock for the provider it woke: long
 /// enough for the woken waiter to ask (a loopback round trip is ~0.1 ms; a
@@ -679,57 +681,12 @@ impl Lock for RedisMutex {
     }
 }
 
-/// Waits for a wake-up on `sub` (`true`), or for its confirmation, a change
-/// of the foreign holder's key or until `wake` (`false`).
-///
-/// # Errors
-///
-/// [`Error::Closed`] when the provider is closed meanwhile.
-pub(crate) fn woken<'a>(
-    sub: &'a mut crate::subscriber::Subscription,
-    key: Option<&'a mut crate::tracker::KeyWatch>,
-    wake: Instant,
-    lifecycle: &'a distlock_core::backend::Lifecycle,
-) -> impl std::future::Future<Output = Result<bool>> + Send + 'a {
-    woken_or(sub, key_changed(key), wake, lifecycle)
-}
-
-/// [`woken`] with `other` for the foreign holder's key change: the fair
-/// mutex's waiters pass one that never resolves, and keep no room for a
-/// key watch.
-///
-/// # Errors
-///
-/// [`Error::Closed`] when the provider is closed meanwhile.
-pub(crate) async fn woken_or<F: std::future::Future<Output = ()> + Send>(
-    sub: &mut crate::subscriber::Subscription,
-    other: F,
-    wake: Instant,
-    lifecycle: &distlock_core::backend::Lifecycle,
-) -> Result<bool> {
-    tokio::select! {
-        woken = sub.changed() => Ok(woken),
-        () = other => Ok(false),
-        () = sleep_until(wake) => Ok(false),
-        () = lifecycle.closed() => Err(Error::Closed),
-    }
-}
-
-/// Resolves when the foreign holder's key changes; never without a watch.
-async fn key_changed(key: Option<&mut crate::tracker::KeyWatch>) {
-    match key {
-        // Boxed: only a waiter behind a foreign holder pays for it.
-        Some(key) => Box::pin(key.changed()).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// A waiter's place in its lock's line: when the last waiter of this
 /// provider leaves without the lock (timeout, cancellation, error), the
 /// provider leaves the line, passing on a reservation a release may have
 /// made for it meanwhile.
 struct InLine<'a> {
-    subscriber: &'a crate::subscriber::Subscriber,
+    subscriber: &'a crate::wake::subscriber::Subscriber,
     channel: &'a str,
     /// Set once an attempt queued; cleared by the acquisition.
     armed: bool,
@@ -739,7 +696,7 @@ impl<'a> InLine<'a> {
     /// Counted as outstanding work of the provider while it lives, so that
     /// a `close()` lets the waiter it wakes leave the line before the
     /// connection goes.
-    fn new(subscriber: &'a crate::subscriber::Subscriber, channel: &'a str) -> Self {
+    fn new(subscriber: &'a crate::wake::subscriber::Subscriber, channel: &'a str) -> Self {
         subscriber.outstanding.enter();
         InLine {
             subscriber,

@@ -19,8 +19,8 @@ use distlock_core::{
 };
 use redis::{ScriptInvocation, Value};
 
+use crate::context::Shared;
 use crate::mutex::Keys;
-use crate::provider::Shared;
 use crate::rw_lock::{Recipe, Side};
 use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
 

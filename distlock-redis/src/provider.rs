@@ -15,38 +15,14 @@ use distlock_core::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::conn::{Commands, Conn};
+use crate::context::Shared;
 use crate::error::from_redis;
 use crate::ids::RedisIds;
 use crate::mutex::{Keys, RedisMutex};
+use crate::net::{Commands, Conn};
 use crate::options::RedisOptions;
-use crate::subscriber::{Source, Subscriber};
-use crate::tracker::Tracker;
-
-/// What every primitive of one provider shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// The command connection.
-    pub(crate) commands: Commands,
-    pub(crate) subscriber: Subscriber,
-    /// Wake-ups on changes of keys held by clients that do not publish.
-    pub(crate) tracker: Tracker,
-    pub(crate) options: RedisOptions,
-    pub(crate) lifecycle: Arc<Lifecycle>,
-    /// The owner identity stored with every hold (`label@host:pid`).
-    pub(crate) owner: String,
-}
-
-impl Shared {
-    /// The command connection.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Closed`] once the provider is closed.
-    pub(crate) fn conn(&self) -> Result<Conn> {
-        self.commands.conn()
-    }
-}
+use crate::wake::subscriber::{Source, Subscriber};
+use crate::wake::tracker::Tracker;
 
 /// A connected Redis backend.
 ///
@@ -137,7 +113,7 @@ impl RedisProvider {
             .get(..17)
             .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
         {
-            let parsed = crate::sentinel::parse_url(url, options)?;
+            let parsed = crate::net::sentinel::parse_url(url, options)?;
             let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
             return Self::connect_sentinel_with(
                 &sentinels,
@@ -164,7 +140,7 @@ impl RedisProvider {
                     ConnectionManager::new_with_config(client.clone(), config.clone()),
                 )
                 .await?;
-                Conn::Single(crate::conn::Single::new(
+                Conn::Single(crate::net::Single::new(
                     client.clone(),
                     config,
                     options.response_timeout,
@@ -295,9 +271,9 @@ impl RedisProvider {
                     .into(),
             ));
         }
-        let client = crate::sentinel::client(sentinels, master_name, &auth)?;
-        let resolver = crate::sentinel::Resolver::new(client);
-        let conn = crate::sentinel::SentinelConn::new(Arc::clone(&resolver), &options);
+        let client = crate::net::sentinel::client(sentinels, master_name, &auth)?;
+        let resolver = crate::net::sentinel::Resolver::new(client);
+        let conn = crate::net::sentinel::SentinelConn::new(Arc::clone(&resolver), &options);
         // Fail now, not at the first lock, if no master can be found.
         conn.pin().await?;
         // No client tracking: its connection would have to follow the
@@ -312,7 +288,7 @@ impl RedisProvider {
     }
 
     fn from_parts(conn: Conn, client: Source, tracker: Tracker, options: RedisOptions) -> Self {
-        let subscriber = Subscriber::spawn(client, crate::subscriber::Timing::of(&options));
+        let subscriber = Subscriber::spawn(client, crate::wake::subscriber::Timing::of(&options));
         // The label was checked by `validate`; an identity without it is
         // the fallback that cannot fail.
         let owner = owner_identity(options.owner_label.as_deref())
@@ -499,9 +475,9 @@ impl Provider for RedisProvider {
     }
 }
 
-/// Marks one piece of [`Outstanding`](crate::subscriber::Outstanding) work
+/// Marks one piece of [`Outstanding`](crate::wake::subscriber::Outstanding) work
 /// over when dropped.
-struct Done<'a>(&'a crate::subscriber::Outstanding);
+struct Done<'a>(&'a crate::wake::subscriber::Outstanding);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
@@ -516,9 +492,9 @@ impl Drop for Done<'_> {
 /// here gave up. Ends with the provider.
 async fn pass_unclaimed(
     shared: std::sync::Weak<Shared>,
-    mut work: tokio::sync::mpsc::UnboundedReceiver<crate::subscriber::LineWork>,
+    mut work: tokio::sync::mpsc::UnboundedReceiver<crate::wake::subscriber::LineWork>,
 ) {
-    use crate::subscriber::LineWork;
+    use crate::wake::subscriber::LineWork;
     while let Some(LineWork::Pass(channel)) = work.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -548,7 +524,7 @@ async fn pass_unclaimed(
 /// the provider.
 async fn refresh_places(
     shared: std::sync::Weak<Shared>,
-    mut refreshes: crate::subscriber::Refreshes,
+    mut refreshes: crate::wake::subscriber::Refreshes,
 ) {
     while let Some(batch) = refreshes.next().await {
         let Some(shared) = shared.upgrade() else {

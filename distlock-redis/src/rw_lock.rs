@@ -13,7 +13,7 @@
 //! leaving, a purge of expired holders or dead waiters) compares the queued
 //! waiters an attempt would admit before and after, and publishes
 //! `to:<waiter id>` for each one newly let in. A waiter subscribes under its
-//! queue id ([`Subscriber::subscribe_as`](crate::subscriber::Subscriber)),
+//! queue id ([`Subscriber::subscribe_as`](crate::wake::subscriber::Subscriber)),
 //! so the message wakes exactly that waiter on whichever provider it waits:
 //! one wake-up per admission across all providers.
 
@@ -29,9 +29,9 @@ use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, ReadWriteLock, R
 use redis::{Script, ScriptInvocation};
 use tokio::time::{sleep_until, Instant};
 
-use crate::conn::{Pinned, Sticky};
+use crate::context::Shared;
 use crate::mutex::{check_acked, kind_refusal, Keys};
-use crate::provider::Shared;
+use crate::net::{Pinned, Sticky};
 use crate::scripts::{RW_ACQUIRE, RW_EXTEND, RW_RELEASE, SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE};
 
 /// What a queued acquisition asks for.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{LeaseOptions, Lock, LockGuard, Name, Result, Semaphore, Wait};
 
-use crate::provider::Shared;
+use crate::context::Shared;
 use crate::rw_lock::{Queued, Recipe, Side};
 
 /// A Redis semaphore of `permits`.

@@ -23,7 +23,7 @@ use redis::{Cmd, FromRedisValue, Script};
 use crate::error::from_redis;
 use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
-use crate::subscriber::Subscriber;
+use crate::wake::subscriber::Subscriber;
 use mutex::{RedlockKeys, RedlockMutex};
 
 const BACKEND: &str = "redis+redlock";
@@ -475,8 +475,8 @@ impl RedlockProvider {
             let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
                 .map_err(|e| Error::InvalidOptions(e.to_string()))?;
             let subscriber = Subscriber::spawn(
-                crate::subscriber::Source::Fixed(Box::new(client)),
-                crate::subscriber::Timing::of(&options),
+                crate::wake::subscriber::Source::Fixed(Box::new(client)),
+                crate::wake::subscriber::Timing::of(&options),
             );
             masters.push(Master {
                 conn,

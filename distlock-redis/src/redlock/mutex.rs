@@ -22,7 +22,7 @@ use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 use super::Shared;
 use crate::mutex::{new_token, pause_before_retry, Keys};
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
-use crate::subscriber::Subscription;
+use crate::wake::subscriber::Subscription;
 
 /// The keys of one Redlock mutex, the same on every master.
 #[derive(Clone, Debug)]

@@ -258,7 +258,7 @@ pub(crate) struct SentinelConn {
 }
 
 /// One connection to the master of the moment, kept for commands that must
-/// stay in order (see [`crate::conn::Pinned`]).
+/// stay in order (see [`crate::net::Pinned`]).
 #[derive(Clone)]
 pub(crate) struct SentinelPinned {
     master: Master,
@@ -467,7 +467,7 @@ impl SentinelPinned {
     }
 
     /// As [`SentinelPinned::script`], followed by `WAIT` in the same
-    /// pipeline when `wait` is set (see [`Pinned::script_acked`](crate::conn::Pinned::script_acked)).
+    /// pipeline when `wait` is set (see [`Pinned::script_acked`](crate::net::Pinned::script_acked)).
     pub(crate) async fn script_acked<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
@@ -501,9 +501,9 @@ impl SentinelPinned {
                 None,
             ),
             Some(wait) => {
-                let (result, acked) = crate::conn::with_wait(
+                let (result, acked) = crate::net::wait::with_wait(
                     self.master.conn.clone(),
-                    &crate::conn::wait_cmd(wait),
+                    &crate::net::wait::wait_cmd(wait),
                     invocation,
                 )
                 .await;
