@@ -28,8 +28,8 @@ use redis::Value;
 use tokio::time::{sleep_until, Instant};
 
 use crate::context::Shared;
-use crate::fair_mutex::FairQueue;
-use crate::mutex::Keys;
+use crate::fair_queue::FairQueue;
+use crate::keys::Keys;
 use crate::scripts::ELECT_LEADER;
 use crate::wake::subscriber::Subscription;
 

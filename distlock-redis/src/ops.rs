@@ -20,8 +20,7 @@ use distlock_core::{
 use redis::{ScriptInvocation, Value};
 
 use crate::context::Shared;
-use crate::mutex::Keys;
-use crate::rw_lock::{Recipe, Side};
+use crate::keys::{Keys, Recipe, Side};
 use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
 
 /// What a foreign hold is shown as.

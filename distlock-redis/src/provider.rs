@@ -18,7 +18,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::context::Shared;
 use crate::error::from_redis;
 use crate::ids::RedisIds;
-use crate::mutex::{Keys, RedisMutex};
+use crate::keys::Keys;
+use crate::line::{pass_unclaimed, refresh_places};
+use crate::mutex::RedisMutex;
 use crate::net::{Commands, Conn};
 use crate::options::RedisOptions;
 use crate::wake::subscriber::{Source, Subscriber};
@@ -473,106 +475,4 @@ impl Provider for RedisProvider {
         };
         Ok(Arc::new(BlockIds::new(name, source, block_size)?))
     }
-}
-
-/// Marks one piece of [`Outstanding`](crate::wake::subscriber::Outstanding) work
-/// over when dropped.
-struct Done<'a>(&'a crate::wake::subscriber::Outstanding);
-
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        self.0.exit();
-    }
-}
-
-/// Runs the subscriber's line work (see `subscriber::LineWork`): takes this
-/// provider out of a plain mutex's line, passing on the lock's reservation
-/// if a release made one for it (`mutex_pass.lua`), for each channel the
-/// subscriber reports a hand-over nobody here claimed, or the last waiter
-/// here gave up. Ends with the provider.
-async fn pass_unclaimed(
-    shared: std::sync::Weak<Shared>,
-    mut work: tokio::sync::mpsc::UnboundedReceiver<crate::wake::subscriber::LineWork>,
-) {
-    use crate::wake::subscriber::LineWork;
-    while let Some(LineWork::Pass(channel)) = work.recv().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        // Each pass received is outstanding work (see `Passes`) until it
-        // is over, whatever its outcome.
-        let _done = Done(&shared.subscriber.outstanding);
-        let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
-            continue;
-        };
-        let Some(invocation) = keys.pass(shared.subscriber.id()) else {
-            continue;
-        };
-        let what = "pass the lock on";
-        if let Err(e) = line_script(&shared, what, &invocation).await {
-            // A reservation expires by itself (waiters re-check then).
-            tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
-        }
-    }
-}
-
-/// Keeps this provider's places in plain mutexes' lines alive after each
-/// answered health check of the pub/sub connection (`line_alive.lua`, see
-/// `subscriber::Refreshes`): each batch of pending refreshes at once, each
-/// vouching only for what is left of its answer's `H + T` (none left, or
-/// no waiter of this provider on the line any more: skipped). Ends with
-/// the provider.
-async fn refresh_places(
-    shared: std::sync::Weak<Shared>,
-    mut refreshes: crate::wake::subscriber::Refreshes,
-) {
-    while let Some(batch) = refreshes.next().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        let calls = batch.into_iter().map(|(channel, until)| {
-            let shared = &shared;
-            async move {
-                let left = until.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() || shared.subscriber.plain_waiters(&channel) == 0 {
-                    return;
-                }
-                let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
-                    return;
-                };
-                let Some(invocation) = keys.keep_alive(shared.subscriber.id(), left) else {
-                    return;
-                };
-                let what = "keep the place in line";
-                let done = line_script(shared, what, &invocation).await;
-                shared
-                    .subscriber
-                    .stats
-                    .refreshes
-                    .fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = done {
-                    // A place in line not kept alive expires by itself.
-                    tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
-                }
-            }
-        });
-        futures::future::join_all(calls).await;
-    }
-}
-
-/// Runs one line script on the command connection, within the response
-/// timeout.
-async fn line_script(
-    shared: &Shared,
-    what: &'static str,
-    invocation: &redis::ScriptInvocation<'_>,
-) -> distlock_core::Result<i64> {
-    let timeout = shared.options.response_timeout;
-    let conn = shared.conn()?.pin(timeout).await?;
-    distlock_core::backend::with_timeout(
-        what,
-        timeout,
-        conn.script::<i64>(what, timeout, invocation),
-    )
-    .await?
 }

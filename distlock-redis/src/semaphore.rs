@@ -1,5 +1,5 @@
-//! The Redis counting semaphore: the queued acquisition of
-//! [`rw_lock`](crate::rw_lock) with `{lock}:sem:…` keys and the `sem_*`
+//! The Redis counting semaphore: the [queued](crate::queued) acquisition
+//! with `{lock}:sem:…` keys and the `sem_*`
 //! scripts.
 
 use std::fmt;
@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use distlock_core::{LeaseOptions, Lock, LockGuard, Name, Result, Semaphore, Wait};
 
 use crate::context::Shared;
-use crate::rw_lock::{Queued, Recipe, Side};
+use crate::keys::{Recipe, Side};
+use crate::queued::Queued;
 
 /// A Redis semaphore of `permits`.
 struct RedisSemaphore {

@@ -20,7 +20,8 @@ use redis::{Cmd, FromRedisValue, Script};
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::Shared;
-use crate::mutex::{new_token, pause_before_retry, Keys};
+use crate::keys::Keys;
+use crate::lease::{new_token, pause_before_retry};
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
 use crate::wake::subscriber::Subscription;
 
