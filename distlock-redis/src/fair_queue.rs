@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use crate::context::Shared;
 use crate::keys::Keys;
 use crate::lease::{
-    check_acked, kind_refusal, new_token, pause_before_retry, RedisLease, UndoAttempt,
+    check_acked, kind_refusal, new_token, pause_before_retry, retried, RedisLease, Undo,
 };
 use crate::net::{Pinned, Sticky};
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
@@ -123,20 +123,8 @@ impl Drop for LeaveQueue {
 #[async_trait]
 impl Cleanup for LeaveQueue {
     async fn clean_up(&self) -> Result<()> {
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self.leave_once().await {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    let expires = *self.expires.lock().unwrap_or_else(PoisonError::into_inner);
-                    if !e.is_retryable() || Instant::now() + pause >= expires {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-            }
-        }
+        let expires = || *self.expires.lock().unwrap_or_else(PoisonError::into_inner);
+        retried(expires, || self.leave_once()).await
     }
 }
 
@@ -250,11 +238,12 @@ impl FairQueue {
             }
             Err(e) => return Err(e),
         };
-        let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
+        let lease = RedisLease::new(shared, (&self.keys).into(), &self.name, &pinned);
         let mut undo = CleanupGuard::arm(
             "undo acquire",
-            Arc::new(UndoAttempt {
+            Arc::new(Undo {
                 lease: Arc::clone(&lease),
+                place: None,
                 expires: started + self.lease.ttl() + timeout,
             }),
         )?;

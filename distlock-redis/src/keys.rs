@@ -7,8 +7,8 @@ use distlock_core::{Error, Name};
 use redis::{Script, ScriptInvocation};
 
 use crate::scripts::{
-    LINE_ALIVE, MUTEX_PASS, MUTEX_RELEASE, RELEASE, RW_ACQUIRE, RW_EXTEND, RW_RELEASE, SEM_ACQUIRE,
-    SEM_EXTEND, SEM_RELEASE,
+    EXTEND, LINE_ALIVE, MUTEX_PASS, MUTEX_RELEASE, RELEASE, RW_ACQUIRE, RW_EXTEND, RW_RELEASE,
+    SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE,
 };
 
 /// How long a release reserves the free lock for the provider it woke: long
@@ -136,6 +136,21 @@ impl Keys {
             line: None,
             lock: base,
         }
+    }
+
+    /// The extend script with its keys: renews the hold of `token` for
+    /// `ms`.
+    pub(crate) fn extend<'a>(&'a self, token: &'a str, ms: u64) -> ScriptInvocation<'a> {
+        let mut invocation = EXTEND.key(&self.lock);
+        invocation.key(&self.holder);
+        if let Some(record) = &self.record {
+            invocation.key(record);
+            if let Some(marker) = &self.marker {
+                invocation.key(marker);
+            }
+        }
+        invocation.arg(token).arg(ms);
+        invocation
     }
 
     /// The release script with its keys (the hand-over reads the queue).
@@ -334,6 +349,25 @@ impl Recipe {
             invocation.key(key);
         }
         invocation.key(&self.lock);
+        invocation
+    }
+
+    /// The release script: releases the hold of `token` (none if empty)
+    /// and takes `member` (none if empty) out of the queue.
+    pub(crate) fn release(&self, token: &str, member: &str) -> ScriptInvocation<'static> {
+        let mut invocation = self.invocation(self.scripts()[1]);
+        invocation
+            .arg(token)
+            .arg(member)
+            .arg(&self.channel)
+            .arg(&self.mode);
+        invocation
+    }
+
+    /// The extend script: renews the hold of `token` for `ms`.
+    pub(crate) fn extend(&self, token: &str, ms: u64) -> ScriptInvocation<'static> {
+        let mut invocation = self.invocation(self.scripts()[2]);
+        invocation.arg(token).arg(ms).arg(&self.mode);
         invocation
     }
 

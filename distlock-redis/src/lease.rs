@@ -15,45 +15,84 @@ use crate::context::Shared;
 use crate::keys::{Keys, Recipe};
 use crate::net::wait::not_replicated;
 use crate::net::{Pinned, Sticky};
-use crate::scripts::EXTEND;
 
 /// 128 random bits as 32 hex digits (the shape of redis-py's tokens).
 pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// Undoes an acquire attempt whose outcome is unknown (cancelled, timed out,
-/// failed mid-flight): compare-and-delete on the connection the attempt used,
-/// so it reaches the server after the attempt did and cannot let a late
-/// `SET` land afterwards with nobody to release it. Retried until the lease
-/// the attempt asked for would have expired by itself; once the attempt's
-/// connection is known dead (nothing more can land from it), another
-/// connection is as good.
-pub(crate) struct UndoAttempt {
+/// Undoes what an acquire attempt may have left (cancelled, timed out,
+/// failed mid-flight): its hold (compare-and-delete of its token, so a late
+/// `SET` cannot land afterwards with nobody to release it), or a queued
+/// waiter's place. Sent on the connection the attempt used, so it reaches
+/// the server after the attempt did; retried ([`retried`]) until what it
+/// takes back would have expired by itself. Once the attempt's connection
+/// is known dead (nothing more can land from it), another connection is as
+/// good.
+pub(crate) struct Undo {
     pub(crate) lease: Arc<RedisLease>,
-    /// When the attempt was sent plus its TTL and a response timeout: after
-    /// this the key is gone anyway.
+    /// `None`: the attempt's hold; `Some`: this waiter's place in a queued
+    /// recipe's queue.
+    pub(crate) place: Option<String>,
+    /// When the attempt was sent plus the TTL of what it may have left and
+    /// a response timeout: after this it is gone anyway.
     pub(crate) expires: Instant,
 }
 
 #[async_trait]
-impl Cleanup for UndoAttempt {
+impl Cleanup for Undo {
     async fn clean_up(&self) -> Result<()> {
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self.lease.release().await {
-                Ok(()) | Err(Error::NotHeld { .. }) => return Ok(()),
-                Err(e) if e.is_retryable() && Instant::now() + pause < self.expires => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-                Err(e) => return Err(e),
+        let place = self.place.as_deref();
+        retried(|| self.expires, || self.lease.take_back(place))
+            .await
+            .map(drop)
+    }
+}
+
+/// Runs `once` until it succeeds, fails with an error that is not
+/// retryable, or the next try (after a pause of 20 ms, doubling up to
+/// 500 ms) would start after `expires()`: the back-off of every cleanup
+/// (an undo, a waiter leaving its queue, Redlock's undo on each master).
+pub(crate) async fn retried<T, F: std::future::Future<Output = Result<T>>>(
+    expires: impl Fn() -> Instant,
+    mut once: impl FnMut() -> F,
+) -> Result<T> {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match once().await {
+            Ok(done) => return Ok(done),
+            Err(e) if e.is_retryable() && Instant::now() + pause < expires() => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
             }
+            Err(e) => return Err(e),
         }
     }
 }
 
-/// One held Redis lease: the lock key and our token.
+/// The keys a lease's scripts act on.
+pub(crate) enum LeaseKeys {
+    /// The lock family's (mutex, fair mutex, election).
+    Lock(Arc<Keys>),
+    /// A queued recipe's (a read-write lock's side, a semaphore).
+    Queued(Arc<Recipe>),
+}
+
+impl From<&Arc<Keys>> for LeaseKeys {
+    fn from(keys: &Arc<Keys>) -> Self {
+        LeaseKeys::Lock(Arc::clone(keys))
+    }
+}
+
+impl From<&Arc<Recipe>> for LeaseKeys {
+    fn from(recipe: &Arc<Recipe>) -> Self {
+        LeaseKeys::Queued(Arc::clone(recipe))
+    }
+}
+
+/// One held Redis lease: its keys and our token; the same for every
+/// primitive of the plain provider, which differ only in their scripts
+/// ([`LeaseKeys`]).
 ///
 /// Its renewals and its release go out on one pinned connection (the one
 /// its acquisition used), so they reach the server in the order they were
@@ -63,7 +102,7 @@ impl Cleanup for UndoAttempt {
 /// is let go once the lease is released.
 pub(crate) struct RedisLease {
     shared: Arc<Shared>,
-    keys: Arc<Keys>,
+    keys: LeaseKeys,
     pub(crate) token: String,
     name: Name,
     conn: Sticky,
@@ -74,7 +113,7 @@ impl RedisLease {
     /// attempt's connection.
     pub(crate) fn new(
         shared: &Arc<Shared>,
-        keys: &Arc<Keys>,
+        keys: LeaseKeys,
         name: &Name,
         pinned: &Pinned,
     ) -> Arc<RedisLease> {
@@ -82,7 +121,7 @@ impl RedisLease {
         // attempt can never delete a later one's key.
         Arc::new(RedisLease {
             shared: Arc::clone(shared),
-            keys: Arc::clone(keys),
+            keys,
             token: new_token(),
             name: name.clone(),
             conn: Sticky::new(Some(pinned)),
@@ -93,13 +132,28 @@ impl RedisLease {
     async fn run(
         &self,
         operation: &'static str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &ScriptInvocation<'_>,
     ) -> Result<bool> {
         let reply: i64 = self
             .conn
             .script(&self.shared.commands, operation, invocation)
             .await?;
         Ok(reply == 1)
+    }
+
+    /// Takes back what the attempt of this lease may have left: its hold
+    /// (`place` `None`), or the queued waiter `place`'s entry; `true` when
+    /// the script acted (the hold was ours). The connection stays kept.
+    async fn take_back(&self, place: Option<&str>) -> Result<bool> {
+        match (&self.keys, place) {
+            (LeaseKeys::Lock(keys), _) => self.run("release", &keys.release(&self.token)).await,
+            (LeaseKeys::Queued(recipe), None) => {
+                self.run("release", &recipe.release(&self.token, "")).await
+            }
+            (LeaseKeys::Queued(recipe), Some(member)) => {
+                self.run("release", &recipe.release("", member)).await
+            }
+        }
     }
 
     fn owned(&self, acted: bool) -> Result<()> {
@@ -115,15 +169,10 @@ impl RedisLease {
 impl LeaseBackend for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut invocation = EXTEND.key(&self.keys.lock);
-        invocation.key(&self.keys.holder);
-        if let Some(record) = &self.keys.record {
-            invocation.key(record);
-            if let Some(marker) = &self.keys.marker {
-                invocation.key(marker);
-            }
-        }
-        invocation.arg(&self.token).arg(ms);
+        let invocation = match &self.keys {
+            LeaseKeys::Lock(keys) => keys.extend(&self.token, ms),
+            LeaseKeys::Queued(recipe) => recipe.extend(&self.token, ms),
+        };
         let (reply, acked): (i64, _) = self
             .conn
             .script_acked(&self.shared.commands, "extend", &invocation)
@@ -133,13 +182,22 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let acted = self.run("release", &self.keys.release(&self.token)).await?;
-        tracing::debug!(
-            name = %self.name,
-            owner = %self.shared.owner,
-            released = acted,
-            "distlock redis lock released"
-        );
+        let acted = self.take_back(None).await?;
+        match &self.keys {
+            LeaseKeys::Lock(_) => tracing::debug!(
+                name = %self.name,
+                owner = %self.shared.owner,
+                released = acted,
+                "distlock redis lock released"
+            ),
+            LeaseKeys::Queued(recipe) => tracing::debug!(
+                name = %self.name,
+                side = ?recipe.side,
+                owner = %self.shared.owner,
+                released = acted,
+                "distlock redis queued lock released"
+            ),
+        }
         // Released or not ours: either way no later command of this lease
         // needs the connection.
         self.conn.let_go();
@@ -201,83 +259,6 @@ pub(crate) async fn pause_before_retry(deadline: Option<Instant>, pause: &mut Du
     sleep_until(until).await;
     *pause = (*pause * 2).min(Duration::from_millis(500));
     true
-}
-
-/// One held share, write hold or permit: its token in the holders (or the
-/// writer key). Renewals and the release go out on one pinned connection
-/// (the acquisition's), replaced only when found dead, as for the mutex.
-pub(crate) struct QueuedLease {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) recipe: Arc<Recipe>,
-    pub(crate) token: String,
-    pub(crate) conn: Sticky,
-}
-
-impl QueuedLease {
-    /// Runs a compare-and-act script; `true` when it acted.
-    async fn run(
-        &self,
-        operation: &'static str,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<bool> {
-        let reply: i64 = self
-            .conn
-            .script(&self.shared.commands, operation, invocation)
-            .await?;
-        Ok(reply == 1)
-    }
-
-    /// Releases the hold (when `hold`) and takes `member` out of the queue;
-    /// `true` when the hold was ours.
-    pub(crate) async fn release_as(&self, hold: bool, member: Option<&str>) -> Result<bool> {
-        let recipe = &self.recipe;
-        let mut invocation = recipe.invocation(recipe.scripts()[1]);
-        invocation
-            .arg(if hold { self.token.as_str() } else { "" })
-            .arg(member.unwrap_or(""))
-            .arg(&recipe.channel)
-            .arg(&recipe.mode);
-        self.run("release", &invocation).await
-    }
-
-    fn owned(&self, acted: bool) -> Result<()> {
-        if acted {
-            Ok(())
-        } else {
-            Err(Error::not_held(self.recipe.name.as_str()))
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseBackend for QueuedLease {
-    async fn renew(&self, ttl: Duration) -> Result<()> {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let recipe = &self.recipe;
-        let mut invocation = recipe.invocation(recipe.scripts()[2]);
-        invocation.arg(&self.token).arg(ms).arg(&recipe.mode);
-        let (reply, acked): (i64, _) = self
-            .conn
-            .script_acked(&self.shared.commands, "extend", &invocation)
-            .await?;
-        self.owned(reply == 1)?;
-        check_acked(&self.shared, &recipe.name, "renewal", acked)
-    }
-
-    async fn release(&self) -> Result<()> {
-        let acted = self.release_as(true, None).await?;
-        tracing::debug!(
-            name = %self.recipe.name,
-            side = ?self.recipe.side,
-            owner = %self.shared.owner,
-            released = acted,
-            "distlock redis queued lock released"
-        );
-        // Released or not ours: either way no later command of this lease
-        // needs the connection.
-        self.conn.let_go();
-        self.owned(acted)
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::context::Shared;
 use crate::keys::Keys;
-use crate::lease::{check_acked, kind_refusal, pause_before_retry, RedisLease, UndoAttempt};
+use crate::lease::{check_acked, kind_refusal, pause_before_retry, RedisLease, Undo};
 use crate::line::InLine;
 use crate::net::Pinned;
 use crate::scripts::ACQUIRE;
@@ -177,11 +177,12 @@ impl RedisMutex {
             }
             Err(e) => return Step::Done(Err(e)),
         };
-        let lease = RedisLease::new(shared, &self.keys, &self.name, &pinned);
+        let lease = RedisLease::new(shared, (&self.keys).into(), &self.name, &pinned);
         let mut undo = match CleanupGuard::arm(
             "undo acquire",
-            Arc::new(UndoAttempt {
+            Arc::new(Undo {
                 lease: Arc::clone(&lease),
+                place: None,
                 expires: started + self.lease.ttl() + timeout,
             }),
         ) {

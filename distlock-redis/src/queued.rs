@@ -22,20 +22,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    with_timeout, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
+    with_timeout, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
 };
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
 use crate::context::Shared;
 use crate::keys::{Recipe, Side};
-use crate::lease::{check_acked, kind_refusal, QueuedLease};
-use crate::net::{Pinned, Sticky};
-
-/// 128 random bits as 32 hex digits.
-fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}
+use crate::lease::{check_acked, kind_refusal, new_token, pause_before_retry, RedisLease, Undo};
+use crate::net::Pinned;
 
 /// A queued acquisition: the read or write side of a read-write lock, or a
 /// semaphore.
@@ -64,18 +59,6 @@ enum Attempt {
     /// The attempt token already holds: a resent attempt, its fencing token
     /// unknown.
     AlreadyOurs,
-}
-
-/// Sleeps before another attempt after a retryable failure while waiting;
-/// `false` when that would pass the deadline.
-async fn pause_before_retry(deadline: Option<Instant>, pause: &mut Duration) -> bool {
-    let until = Instant::now() + *pause;
-    if deadline.is_some_and(|d| d <= until) {
-        return false;
-    }
-    sleep_until(until).await;
-    *pause = (*pause * 2).min(Duration::from_millis(500));
-    true
 }
 
 impl Queued {
@@ -146,15 +129,6 @@ impl Queued {
             _ => Err(recipe.conflict(5)),
         }
     }
-
-    fn lease_on(&self, token: String, conn: &Pinned) -> Arc<QueuedLease> {
-        Arc::new(QueuedLease {
-            shared: Arc::clone(&self.shared),
-            recipe: Arc::clone(&self.recipe),
-            token,
-            conn: Sticky::new(Some(conn)),
-        })
-    }
 }
 
 #[async_trait]
@@ -208,13 +182,12 @@ impl Lock for Queued {
             };
             // A fresh token per attempt: an undo still running for an
             // earlier attempt can never release a later one's hold.
-            let lease = self.lease_on(new_token(), &pinned);
+            let lease = RedisLease::new(shared, (&self.recipe).into(), &self.recipe.name, &pinned);
             let mut undo = CleanupGuard::arm(
                 "undo acquire",
                 Arc::new(Undo {
                     lease: Arc::clone(&lease),
-                    hold: true,
-                    member: None,
+                    place: None,
                     expires: started + self.lease.ttl() + timeout,
                 }),
             )?;
@@ -223,8 +196,7 @@ impl Lock for Queued {
                     "leave the queue",
                     Arc::new(Undo {
                         lease: Arc::clone(&lease),
-                        hold: false,
-                        member: Some(member.clone()),
+                        place: Some(member.clone()),
                         expires: started + self.entry_ttl() + timeout,
                     }),
                 )?;
@@ -338,39 +310,6 @@ impl Lock for Queued {
                     () = sleep_until(wake) => {}
                     () = shared.lifecycle.closed() => return Err(Error::Closed),
                 }
-            }
-        }
-    }
-}
-
-/// Undoes an acquire attempt whose outcome is unknown (its hold), or takes
-/// a waiter out of the queue: on the attempt's connection (so it lands after
-/// the attempt), retried until the hold or entry would have expired anyway.
-struct Undo {
-    lease: Arc<QueuedLease>,
-    /// Release the lease's token if it holds.
-    hold: bool,
-    /// Take this waiter out of the queue.
-    member: Option<String>,
-    expires: Instant,
-}
-
-#[async_trait]
-impl Cleanup for Undo {
-    async fn clean_up(&self) -> Result<()> {
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self
-                .lease
-                .release_as(self.hold, self.member.as_deref())
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_retryable() && Instant::now() + pause < self.expires => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-                Err(e) => return Err(e),
             }
         }
     }
