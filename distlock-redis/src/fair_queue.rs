@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use crate::context::Shared;
 use crate::keys::Keys;
 use crate::lease::{
-    check_acked, kind_refusal, new_token, pause_before_retry, retried, RedisLease, Undo,
+    decode, kind_refusal, new_token, pause_before_retry, retried, Attempt, RedisLease, Undo,
 };
 use crate::net::{Pinned, Sticky};
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
@@ -55,18 +55,16 @@ pub(crate) struct FairQueue {
     pub(crate) lease: LeaseOptions,
 }
 
-enum Attempt {
-    Acquired(u64),
-    /// Not ours: wait at most this long before looking again (`None`: no
-    /// bound from the server); our 0-based place (-1: not queued); `added`
-    /// when the call added our entry (the first call, or ours had expired).
-    Waiting {
-        wait: Option<Duration>,
-        position: i64,
-        added: bool,
-    },
-    /// The lock already holds this attempt's token (a resent script).
-    AlreadyOurs,
+/// Where a fair waiter stands after an attempt that did not get the lock.
+struct Place {
+    /// Wait at most this long before looking again (`None`: no bound from
+    /// the server).
+    wait: Option<Duration>,
+    /// Our 0-based place (-1: not queued).
+    position: i64,
+    /// Whether the call added our entry (the first call, or ours had
+    /// expired).
+    added: bool,
 }
 
 /// Leaves the queue: removes our entry and, if that frees the way, wakes
@@ -146,7 +144,7 @@ impl FairQueue {
         token: &str,
         queue: bool,
         candidate: Option<&str>,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<Place>> {
         let timeout = self.shared.options.response_timeout;
         let keys = &self.keys;
         let mut invocation = FAIR_ACQUIRE.key(&keys.lock);
@@ -179,36 +177,31 @@ impl FairQueue {
             [status, value, ..] => (*status, *value),
             _ => return Err(bad()),
         };
-        match status {
-            1 => {
-                check_acked(&self.shared, &self.name, "acquisition", acked)?;
-                u64::try_from(value)
-                    .map(Attempt::Acquired)
-                    .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
-            }
-            0 => Ok(Attempt::Waiting {
-                wait: u64::try_from(value).ok().map(Duration::from_millis),
+        decode(
+            (&self.shared, &self.name, &keys.fence),
+            (status, value),
+            acked,
+            |wait| Place {
+                wait,
                 position: reply.get(2).copied().unwrap_or(-1),
                 added: reply.get(3) == Some(&1),
-            }),
-            2 => Ok(Attempt::AlreadyOurs),
-            -1 => Err(conflict(&keys.lock, "lock (a string key)")),
-            -3 => Err(Error::Exhausted {
-                name: keys.fence.clone(),
-            }),
-            -4 => Err(conflict(&keys.queue, "fair queue (sorted sets)")),
-            -5 => Err(kind_refusal(
-                &self.name,
-                keys.marker.as_deref().unwrap_or(&keys.lock),
-                value,
-                if keys.record.is_some() {
-                    "election"
-                } else {
-                    "fair mutex"
-                },
-            )),
-            _ => Err(conflict(&keys.fence, "fencing counter")),
-        }
+            },
+            |status, value| match status {
+                -1 => conflict(&keys.lock, "lock (a string key)"),
+                -4 => conflict(&keys.queue, "fair queue (sorted sets)"),
+                -5 => kind_refusal(
+                    &self.name,
+                    keys.marker.as_deref().unwrap_or(&keys.lock),
+                    value,
+                    if keys.record.is_some() {
+                        "election"
+                    } else {
+                        "fair mutex"
+                    },
+                ),
+                _ => conflict(&keys.fence, "fencing counter"),
+            },
+        )
     }
 
     /// One attempt of [`FairQueue::acquire`]: a connection, the script,
@@ -287,11 +280,11 @@ impl FairQueue {
                 };
                 LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Step::Acquired)
             }
-            Ok(Attempt::Waiting {
+            Ok(Attempt::Waiting(Place {
                 wait,
                 position,
                 added,
-            }) => {
+            })) => {
                 undo.disarm();
                 if added && *queued {
                     tracing::debug!(

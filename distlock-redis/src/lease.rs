@@ -205,6 +205,51 @@ impl LeaseBackend for RedisLease {
     }
 }
 
+/// How an acquire script answered, for every family: `W` is what a
+/// refused attempt learns (how long to wait, who holds, where it stands).
+pub(crate) enum Attempt<W> {
+    /// `1`: taken, with this fencing token.
+    Acquired(u64),
+    /// `0`: not taken.
+    Waiting(W),
+    /// `2`: the key already holds this attempt's token: the attempt ran
+    /// before (resent by the client after a lost reply), its fencing token
+    /// is unknown.
+    AlreadyOurs,
+}
+
+/// Decodes an acquire script's `{status, value}` once for every family:
+/// `1` taken (counted only once the replicas acknowledged it as asked,
+/// `acked`, see [`check_acked`]), `0` refused (`waiting` makes the
+/// family's `W` from `value`, the milliseconds to look again within,
+/// `None` when negative: no bound from the server), `2` already ours, `-3`
+/// the fencing counter `fence` is exhausted; any other status is a refusal
+/// the family names (`refused(status, value)`).
+pub(crate) fn decode<W>(
+    (shared, name, fence): (&Shared, &Name, &str),
+    (status, value): (i64, i64),
+    acked: Option<u32>,
+    waiting: impl FnOnce(Option<Duration>) -> W,
+    refused: impl FnOnce(i64, i64) -> Error,
+) -> Result<Attempt<W>> {
+    match status {
+        1 => {
+            check_acked(shared, name, "acquisition", acked)?;
+            u64::try_from(value)
+                .map(Attempt::Acquired)
+                .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
+        }
+        0 => Ok(Attempt::Waiting(waiting(
+            u64::try_from(value).ok().map(Duration::from_millis),
+        ))),
+        2 => Ok(Attempt::AlreadyOurs),
+        -3 => Err(Error::Exhausted {
+            name: fence.to_owned(),
+        }),
+        status => Err(refused(status, value)),
+    }
+}
+
 /// The refusal of an acquisition of a `wanted` on `name` whose acquire
 /// script found another kind holding it (`kind.lua`'s `kind_other` index: 1
 /// read-write lock, 2 semaphore, 3 election, 4 a mutex token (a distlock

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::context::Shared;
 use crate::keys::Keys;
-use crate::lease::{check_acked, kind_refusal, pause_before_retry, RedisLease, Undo};
+use crate::lease::{decode, kind_refusal, pause_before_retry, Attempt, RedisLease, Undo};
 use crate::line::InLine;
 use crate::net::Pinned;
 use crate::scripts::ACQUIRE;
@@ -46,15 +46,14 @@ impl fmt::Debug for RedisMutex {
     }
 }
 
-enum Attempt {
-    Acquired(u64),
-    /// Held by someone else (or reserved for another provider), who has
-    /// this long left (`None`: no TTL); `true` when the holder publishes on
-    /// release (a distlock holder, or a reservation).
-    Held(Option<Duration>, bool),
-    /// The key already holds this attempt's token: the attempt ran before
-    /// (resent by the client after a lost reply), its token is unknown.
-    AlreadyOurs,
+/// Who holds a lock an attempt did not get.
+struct Held {
+    /// How long the holder (or the reservation for another provider) has
+    /// left (`None`: no TTL).
+    left: Option<Duration>,
+    /// Whether the holder publishes on release (a distlock holder, or a
+    /// reservation).
+    publishes: bool,
 }
 
 /// How one attempt ended.
@@ -63,8 +62,8 @@ enum Step {
     Done(Result<Option<LockGuard>>),
     /// Try again at once (after a pause the attempt took already).
     Again,
-    /// Held by someone else: as [`Attempt::Held`].
-    Held(Option<Duration>, bool),
+    /// Held by someone else.
+    Held(Held),
 }
 
 /// Where a refused attempt puts this provider in the lock's line.
@@ -87,7 +86,7 @@ impl RedisMutex {
         queue: Queue,
         others: bool,
         in_line: bool,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<Held>> {
         let subscriber = &self.shared.subscriber;
         let (waiting, handoff, alive) = self
             .keys
@@ -128,25 +127,20 @@ impl RedisMutex {
                 self.shared.options.wait,
             )
             .await?;
-        match status {
-            1 => {
-                check_acked(&self.shared, &self.name, "acquisition", acked)?;
-                u64::try_from(value)
-                    .map(Attempt::Acquired)
-                    .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
-            }
-            0 => Ok(Attempt::Held(
-                u64::try_from(value).ok().map(Duration::from_millis),
-                publishes == 1,
-            )),
-            2 => Ok(Attempt::AlreadyOurs),
-            -1 => Err(self.conflict(&self.keys.lock, "lock (a string key)")),
-            -3 => Err(Error::Exhausted {
-                name: self.keys.fence.clone(),
-            }),
-            -4 => Err(kind_refusal(&self.name, &self.keys.lock, value, "mutex")),
-            _ => Err(self.conflict(&self.keys.fence, "fencing counter")),
-        }
+        decode(
+            (&self.shared, &self.name, &self.keys.fence),
+            (status, value),
+            acked,
+            |left| Held {
+                left,
+                publishes: publishes == 1,
+            },
+            |status, value| match status {
+                -1 => self.conflict(&self.keys.lock, "lock (a string key)"),
+                -4 => kind_refusal(&self.name, &self.keys.lock, value, "mutex"),
+                _ => self.conflict(&self.keys.fence, "fencing counter"),
+            },
+        )
     }
 
     /// One attempt of [`Lock::acquire`]: a connection, the script, and the
@@ -219,9 +213,9 @@ impl RedisMutex {
                 // On error (closed meanwhile) the guard released itself.
                 Step::Done(LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some))
             }
-            Ok(Attempt::Held(remaining, publishes)) => {
+            Ok(Attempt::Waiting(held)) => {
                 undo.disarm();
-                Step::Held(remaining, publishes)
+                Step::Held(held)
             }
             Ok(Attempt::AlreadyOurs) => {
                 // Give the key back (on the attempt's connection) and
@@ -328,9 +322,12 @@ impl Lock for RedisMutex {
             let step = match Box::pin(step).await {
                 Step::Done(result) => Err(Box::new(result)),
                 Step::Again => continue,
-                Step::Held(remaining, publishes) => Ok((remaining, publishes)),
+                Step::Held(held) => Ok(held),
             };
-            let (remaining, publishes) = match step {
+            let Held {
+                left: remaining,
+                publishes,
+            } = match step {
                 Ok(held) => held,
                 Err(done) => {
                     if matches!(*done, Ok(Some(_))) {

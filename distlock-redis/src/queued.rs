@@ -29,7 +29,9 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::context::Shared;
 use crate::keys::{Recipe, Side};
-use crate::lease::{check_acked, kind_refusal, new_token, pause_before_retry, RedisLease, Undo};
+use crate::lease::{
+    decode, kind_refusal, new_token, pause_before_retry, Attempt, RedisLease, Undo,
+};
 use crate::net::Pinned;
 
 /// A queued acquisition: the read or write side of a read-write lock, or a
@@ -50,17 +52,6 @@ impl fmt::Debug for Queued {
     }
 }
 
-enum Attempt {
-    /// Admitted with this fencing token.
-    Acquired(u64),
-    /// Not admitted; re-check within this (an expiry that may change the
-    /// answer).
-    Waiting(Option<Duration>),
-    /// The attempt token already holds: a resent attempt, its fencing token
-    /// unknown.
-    AlreadyOurs,
-}
-
 impl Queued {
     /// How long a queue entry lives unless refreshed: a waiter refreshes it
     /// at every attempt, at least every recheck interval.
@@ -74,7 +65,7 @@ impl Queued {
         token: &str,
         member: &str,
         queue: bool,
-    ) -> Result<Attempt> {
+    ) -> Result<Attempt<Option<Duration>>> {
         let recipe = &self.recipe;
         let mut invocation = recipe.invocation(recipe.scripts()[0]);
         invocation
@@ -94,40 +85,33 @@ impl Queued {
                 self.shared.options.wait,
             )
             .await?;
-        match status {
-            1 => {
-                check_acked(&self.shared, &self.recipe.name, "acquisition", acked)?;
-                u64::try_from(value)
-                    .map(Attempt::Acquired)
-                    .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
-            }
-            0 => Ok(Attempt::Waiting(
-                u64::try_from(value).ok().map(Duration::from_millis),
-            )),
-            2 => Ok(Attempt::AlreadyOurs),
-            -1 => Err(recipe.conflict(value)),
-            -3 => Err(Error::Exhausted {
-                name: recipe.keys[4].clone(),
-            }),
-            -5 => Err(kind_refusal(
-                &recipe.name,
-                &recipe.lock,
-                value,
-                match recipe.side {
-                    Side::Permit(_) => "semaphore",
-                    Side::Read | Side::Write => "read-write lock",
+        decode(
+            (&self.shared, &recipe.name, &recipe.keys[4]),
+            (status, value),
+            acked,
+            |recheck| recheck,
+            |status, value| match status {
+                -1 => recipe.conflict(value),
+                -5 => kind_refusal(
+                    &recipe.name,
+                    &recipe.lock,
+                    value,
+                    match recipe.side {
+                        Side::Permit(_) => "semaphore",
+                        Side::Read | Side::Write => "read-write lock",
+                    },
+                ),
+                -4 => Error::PermitsMismatch {
+                    name: recipe.name.to_string(),
+                    held: u32::try_from(value).unwrap_or(0),
+                    asked: match recipe.side {
+                        Side::Permit(n) => n,
+                        Side::Read | Side::Write => 0,
+                    },
                 },
-            )),
-            -4 => Err(Error::PermitsMismatch {
-                name: recipe.name.to_string(),
-                held: u32::try_from(value).unwrap_or(0),
-                asked: match recipe.side {
-                    Side::Permit(n) => n,
-                    Side::Read | Side::Write => 0,
-                },
-            }),
-            _ => Err(recipe.conflict(5)),
-        }
+                _ => recipe.conflict(5),
+            },
+        )
     }
 }
 
