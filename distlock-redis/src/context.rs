@@ -13,7 +13,7 @@ use crate::wake::tracker::Tracker;
 
 /// What every primitive of one provider shares.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct Context {
     /// The command connection.
     pub(crate) commands: Commands,
     pub(crate) subscriber: Subscriber,
@@ -25,7 +25,7 @@ pub(crate) struct Shared {
     pub(crate) owner: String,
 }
 
-impl Shared {
+impl Context {
     /// The command connection.
     ///
     /// # Errors

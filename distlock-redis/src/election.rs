@@ -27,7 +27,7 @@ use distlock_core::{
 use redis::Value;
 use tokio::time::{sleep_until, Instant};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::fair_queue::FairQueue;
 use crate::keys::Keys;
 use crate::scripts::ELECT_LEADER;
@@ -39,7 +39,7 @@ use crate::wake::subscriber::Subscription;
 ///
 /// None today; the signature leaves room for checks of the lease.
 pub(crate) fn election(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: Name,
     lease: LeaseOptions,
 ) -> Result<Arc<dyn Election>> {
@@ -68,7 +68,7 @@ impl fmt::Debug for RedisElection {
 }
 
 /// The leader now and how long its record has left.
-async fn current(shared: &Shared, keys: &Keys) -> Result<(Option<LeaderInfo>, Option<Duration>)> {
+async fn current(shared: &Context, keys: &Keys) -> Result<(Option<LeaderInfo>, Option<Duration>)> {
     let Some(record) = &keys.record else {
         return Ok((None, None));
     };
@@ -130,7 +130,7 @@ impl Election for RedisElection {
 
     fn observe(&self) -> LeaderStream {
         struct State {
-            shared: Arc<Shared>,
+            shared: Arc<Context>,
             keys: Arc<Keys>,
             last: Option<Option<LeaderInfo>>,
             subscription: Option<Subscription>,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use distlock_core::{LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use futures::future::BoxFuture;
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::fair_queue::FairQueue;
 use crate::keys::Keys;
 
@@ -18,7 +18,7 @@ use crate::keys::Keys;
 ///
 /// None today; the signature leaves room for checks of the lease.
 pub(crate) fn fair_mutex(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: Name,
     lease: LeaseOptions,
 ) -> Result<Arc<dyn Lock>> {

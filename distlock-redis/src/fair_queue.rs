@@ -38,7 +38,7 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::Keys;
 use crate::lease::{
     decode, kind_refusal, new_token, pause_before_retry, retried, Attempt, RedisLease, Undo,
@@ -49,7 +49,7 @@ use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
 /// A lock taken in arrival order: the fair mutex, and (on keys of its own,
 /// with a leader record) the election.
 pub(crate) struct FairQueue {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<Context>,
     pub(crate) name: Name,
     pub(crate) keys: Arc<Keys>,
     pub(crate) lease: LeaseOptions,
@@ -72,7 +72,7 @@ struct Place {
 /// reaches the server after it; retried until our entry would have expired
 /// by itself.
 struct LeaveQueue {
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     keys: Arc<Keys>,
     id: Arc<str>,
     conn: Sticky,

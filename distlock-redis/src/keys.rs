@@ -44,11 +44,8 @@ pub(crate) struct Keys {
     /// for other kinds, and holding the election's marker while it has a
     /// leader (`kind.lua`); `None` for the mutex's own keys.
     pub(crate) marker: Option<String>,
-    /// The plain mutex's line: `{lock}:waiting` (zset of waiting provider
-    /// ids), `{lock}:handoff` (the provider a release reserved the lock
-    /// for) and `{lock}:waiting:alive` (zset of the waiting providers'
-    /// liveness deadlines); `None` for the other users of these keys.
-    pub(crate) line: Option<(String, String, String)>,
+    /// The plain mutex's line; `None` for the other users of these keys.
+    pub(crate) line: Option<LineKeys>,
 }
 
 impl Keys {
@@ -92,7 +89,11 @@ impl Keys {
     /// The script a provider runs when it leaves this lock's line (see
     /// `mutex_pass.lua`); `None` without a line.
     pub(crate) fn pass<'a>(&'a self, provider: &'a str) -> Option<redis::ScriptInvocation<'a>> {
-        let (waiting, handoff, alive) = self.line.as_ref()?;
+        let LineKeys {
+            waiting,
+            handoff,
+            alive,
+        } = self.line.as_ref()?;
         let mut invocation = MUTEX_PASS.key(&self.lock);
         invocation
             .key(waiting)
@@ -111,7 +112,11 @@ impl Keys {
         provider: &'a str,
         alive: Duration,
     ) -> Option<redis::ScriptInvocation<'a>> {
-        let (waiting, _, deadlines) = self.line.as_ref()?;
+        let LineKeys {
+            waiting,
+            alive: deadlines,
+            ..
+        } = self.line.as_ref()?;
         let mut invocation = LINE_ALIVE.key(waiting);
         invocation
             .key(deadlines)
@@ -155,7 +160,12 @@ impl Keys {
 
     /// The release script with its keys (the hand-over reads the queue).
     pub(crate) fn release<'a>(&'a self, token: &'a str) -> redis::ScriptInvocation<'a> {
-        if let Some((waiting, handoff, alive)) = &self.line {
+        if let Some(LineKeys {
+            waiting,
+            handoff,
+            alive,
+        }) = &self.line
+        {
             let mut invocation = MUTEX_RELEASE.key(&self.lock);
             invocation
                 .key(&self.queue)
@@ -187,13 +197,26 @@ impl Keys {
     }
 }
 
+/// The plain mutex's line of waiting providers.
+#[derive(Clone, Debug)]
+pub(crate) struct LineKeys {
+    /// `{lock}:waiting`: the waiting providers' ids (zset, in arrival
+    /// order).
+    pub(crate) waiting: String,
+    /// `{lock}:handoff`: the provider a release reserved the lock for.
+    pub(crate) handoff: String,
+    /// `{lock}:waiting:alive`: the waiting providers' liveness deadlines
+    /// (zset id -> server ms).
+    pub(crate) alive: String,
+}
+
 /// The line keys of the lock key `lock`.
-fn line_keys(lock: &str) -> (String, String, String) {
-    (
-        format!("{{{lock}}}:waiting"),
-        format!("{{{lock}}}:handoff"),
-        format!("{{{lock}}}:waiting:alive"),
-    )
+fn line_keys(lock: &str) -> LineKeys {
+    LineKeys {
+        waiting: format!("{{{lock}}}:waiting"),
+        handoff: format!("{{{lock}}}:handoff"),
+        alive: format!("{{{lock}}}:waiting:alive"),
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use distlock_core::{Error, Name, Result};
 use redis::ScriptInvocation;
 use tokio::time::{sleep_until, Instant};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::{Keys, Recipe};
 use crate::net::wait::not_replicated;
 use crate::net::{Pinned, Sticky};
@@ -101,7 +101,7 @@ impl From<&Arc<Recipe>> for LeaseKeys {
 /// found dead is replaced (nothing more can land from it). The connection
 /// is let go once the lease is released.
 pub(crate) struct RedisLease {
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     keys: LeaseKeys,
     pub(crate) token: String,
     name: Name,
@@ -112,7 +112,7 @@ impl RedisLease {
     /// The lease of one acquire attempt, with a fresh token, pinned to the
     /// attempt's connection.
     pub(crate) fn new(
-        shared: &Arc<Shared>,
+        shared: &Arc<Context>,
         keys: LeaseKeys,
         name: &Name,
         pinned: &Pinned,
@@ -226,7 +226,7 @@ pub(crate) enum Attempt<W> {
 /// the fencing counter `fence` is exhausted; any other status is a refusal
 /// the family names (`refused(status, value)`).
 pub(crate) fn decode<W>(
-    (shared, name, fence): (&Shared, &Name, &str),
+    (shared, name, fence): (&Context, &Name, &str),
     (status, value): (i64, i64),
     acked: Option<u32>,
     waiting: impl FnOnce(Option<Duration>) -> W,
@@ -274,7 +274,7 @@ pub(crate) fn kind_refusal(name: &Name, lock: &str, index: i64, wanted: &'static
 /// `Ok` unless the provider asks replicas to acknowledge writes and fewer
 /// than asked did (`acked` is what the pipelined `WAIT` answered).
 pub(crate) fn check_acked(
-    shared: &Shared,
+    shared: &Context,
     name: &Name,
     step: &str,
     acked: Option<u32>,

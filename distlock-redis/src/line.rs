@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::Keys;
 
 /// A waiter's place in its lock's line: when the last waiter of this
@@ -45,7 +45,7 @@ impl InLine<'_> {
     /// a release would reserve the lock for. A leave that fails or takes
     /// longer is left to the drop (through the subscriber's line task);
     /// the provider's place expires by itself anyway (see the crate docs).
-    pub(crate) async fn leave(&mut self, shared: &Shared, keys: &Keys, within: Duration) {
+    pub(crate) async fn leave(&mut self, shared: &Context, keys: &Keys, within: Duration) {
         if !self.armed {
             return;
         }
@@ -104,7 +104,7 @@ impl Drop for Done<'_> {
 /// subscriber reports a hand-over nobody here claimed, or the last waiter
 /// here gave up. Ends with the provider.
 pub(crate) async fn pass_unclaimed(
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<Context>,
     mut work: tokio::sync::mpsc::UnboundedReceiver<crate::wake::subscriber::LineWork>,
 ) {
     use crate::wake::subscriber::LineWork;
@@ -136,7 +136,7 @@ pub(crate) async fn pass_unclaimed(
 /// no waiter of this provider on the line any more: skipped). Ends with
 /// the provider.
 pub(crate) async fn refresh_places(
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<Context>,
     mut refreshes: crate::wake::subscriber::Refreshes,
 ) {
     while let Some(batch) = refreshes.next().await {
@@ -176,7 +176,7 @@ pub(crate) async fn refresh_places(
 /// Runs one line script on the command connection, within the response
 /// timeout.
 async fn line_script(
-    shared: &Shared,
+    shared: &Context,
     what: &'static str,
     invocation: &redis::ScriptInvocation<'_>,
 ) -> distlock_core::Result<i64> {

@@ -13,8 +13,8 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 
-use crate::context::Shared;
-use crate::keys::Keys;
+use crate::context::Context;
+use crate::keys::{Keys, LineKeys};
 use crate::lease::{decode, kind_refusal, pause_before_retry, Attempt, RedisLease, Undo};
 use crate::line::InLine;
 use crate::net::Pinned;
@@ -31,7 +31,7 @@ const FOREIGN_RECHECK: Duration = Duration::from_millis(1);
 
 /// A Redis mutex (unfair: whoever asks first after a release wins).
 pub(crate) struct RedisMutex {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<Context>,
     pub(crate) name: Name,
     pub(crate) keys: Arc<Keys>,
     pub(crate) lease: LeaseOptions,
@@ -68,9 +68,9 @@ enum Step {
 
 /// Where a refused attempt puts this provider in the lock's line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Queue {
+enum LinePlace {
     /// Not at all (`try_lock`).
-    No,
+    Out,
     /// At the back, unless it is in line already.
     Back,
     /// At the front: a waiter that was woken by the hand-over and lost the
@@ -83,12 +83,16 @@ impl RedisMutex {
         &self,
         conn: &Pinned,
         token: &str,
-        queue: Queue,
+        queue: LinePlace,
         others: bool,
         in_line: bool,
     ) -> Result<Attempt<Held>> {
         let subscriber = &self.shared.subscriber;
-        let (waiting, handoff, alive) = self
+        let LineKeys {
+            waiting,
+            handoff,
+            alive,
+        } = self
             .keys
             .line
             .as_ref()
@@ -96,7 +100,7 @@ impl RedisMutex {
         // Whether a hand-over to this provider would be heard: not while
         // its pub/sub connection is not known to deliver (see
         // `Subscriber::alive_for`). Only a waiting attempt asks.
-        let alive_ms = if queue == Queue::No {
+        let alive_ms = if queue == LinePlace::Out {
             0
         } else {
             subscriber.alive_for(&self.keys.channel).as_millis()
@@ -117,9 +121,9 @@ impl RedisMutex {
                     .arg(&self.shared.owner)
                     .arg(subscriber.id())
                     .arg(match queue {
-                        Queue::No => "0",
-                        Queue::Back => "1",
-                        Queue::Front => "2",
+                        LinePlace::Out => "0",
+                        LinePlace::Back => "1",
+                        LinePlace::Front => "2",
                     })
                     .arg(if others { "1" } else { "0" })
                     .arg(if in_line { "1" } else { "0" })
@@ -149,7 +153,7 @@ impl RedisMutex {
         &self,
         wait: Wait,
         deadline: Option<Instant>,
-        queue: Queue,
+        queue: LinePlace,
         (others, in_line): (bool, bool),
         pause: &mut Duration,
         waited: Instant,
@@ -282,15 +286,15 @@ impl Lock for RedisMutex {
         // the waiters that are left without this one.
         let mut line = InLine::new(subscriber, channel);
         let mut queue = if wait == Wait::No {
-            Queue::No
+            LinePlace::Out
         } else {
-            Queue::Back
+            LinePlace::Back
         };
         // On a channel subscribed already (lingering, or other waiters of
         // this provider), the subscription is queued before the first
         // attempt and needs no second attempt after it (see
         // `Subscriber::start_subscribe`).
-        let mut subscription: Option<Subscription> = (queue != Queue::No
+        let mut subscription: Option<Subscription> = (queue != LinePlace::Out
             && subscriber.is_live(channel))
         .then(|| subscriber.start_subscribe(channel.clone()));
         let mut pause = Duration::from_millis(20);
@@ -315,7 +319,7 @@ impl Lock for RedisMutex {
             let in_line = line.armed;
             // Armed before the attempt: one that may queue us and whose
             // answer is lost (an error, a cancellation) leaves the line too.
-            line.armed |= queue != Queue::No;
+            line.armed |= queue != LinePlace::Out;
             let step = self.step(wait, deadline, queue, (others, in_line), &mut pause, waited);
             // The outcome is boxed, and the step's value gone, before the
             // awaits below: a waiting task keeps no room for a guard.
@@ -402,7 +406,7 @@ impl Lock for RedisMutex {
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }
-            queue = Queue::Back;
+            queue = LinePlace::Back;
             // Woken by the hand-over: if someone who did not wait takes
             // the lock first, back to the front.
             if Box::pin(woken(
@@ -413,7 +417,7 @@ impl Lock for RedisMutex {
             ))
             .await?
             {
-                queue = Queue::Front;
+                queue = LinePlace::Front;
             }
         }
     }

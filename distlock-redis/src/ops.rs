@@ -19,7 +19,7 @@ use distlock_core::{
 };
 use redis::{ScriptInvocation, Value};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::{Keys, Recipe, Side};
 use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
 
@@ -34,7 +34,7 @@ enum KindKeys {
     Queued(Recipe),
 }
 
-fn keys_of(shared: &Arc<Shared>, name: &Name, kind: PrimitiveKind) -> Result<KindKeys> {
+fn keys_of(shared: &Arc<Context>, name: &Name, kind: PrimitiveKind) -> Result<KindKeys> {
     let prefix = &shared.options.prefix;
     Ok(match kind {
         PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::new(prefix, name)),
@@ -261,7 +261,7 @@ fn holder(value: &Value) -> Result<Holder> {
 
 /// Runs a script on the command connection within the response timeout.
 async fn run(
-    shared: &Shared,
+    shared: &Context,
     operation: &'static str,
     invocation: &ScriptInvocation<'_>,
 ) -> Result<Value> {
@@ -277,7 +277,7 @@ async fn run(
 
 /// [`Provider::inspect`](distlock_core::Provider::inspect) on Redis.
 pub(crate) async fn inspect(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: &str,
     kind: PrimitiveKind,
 ) -> Result<Snapshot> {
@@ -336,7 +336,7 @@ pub(crate) async fn inspect(
 /// [`Provider::force_release`](distlock_core::Provider::force_release) on
 /// Redis.
 pub(crate) async fn force_release(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: &str,
     kind: PrimitiveKind,
 ) -> Result<ForceReleased> {

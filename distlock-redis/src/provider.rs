@@ -15,7 +15,7 @@ use distlock_core::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::error::from_redis;
 use crate::ids::RedisIds;
 use crate::keys::Keys;
@@ -33,7 +33,7 @@ use crate::wake::tracker::Tracker;
 /// clients.
 #[derive(Clone)]
 pub struct RedisProvider {
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
 }
 
 impl fmt::Debug for RedisProvider {
@@ -300,7 +300,7 @@ impl RedisProvider {
         lifecycle.set_owner(&owner);
         let unclaimed = subscriber.take_unclaimed();
         let refreshes = subscriber.take_refreshes();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Context {
             commands: Commands::new(conn, options.response_timeout, options.wait),
             subscriber,
             tracker,

@@ -27,7 +27,7 @@ use distlock_core::backend::{
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::{Recipe, Side};
 use crate::lease::{
     decode, kind_refusal, new_token, pause_before_retry, Attempt, RedisLease, Undo,
@@ -37,7 +37,7 @@ use crate::net::Pinned;
 /// A queued acquisition: the read or write side of a read-write lock, or a
 /// semaphore.
 pub(crate) struct Queued {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<Context>,
     pub(crate) recipe: Arc<Recipe>,
     pub(crate) lease: LeaseOptions,
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use distlock_core::{LeaseOptions, Lock, Name, ReadWriteLock, Result};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::{Recipe, Side};
 use crate::queued::Queued;
 
@@ -46,7 +46,7 @@ impl ReadWriteLock for RedisRwLock {
 ///
 /// None today; the signature leaves room for refused options.
 pub(crate) fn rw_lock(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: Name,
     lease: LeaseOptions,
 ) -> Result<Arc<dyn ReadWriteLock>> {

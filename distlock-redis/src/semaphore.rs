@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{LeaseOptions, Lock, LockGuard, Name, Result, Semaphore, Wait};
 
-use crate::context::Shared;
+use crate::context::Context;
 use crate::keys::{Recipe, Side};
 use crate::queued::Queued;
 
@@ -60,7 +60,7 @@ impl Semaphore for RedisSemaphore {
 ///
 /// None today; the signature leaves room for refused options.
 pub(crate) fn semaphore(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: Name,
     permits: u32,
     lease: LeaseOptions,

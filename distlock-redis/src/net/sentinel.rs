@@ -229,7 +229,7 @@ fn leaves_master_or_timeout(e: &RedisError) -> bool {
 /// The current master's connection, with the number that tells it from
 /// the ones before.
 #[derive(Clone)]
-struct Master {
+struct MasterConn {
     conn: MultiplexedConnection,
     generation: u64,
     /// `host:port` of the server.
@@ -240,7 +240,7 @@ struct Inner {
     resolver: Arc<Resolver>,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
-    current: Mutex<Option<Master>>,
+    current: Mutex<Option<MasterConn>>,
     /// Held while re-resolving: one at a time.
     resolving: tokio::sync::Mutex<()>,
     /// Re-resolves finished so far, and the error of the last failed one.
@@ -261,7 +261,7 @@ pub(crate) struct SentinelConn {
 /// stay in order (see [`crate::net::Pinned`]).
 #[derive(Clone)]
 pub(crate) struct SentinelPinned {
-    master: Master,
+    master: MasterConn,
     owner: SentinelConn,
 }
 
@@ -284,7 +284,7 @@ impl SentinelConn {
         }
     }
 
-    fn kept(&self) -> Option<Master> {
+    fn kept(&self) -> Option<MasterConn> {
         self.inner
             .current
             .lock()
@@ -308,7 +308,7 @@ impl SentinelConn {
         })
     }
 
-    async fn master(&self) -> Result<Master> {
+    async fn master(&self) -> Result<MasterConn> {
         if let Some(master) = self.kept() {
             return Ok(master);
         }
@@ -369,7 +369,7 @@ impl SentinelConn {
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
-        let master = Master {
+        let master = MasterConn {
             conn,
             addr: addr.into(),
             generation: self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1,
