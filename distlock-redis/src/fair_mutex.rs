@@ -25,7 +25,7 @@ pub(crate) fn fair_mutex(
     Ok(Arc::new(RedisFairMutex {
         queue: FairQueue {
             shared: Arc::clone(shared),
-            keys: Arc::new(Keys::new(&shared.options.prefix, &name)),
+            keys: Arc::new(Keys::lock(&shared.options.prefix, &name)),
             name,
             lease,
         },

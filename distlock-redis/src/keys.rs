@@ -49,8 +49,10 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    /// The mutex's (plain and fair) keys.
-    pub(crate) fn new(prefix: &str, name: &Name) -> Keys {
+    /// The keys of the lock `prefix + name` that the plain and the fair
+    /// mutex share (the lock key, its fence, channel, fair queue and holder
+    /// record), without the plain mutex's line.
+    pub(crate) fn lock(prefix: &str, name: &Name) -> Keys {
         Keys::from_lock(format!("{prefix}{name}"))
     }
 
@@ -70,9 +72,9 @@ impl Keys {
         }
     }
 
-    /// The plain mutex's keys: [`Keys::new`]'s and its line.
-    pub(crate) fn mutex(prefix: &str, name: &Name) -> Keys {
-        let mut keys = Keys::new(prefix, name);
+    /// The plain mutex's keys: [`Keys::lock`]'s and its line.
+    pub(crate) fn plain_mutex(prefix: &str, name: &Name) -> Keys {
+        let mut keys = Keys::lock(prefix, name);
         keys.line = Some(line_keys(&keys.lock));
         keys
     }
@@ -225,7 +227,7 @@ mod tests {
 
     #[test]
     fn keys_share_the_lock_keys_slot_and_lock_key_is_prefix_plus_name() {
-        let k = Keys::new("app:", &Name::new("orders/42").unwrap());
+        let k = Keys::lock("app:", &Name::new("orders/42").unwrap());
         assert_eq!(k.lock, "app:orders/42");
         assert_eq!(k.fence, "{app:orders/42}:fence");
         assert_eq!(k.channel, "{app:orders/42}:released");
@@ -238,7 +240,7 @@ mod tests {
     #[test]
     fn fair_and_election_keys_share_the_slot_and_stay_apart() {
         let name = Name::new("orders/42").unwrap();
-        let k = Keys::new("app:", &name);
+        let k = Keys::lock("app:", &name);
         assert_eq!(k.queue, "{app:orders/42}:fair:queue");
         assert_eq!(k.timeouts, "{app:orders/42}:fair:timeouts");
         assert_eq!(k.record, None);
@@ -295,9 +297,10 @@ mod tests {
     }
 }
 
-/// What a queued acquisition asks for.
+/// What a queued acquisition claims (a side of a read-write lock, or a
+/// semaphore's permit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Side {
+pub(crate) enum Claim {
     /// A read share of a read-write lock.
     Read,
     /// The write side of a read-write lock.
@@ -306,19 +309,52 @@ pub(crate) enum Side {
     Permit(u32),
 }
 
+/// The keys of a queued recipe (a read-write lock, a semaphore), in the
+/// order of KEYS[1..=7] of every script of the family.
+pub(crate) struct QueuedKeys {
+    /// The exclusive key: the writer (read-write lock) or the number of
+    /// permits (semaphore).
+    pub(crate) exclusive: String,
+    /// The holders (zset token -> expiry in server ms).
+    pub(crate) holders: String,
+    /// The waiters in arrival order (zset).
+    pub(crate) queue: String,
+    /// The queue entries' expiries (zset).
+    pub(crate) alive: String,
+    /// The fencing counter.
+    pub(crate) fence: String,
+    /// The holder records (hash).
+    pub(crate) info: String,
+    /// The waiters' owner identities (hash).
+    pub(crate) owners: String,
+}
+
+impl QueuedKeys {
+    /// The keys in KEYS order.
+    pub(crate) fn in_order(&self) -> [&String; 7] {
+        [
+            &self.exclusive,
+            &self.holders,
+            &self.queue,
+            &self.alive,
+            &self.fence,
+            &self.info,
+            &self.owners,
+        ]
+    }
+}
+
 /// One primitive's keys, channel and scripts.
 pub(crate) struct Recipe {
     pub(crate) name: Name,
-    /// KEYS[1..=7] of every script: the exclusive key (writer / permits),
-    /// the holders, the queue, the queue entries' expiries, the fencing
-    /// counter, the holder records (hash), the waiters' owners (hash).
-    pub(crate) keys: [String; 7],
+    /// KEYS[1..=7] of every script of the family.
+    pub(crate) keys: QueuedKeys,
     /// KEYS[8] of the acquire, release, extend and force scripts: the
     /// mutex's lock key of the name (prefix + name), checked for other kinds
     /// and holding this kind's marker while it has holders (`kind.lua`).
     pub(crate) lock: String,
     pub(crate) channel: String,
-    pub(crate) side: Side,
+    pub(crate) claim: Claim,
     /// The script argument after the channel: `r`, `w` or the number of
     /// permits.
     pub(crate) mode: String,
@@ -327,9 +363,9 @@ pub(crate) struct Recipe {
 impl Recipe {
     /// The recipe of `side` of `name`: `{lock}:rw:…` keys for a read-write
     /// lock's sides, `{lock}:sem:…` for a semaphore.
-    pub(crate) fn new(prefix: &str, name: Name, side: Side) -> Recipe {
-        let lock = Keys::new(prefix, &name).lock;
-        let kind = if matches!(side, Side::Permit(_)) {
+    pub(crate) fn new(prefix: &str, name: Name, claim: Claim) -> Recipe {
+        let lock = Keys::lock(prefix, &name).lock;
+        let kind = if matches!(claim, Claim::Permit(_)) {
             "sem"
         } else {
             "rw"
@@ -339,36 +375,36 @@ impl Recipe {
         let channel = key("released");
         Recipe {
             name,
-            keys: [
-                key(first),
-                key(if kind == "sem" { "holders" } else { "readers" }),
-                key("queue"),
-                key("alive"),
-                key("fence"),
-                key("info"),
-                key("owners"),
-            ],
+            keys: QueuedKeys {
+                exclusive: key(first),
+                holders: key(if kind == "sem" { "holders" } else { "readers" }),
+                queue: key("queue"),
+                alive: key("alive"),
+                fence: key("fence"),
+                info: key("info"),
+                owners: key("owners"),
+            },
             lock,
             channel,
-            side,
-            mode: match side {
-                Side::Read => "r".to_owned(),
-                Side::Write => "w".to_owned(),
-                Side::Permit(n) => n.to_string(),
+            claim,
+            mode: match claim {
+                Claim::Read => "r".to_owned(),
+                Claim::Write => "w".to_owned(),
+                Claim::Permit(n) => n.to_string(),
             },
         }
     }
 
     pub(crate) fn scripts(&self) -> [&'static Script; 3] {
-        match self.side {
-            Side::Permit(_) => [&*SEM_ACQUIRE, &*SEM_RELEASE, &*SEM_EXTEND],
-            Side::Read | Side::Write => [&*RW_ACQUIRE, &*RW_RELEASE, &*RW_EXTEND],
+        match self.claim {
+            Claim::Permit(_) => [&*SEM_ACQUIRE, &*SEM_RELEASE, &*SEM_EXTEND],
+            Claim::Read | Claim::Write => [&*RW_ACQUIRE, &*RW_RELEASE, &*RW_EXTEND],
         }
     }
 
     pub(crate) fn invocation(&self, script: &'static Script) -> ScriptInvocation<'static> {
         let mut invocation = script.prepare_invoke();
-        for key in &self.keys {
+        for key in self.keys.in_order() {
             invocation.key(key);
         }
         invocation.key(&self.lock);
@@ -395,23 +431,25 @@ impl Recipe {
     }
 
     pub(crate) fn member_prefix(&self) -> &'static str {
-        match self.side {
-            Side::Read => "r:",
-            Side::Write => "w:",
-            Side::Permit(_) => "",
+        match self.claim {
+            Claim::Read => "r:",
+            Claim::Write => "w:",
+            Claim::Permit(_) => "",
         }
     }
 
     pub(crate) fn conflict(&self, index: i64) -> Error {
         let (key, expected) = match index {
-            1 if matches!(self.side, Side::Permit(_)) => (&self.keys[0], "permits (a string key)"),
-            1 => (&self.keys[0], "writer (a string key)"),
-            2 => (&self.keys[1], "holders (a sorted set)"),
-            3 => (&self.keys[2], "queue (a sorted set)"),
-            4 => (&self.keys[3], "queue entries (a sorted set)"),
-            6 => (&self.keys[5], "holder records (a hash)"),
-            7 => (&self.keys[6], "waiters' owners (a hash)"),
-            _ => (&self.keys[4], "fencing counter"),
+            1 if matches!(self.claim, Claim::Permit(_)) => {
+                (&self.keys.exclusive, "permits (a string key)")
+            }
+            1 => (&self.keys.exclusive, "writer (a string key)"),
+            2 => (&self.keys.holders, "holders (a sorted set)"),
+            3 => (&self.keys.queue, "queue (a sorted set)"),
+            4 => (&self.keys.alive, "queue entries (a sorted set)"),
+            6 => (&self.keys.info, "holder records (a hash)"),
+            7 => (&self.keys.owners, "waiters' owners (a hash)"),
+            _ => (&self.keys.fence, "fencing counter"),
         };
         Error::Conflict {
             what: format!("redis key {key:?}"),

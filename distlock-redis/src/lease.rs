@@ -192,7 +192,7 @@ impl LeaseBackend for RedisLease {
             ),
             LeaseKeys::Queued(recipe) => tracing::debug!(
                 name = %self.name,
-                side = ?recipe.side,
+                side = ?recipe.claim,
                 owner = %self.shared.owner,
                 released = acted,
                 "distlock redis queued lock released"

@@ -20,7 +20,7 @@ use distlock_core::{
 use redis::{ScriptInvocation, Value};
 
 use crate::context::Context;
-use crate::keys::{Keys, Recipe, Side};
+use crate::keys::{Claim, Keys, Recipe};
 use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
 
 /// What a foreign hold is shown as.
@@ -37,13 +37,13 @@ enum KindKeys {
 fn keys_of(shared: &Arc<Context>, name: &Name, kind: PrimitiveKind) -> Result<KindKeys> {
     let prefix = &shared.options.prefix;
     Ok(match kind {
-        PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::new(prefix, name)),
+        PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::lock(prefix, name)),
         PrimitiveKind::Election => KindKeys::Lock(Keys::election(prefix, name)),
         PrimitiveKind::ReadWrite => {
-            KindKeys::Queued(Recipe::new(prefix, name.clone(), Side::Write))
+            KindKeys::Queued(Recipe::new(prefix, name.clone(), Claim::Write))
         }
         PrimitiveKind::Semaphore => {
-            KindKeys::Queued(Recipe::new(prefix, name.clone(), Side::Permit(1)))
+            KindKeys::Queued(Recipe::new(prefix, name.clone(), Claim::Permit(1)))
         }
         _ => {
             return Err(Error::Unsupported {
@@ -78,7 +78,7 @@ impl KindKeys {
             }
             KindKeys::Queued(recipe) => {
                 let mut invocation = INSPECT_QUEUED.prepare_invoke();
-                for key in &recipe.keys {
+                for key in recipe.keys.in_order() {
                     invocation.key(key);
                 }
                 invocation.arg(if kind == PrimitiveKind::Semaphore {
@@ -112,13 +112,13 @@ impl KindKeys {
                 invocation
             }
             KindKeys::Queued(recipe) => {
-                let script = if matches!(recipe.side, Side::Permit(_)) {
+                let script = if matches!(recipe.claim, Claim::Permit(_)) {
                     &*SEM_FORCE
                 } else {
                     &*RW_FORCE
                 };
                 let mut invocation = script.prepare_invoke();
-                for key in &recipe.keys {
+                for key in recipe.keys.in_order() {
                     invocation.key(key);
                 }
                 invocation.key(&recipe.lock);
@@ -146,7 +146,7 @@ impl KindKeys {
             KindKeys::Queued(recipe) => {
                 let i = usize::try_from(index.clamp(1, 7) - 1).unwrap_or(0);
                 let expected = match i {
-                    0 if matches!(recipe.side, Side::Permit(_)) => "permits (a string key)",
+                    0 if matches!(recipe.claim, Claim::Permit(_)) => "permits (a string key)",
                     0 => "writer (a string key)",
                     1 => "holders (a sorted set)",
                     2 => "queue (a sorted set)",
@@ -155,7 +155,7 @@ impl KindKeys {
                     5 => "holder records (a hash)",
                     _ => "waiters' owners (a hash)",
                 };
-                (&recipe.keys[i], expected)
+                (recipe.keys.in_order()[i], expected)
             }
         };
         (key.clone(), expected)
@@ -180,7 +180,7 @@ impl KindKeys {
     fn fence_key(&self) -> &str {
         match self {
             KindKeys::Lock(keys) => &keys.fence,
-            KindKeys::Queued(recipe) => &recipe.keys[4],
+            KindKeys::Queued(recipe) => &recipe.keys.fence,
         }
     }
 }

@@ -329,7 +329,7 @@ impl RedisProvider {
     ///
     /// [`Error::InvalidName`] for a bad name.
     pub fn lock_key(&self, name: &str) -> Result<String> {
-        Ok(Keys::new(&self.shared.options.prefix, &Name::new(name)?).lock)
+        Ok(Keys::lock(&self.shared.options.prefix, &Name::new(name)?).lock)
     }
 
     /// Wake-ups the shared subscriber has delivered to waiters so far (for
@@ -433,7 +433,7 @@ impl Provider for RedisProvider {
         let name = Name::new(name)?;
         Ok(Arc::new(RedisMutex {
             shared: Arc::clone(&self.shared),
-            keys: Arc::new(Keys::mutex(&self.shared.options.prefix, &name)),
+            keys: Arc::new(Keys::plain_mutex(&self.shared.options.prefix, &name)),
             name,
             lease,
         }))

@@ -28,7 +28,7 @@ use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
 use crate::context::Context;
-use crate::keys::{Recipe, Side};
+use crate::keys::{Claim, Recipe};
 use crate::lease::{
     decode, kind_refusal, new_token, pause_before_retry, Attempt, RedisLease, Undo,
 };
@@ -46,8 +46,8 @@ impl fmt::Debug for Queued {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Queued")
             .field("name", &self.recipe.name)
-            .field("side", &self.recipe.side)
-            .field("holders", &self.recipe.keys[1])
+            .field("side", &self.recipe.claim)
+            .field("holders", &self.recipe.keys.holders)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +86,7 @@ impl Queued {
             )
             .await?;
         decode(
-            (&self.shared, &recipe.name, &recipe.keys[4]),
+            (&self.shared, &recipe.name, &recipe.keys.fence),
             (status, value),
             acked,
             |recheck| recheck,
@@ -96,17 +96,17 @@ impl Queued {
                     &recipe.name,
                     &recipe.lock,
                     value,
-                    match recipe.side {
-                        Side::Permit(_) => "semaphore",
-                        Side::Read | Side::Write => "read-write lock",
+                    match recipe.claim {
+                        Claim::Permit(_) => "semaphore",
+                        Claim::Read | Claim::Write => "read-write lock",
                     },
                 ),
                 -4 => Error::PermitsMismatch {
                     name: recipe.name.to_string(),
                     held: u32::try_from(value).unwrap_or(0),
-                    asked: match recipe.side {
-                        Side::Permit(n) => n,
-                        Side::Read | Side::Write => 0,
+                    asked: match recipe.claim {
+                        Claim::Permit(n) => n,
+                        Claim::Read | Claim::Write => 0,
                     },
                 },
                 _ => recipe.conflict(5),
@@ -126,9 +126,9 @@ impl Lock for Queued {
     }
 
     fn kind(&self) -> distlock_core::PrimitiveKind {
-        match self.recipe.side {
-            Side::Permit(_) => distlock_core::PrimitiveKind::Semaphore,
-            Side::Read | Side::Write => distlock_core::PrimitiveKind::ReadWrite,
+        match self.recipe.claim {
+            Claim::Permit(_) => distlock_core::PrimitiveKind::Semaphore,
+            Claim::Read | Claim::Write => distlock_core::PrimitiveKind::ReadWrite,
         }
     }
 
@@ -206,7 +206,7 @@ impl Lock for Queued {
                     }
                     tracing::debug!(
                         name = %self.recipe.name,
-                        side = ?self.recipe.side,
+                        side = ?self.recipe.claim,
                         owner = %shared.owner,
                         token,
                         waited_us = waited.elapsed().as_micros(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use distlock_core::{LeaseOptions, Lock, Name, ReadWriteLock, Result};
 
 use crate::context::Context;
-use crate::keys::{Recipe, Side};
+use crate::keys::{Claim, Recipe};
 use crate::queued::Queued;
 
 /// A Redis read-write lock: its two sides.
@@ -21,7 +21,7 @@ impl fmt::Debug for RedisRwLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisRwLock")
             .field("name", &self.name)
-            .field("writer", &self.write.recipe.keys[0])
+            .field("writer", &self.write.recipe.keys.exclusive)
             .finish_non_exhaustive()
     }
 }
@@ -58,8 +58,8 @@ pub(crate) fn rw_lock(
         })
     };
     Ok(Arc::new(RedisRwLock {
-        read: side(Side::Read),
-        write: side(Side::Write),
+        read: side(Claim::Read),
+        write: side(Claim::Write),
         name,
     }))
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use distlock_core::{LeaseOptions, Lock, LockGuard, Name, Result, Semaphore, Wait};
 
 use crate::context::Context;
-use crate::keys::{Recipe, Side};
+use crate::keys::{Claim, Recipe};
 use crate::queued::Queued;
 
 /// A Redis semaphore of `permits`.
@@ -23,7 +23,7 @@ impl fmt::Debug for RedisSemaphore {
         f.debug_struct("RedisSemaphore")
             .field("name", &self.inner.recipe.name)
             .field("permits", &self.permits)
-            .field("holders", &self.inner.recipe.keys[1])
+            .field("holders", &self.inner.recipe.keys.holders)
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +71,7 @@ pub(crate) fn semaphore(
             recipe: Arc::new(Recipe::new(
                 &shared.options.prefix,
                 name,
-                Side::Permit(permits),
+                Claim::Permit(permits),
             )),
             lease,
         },

@@ -47,7 +47,7 @@ pub(crate) struct RedlockKeys {
 
 impl RedlockKeys {
     pub(crate) fn new(prefix: &str, name: &Name) -> RedlockKeys {
-        let keys = Keys::new(prefix, name);
+        let keys = Keys::lock(prefix, name);
         RedlockKeys {
             fence: format!("{{{}}}:redlock:fence", keys.lock),
             channel: keys.channel,
