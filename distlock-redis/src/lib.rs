@@ -544,6 +544,7 @@ mod redlock;
 mod rw_lock;
 mod scripts;
 mod semaphore;
+mod target;
 mod wake;
 
 use std::sync::Arc;

@@ -115,7 +115,7 @@ impl RedisProvider {
             .get(..17)
             .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
         {
-            let parsed = crate::net::sentinel::parse_url(url, options)?;
+            let parsed = crate::target::sentinel_url(url, options)?;
             let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
             return Self::connect_sentinel_with(
                 &sentinels,
