@@ -23,6 +23,7 @@ use crate::line::{pass_unclaimed, refresh_places};
 use crate::mutex::RedisMutex;
 use crate::net::{Commands, Conn};
 use crate::options::RedisOptions;
+use crate::target::Server;
 use crate::wake::subscriber::{Source, Subscriber};
 use crate::wake::tracker::Tracker;
 
@@ -111,21 +112,24 @@ impl RedisProvider {
     ///
     /// As [`RedisProvider::connect`].
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        if url
-            .get(..17)
-            .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
-        {
-            let parsed = crate::target::sentinel_url(url, options)?;
-            let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
-            return Self::connect_sentinel_with(
-                &sentinels,
-                &parsed.master_name,
-                parsed.auth,
-                parsed.options,
-            )
-            .await;
-        }
-        let (url, options) = options.from_url(url)?;
+        Self::connect_server(Server::parse(url, options)?).await
+    }
+
+    /// Connects to the server a URL named (see [`Server::parse`]).
+    pub(crate) async fn connect_server(server: Server) -> Result<Self> {
+        let (url, options) = match server {
+            Server::Sentinel(parsed) => {
+                let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
+                return Self::connect_sentinel_with(
+                    &sentinels,
+                    &parsed.master_name,
+                    parsed.auth,
+                    parsed.options,
+                )
+                .await;
+            }
+            Server::Single { url, options } => (url, options),
+        };
         options.validate()?;
         let client = open_client(&url, &options)?;
         let timeout = options.connect_timeout;

@@ -8,6 +8,120 @@ use distlock_core::Result;
 use crate::net::sentinel::{sentinel_addr, SentinelAuth};
 use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
 
+/// What a connect URL names, with the options of its query (which
+/// override the options it was read with).
+pub(crate) enum Target {
+    /// One server, or the master its Sentinels name.
+    Server(Server),
+    /// `redis+cluster://`: a Redis Cluster's seed nodes, each a `redis://`
+    /// URL.
+    #[cfg(feature = "cluster")]
+    Cluster {
+        nodes: Vec<String>,
+        options: RedisOptions,
+    },
+    /// `redis+redlock://`: Redlock's independent masters, each a
+    /// `redis://` URL.
+    Redlock {
+        masters: Vec<String>,
+        options: RedisOptions,
+    },
+}
+
+/// What [`RedisProvider::connect_with`](crate::RedisProvider::connect_with)
+/// connects to.
+pub(crate) enum Server {
+    /// `redis://`, `rediss://`, `redis+unix://`…: the URL for the client
+    /// (without distlock's query keys).
+    Single { url: String, options: RedisOptions },
+    /// `redis+sentinel://`: the master its Sentinels name.
+    Sentinel(SentinelUrl),
+}
+
+impl Target {
+    /// Reads `url`, whatever its scheme (case-insensitive).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`](distlock_core::Error::InvalidUrl) /
+    /// [`Error::InvalidOptions`](distlock_core::Error::InvalidOptions) for a
+    /// bad URL or option;
+    /// [`Error::UnsupportedBackend`](distlock_core::Error::UnsupportedBackend)
+    /// for a cluster URL without the `cluster` feature.
+    pub(crate) fn parse(url: &str, options: RedisOptions) -> Result<Target> {
+        let scheme = url
+            .split_once("://")
+            .map(|(s, _)| s.to_ascii_lowercase())
+            .unwrap_or_default();
+        match scheme.as_str() {
+            "redis+cluster" => cluster_url(&url[scheme.len() + 3..], options),
+            "redis+redlock" => redlock_url(url, options)
+                .map(|(masters, options)| Target::Redlock { masters, options }),
+            _ => Server::parse(url, options).map(Target::Server),
+        }
+    }
+}
+
+impl Server {
+    /// Reads a `redis+sentinel://` URL, or any other as one server's.
+    ///
+    /// # Errors
+    ///
+    /// As [`Target::parse`].
+    pub(crate) fn parse(url: &str, options: RedisOptions) -> Result<Server> {
+        if url
+            .get(..17)
+            .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
+        {
+            return sentinel_url(url, options).map(Server::Sentinel);
+        }
+        let (url, options) = options.from_url(url)?;
+        Ok(Server::Single { url, options })
+    }
+}
+
+/// Splits `redis+cluster://[user:password@]host:port,host:port[?options]`
+/// (`rest` is what follows the scheme) into one `redis://` URL per seed
+/// node and the options of its query.
+#[cfg(feature = "cluster")]
+fn cluster_url(rest: &str, options: RedisOptions) -> Result<Target> {
+    // The whole URL, for error messages (redacted there).
+    let url = format!("redis+cluster://{rest}");
+    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (auth, hosts) = match hosts.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), hosts),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    // The seed nodes are `redis://` URLs: the keys the client reads from
+    // those go to every node, so all agree (redis-rs requires it).
+    let (options, client) = options.apply_query(&url, query, CLIENT_KEYS_TCP)?;
+    let client_query = if client.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", client.join("&"))
+    };
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{auth}{h}{client_query}"))
+        .collect();
+    if nodes.is_empty() {
+        return Err(invalid_url(
+            &url,
+            "names no seed node (host:port[,host:port…])",
+        ));
+    }
+    Ok(Target::Cluster { nodes, options })
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster_url(_rest: &str, _options: RedisOptions) -> Result<Target> {
+    Err(distlock_core::Error::UnsupportedBackend(
+        "redis+cluster:// needs the `cluster` feature of distlock-redis".into(),
+    ))
+}
+
 /// The userinfo of a `redis+sentinel://` URL, percent-decoded.
 fn decode(s: &str) -> String {
     let bytes = s.as_bytes();

@@ -373,7 +373,11 @@ impl RedlockProvider {
         Self::connect_masters(&urls.join(","), &clean, options).await
     }
 
-    async fn connect_masters(whole: &str, urls: &[&str], options: RedisOptions) -> Result<Self> {
+    pub(crate) async fn connect_masters(
+        whole: &str,
+        urls: &[&str],
+        options: RedisOptions,
+    ) -> Result<Self> {
         options.validate()?;
         options.refuse_tls("redis+redlock")?;
         if options.pool_size.is_some() {
