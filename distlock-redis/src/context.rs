@@ -30,7 +30,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Closed`] once the provider is closed.
+    /// [`Error::Closed`](distlock_core::Error::Closed) once the provider is closed.
     pub(crate) fn conn(&self) -> Result<Conn> {
         self.commands.conn()
     }

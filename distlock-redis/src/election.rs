@@ -1,19 +1,11 @@
-//! Redis leader election: the fair mutex's machinery on keys of its own.
-//!
-//! The leader holds the lease `{prefix + name}:elect` (value = its token,
-//! TTL = the lease, kept by the watchdog) and the record
-//! `{prefix + name}:elect:leader` = `"<term> <candidate id>"`, written by the
-//! winning acquire and extended and deleted with the lease. Candidates queue
-//! in `{…}:elect:queue` / `{…}:elect:timeouts` in arrival order, with
-//! expiring entries as fair waiters do. The term is the fencing token of
-//! `{…}:elect:fence`. Everything lives in the slot of the mutex of the same
-//! name, but apart from it: an election and a mutex of one name are
-//! different things.
-//!
-//! Observers subscribe to `{…}:elect:events`, where a win publishes
-//! `elected` and a resignation hands over (`to:<id>` or `released`); they
-//! also re-read when the leader's record expires, since an expiry publishes
-//! nothing.
+//! Redis leader election: the [fair queue](crate::fair_queue) on keys of
+//! its own, with a leader record written, extended and deleted with the
+//! lease. The protocol is told once, in the crate docs' [leader
+//! election](crate#leader-election) section, its keys in [Keys](crate#keys).
+//! Here: the campaign, the leader's read (`elect_leader.lua`) and the
+//! observers' stream, which re-reads on every message of the election's
+//! channel, at the record's expiry (an expiry publishes nothing) and every
+//! re-check interval.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,32 +1,11 @@
 //! The fair queue under the fair (FIFO) mutex (on the plain mutex's lock
-//! key and fencing counter) and the election (on keys of its own): a queue
-//! of waiters whose entries expire unless refreshed.
-//!
-//! * **Queue.** `{lock}:fair:queue` (zset: waiter id → arrival number) and
-//!   `{lock}:fair:timeouts` (zset: waiter id → expiry in server ms). Every
-//!   call of `fair_acquire.lua` drops the entries whose expiry has passed,
-//!   then takes the lock if it is free and no live waiter is ahead, else
-//!   adds or refreshes our entry. A waiter refreshes it every third of its
-//!   TTL (2 re-check intervals + a response timeout, 3 s by default, or the
-//!   lease TTL if shorter) while it waits, so a waiter that dies (or stalls)
-//!   holds the queue up only until its own entry expires; dead entries
-//!   expire side by side, never one after another. Both keys expire with
-//!   their last entry.
-//! * **Hand-over.** A release (fair or plain, `release.lua`) publishes
-//!   `to:<id>` of the first live waiter on the lock's channel; the shared
-//!   subscriber of each provider wakes only the local waiter with that id,
-//!   so one release wakes one waiter across all providers, which then takes
-//!   the lock with one script call.
-//! * **No lost hand-over.** A waiter also re-checks at the holder's PTTL (an
-//!   expiry publishes nothing), at the expiry of a waiter queued ahead of it
-//!   while the lock is free (a dead head), and every re-check interval (a
-//!   redis-py release publishes nothing).
-//! * **Plain acquirers barge.** A plain mutex (or redis-py) takes the free
-//!   lock without looking at the queue; the queue's order holds among fair
-//!   waiters only.
-//! * **A waiter that lost its place** (its entry expired while its process
-//!   was paused or cut off) is queued again at the back by its next call,
-//!   and keeps waiting.
+//! key and fencing counter) and the election (on keys of its own). The
+//! protocol (expiring entries, one wake-up per hand-over, the re-checks
+//! that make up for a lost one, plain acquirers barging, cancellation) is
+//! told once, in the crate docs' [fair mutex](crate#the-fair-mutex)
+//! section, its keys in [Keys](crate#keys). Here: a waiter's loop of
+//! attempts (`fair_acquire.lua`, which also refreshes its entry) and its
+//! leave (`fair_leave.lua`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -349,7 +349,7 @@ pub(crate) struct Recipe {
     pub(crate) name: Name,
     /// KEYS[1..=7] of every script of the family.
     pub(crate) keys: QueuedKeys,
-    /// KEYS[8] of the acquire, release, extend and force scripts: the
+    /// KEYS\[8\] of the acquire, release, extend and force scripts: the
     /// mutex's lock key of the name (prefix + name), checked for other kinds
     /// and holding this kind's marker while it has holders (`kind.lua`).
     pub(crate) lock: String,

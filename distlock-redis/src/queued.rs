@@ -1,20 +1,12 @@
-//! The queued acquisition under the read-write lock and the semaphore.
-//!
-//! Both are "holders plus a queue" over five keys in one Cluster slot (see
-//! the crate docs' key layout): holders with their own tokens and expiries,
-//! a FIFO queue of waiters whose entries expire unless refreshed, and a
-//! fencing counter. One Lua script decides an attempt atomically (purging
-//! expired holders and dead waiters first); a waiter sleeps until a wake-up
-//! addressed to it, the earliest expiry the script reported, or the recheck
-//! interval.
-//!
-//! Wake-ups: every script that changes who may get in (a release, a waiter
-//! leaving, a purge of expired holders or dead waiters) compares the queued
-//! waiters an attempt would admit before and after, and publishes
-//! `to:<waiter id>` for each one newly let in. A waiter subscribes under its
-//! queue id ([`Subscriber::subscribe_as`](crate::wake::subscriber::Subscriber)),
-//! so the message wakes exactly that waiter on whichever provider it waits:
-//! one wake-up per admission across all providers.
+//! The queued acquisition ("holders plus a queue") under the read-write
+//! lock and the semaphore. The protocol (admission, expiring entries, the
+//! addressed wake-ups, fairness, cancellation) and the keys are told once,
+//! in the crate docs' [read-write lock and semaphore
+//! keys](crate#read-write-lock-and-semaphore-keys). Here: a waiter's loop of
+//! attempts, subscribed under its queue id
+//! ([`Subscriber::subscribe_as`](crate::wake::subscriber::Subscriber)) so
+//! that a wake-up addressed to it wakes it alone, on whichever provider it
+//! waits.
 
 use std::fmt;
 use std::sync::Arc;

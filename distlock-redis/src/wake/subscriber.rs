@@ -23,6 +23,8 @@
 //!   an observer has not consumed yet coalesce into one.
 //!
 //! While any channel is subscribed, the actor health-checks the connection
+//! (the promises and their bounds are told in the crate docs'
+//! [Liveness](crate#liveness); here, how)
 //! (`PING` every [`Timing::health_every`], answered within
 //! [`Timing::answer_within`], or answered by any message read after it
 //! was sent: a flood delays the reply); each answer vouches for the connection
