@@ -112,7 +112,9 @@ impl RedisProvider {
     ///
     /// As [`RedisProvider::connect`].
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        Self::connect_server(Server::parse(url, options)?).await
+        // Boxed: a future of its own keeps the callers' connect futures
+        // (one more level deep since the URL is read first) shallow.
+        Box::pin(Self::connect_server(Server::parse(url, options)?)).await
     }
 
     /// Connects to the server a URL named (see [`Server::parse`]).
