@@ -1,19 +1,11 @@
-//! Redis leader election: the fair mutex's machinery on keys of its own.
-//!
-//! The leader holds the lease `{prefix + name}:elect` (value = its token,
-//! TTL = the lease, kept by the watchdog) and the record
-//! `{prefix + name}:elect:leader` = `"<term> <candidate id>"`, written by the
-//! winning acquire and extended and deleted with the lease. Candidates queue
-//! in `{…}:elect:queue` / `{…}:elect:timeouts` in arrival order, with
-//! expiring entries as fair waiters do. The term is the fencing token of
-//! `{…}:elect:fence`. Everything lives in the slot of the mutex of the same
-//! name, but apart from it: an election and a mutex of one name are
-//! different things.
-//!
-//! Observers subscribe to `{…}:elect:events`, where a win publishes
-//! `elected` and a resignation hands over (`to:<id>` or `released`); they
-//! also re-read when the leader's record expires, since an expiry publishes
-//! nothing.
+//! Redis leader election: the [fair queue](crate::fair_queue) on keys of
+//! its own, with a leader record written, extended and deleted with the
+//! lease. The protocol is told once, in the crate docs' [leader
+//! election](crate#leader-election) section, its keys in [Keys](crate#keys).
+//! Here: the campaign, the leader's read (`elect_leader.lua`) and the
+//! observers' stream, which re-reads on every message of the election's
+//! channel, at the record's expiry (an expiry publishes nothing) and every
+//! re-check interval.
 
 use std::fmt;
 use std::sync::Arc;
@@ -27,11 +19,11 @@ use distlock_core::{
 use redis::Value;
 use tokio::time::{sleep_until, Instant};
 
-use crate::fair_mutex::FairQueue;
-use crate::mutex::Keys;
-use crate::provider::Shared;
+use crate::context::Context;
+use crate::fair_queue::FairQueue;
+use crate::keys::Keys;
 use crate::scripts::ELECT_LEADER;
-use crate::subscriber::Subscription;
+use crate::wake::subscriber::Subscription;
 
 /// Redis leader election.
 ///
@@ -39,7 +31,7 @@ use crate::subscriber::Subscription;
 ///
 /// None today; the signature leaves room for checks of the lease.
 pub(crate) fn election(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: Name,
     lease: LeaseOptions,
 ) -> Result<Arc<dyn Election>> {
@@ -68,7 +60,7 @@ impl fmt::Debug for RedisElection {
 }
 
 /// The leader now and how long its record has left.
-async fn current(shared: &Shared, keys: &Keys) -> Result<(Option<LeaderInfo>, Option<Duration>)> {
+async fn current(shared: &Context, keys: &Keys) -> Result<(Option<LeaderInfo>, Option<Duration>)> {
     let Some(record) = &keys.record else {
         return Ok((None, None));
     };
@@ -130,7 +122,7 @@ impl Election for RedisElection {
 
     fn observe(&self) -> LeaderStream {
         struct State {
-            shared: Arc<Shared>,
+            shared: Arc<Context>,
             keys: Arc<Keys>,
             last: Option<Option<LeaderInfo>>,
             subscription: Option<Subscription>,

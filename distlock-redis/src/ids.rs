@@ -6,13 +6,13 @@ use async_trait::async_trait;
 use distlock_core::backend::IdSource;
 use distlock_core::{Error, Name, Result};
 
-use crate::conn::not_replicated;
+use crate::context::Context;
 use crate::error::from_redis;
-use crate::provider::Shared;
+use crate::net::wait::not_replicated;
 
 /// The counter behind a Redis id generator.
 pub(crate) struct RedisIds {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<Context>,
     pub(crate) name: Name,
     pub(crate) key: String,
 }

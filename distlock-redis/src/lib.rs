@@ -548,22 +548,27 @@
 //!
 //! Rust 1.88 or later.
 
-mod conn;
+mod context;
 mod election;
 mod error;
 mod fair_mutex;
+mod fair_queue;
 mod ids;
+mod keys;
+mod lease;
+mod line;
 mod mutex;
+mod net;
 mod ops;
 mod options;
 mod provider;
+mod queued;
 mod redlock;
 mod rw_lock;
 mod scripts;
 mod semaphore;
-mod sentinel;
-mod subscriber;
-mod tracker;
+mod target;
+mod wake;
 
 use std::sync::Arc;
 
@@ -571,10 +576,10 @@ pub use deadpool_redis;
 pub use distlock_core;
 pub use redis;
 
+pub use net::sentinel::SentinelAuth;
 pub use options::RedisOptions;
 pub use provider::RedisProvider;
 pub use redlock::RedlockProvider;
-pub use sentinel::SentinelAuth;
 
 use distlock_core::{Provider, Result};
 
@@ -598,64 +603,24 @@ use distlock_core::{Provider, Result};
 ///
 /// Cancellation safe: a dropped connect leaves no connection open.
 pub async fn connect(url: &str) -> Result<Arc<dyn Provider>> {
-    // Schemes are case-insensitive (as `distlock::Scheme::of` reads them).
-    let scheme = url
-        .split_once("://")
-        .map(|(s, _)| s.to_ascii_lowercase())
-        .unwrap_or_default();
-    if scheme == "redis+cluster" {
-        return connect_cluster_url(&url[scheme.len() + 3..]).await;
-    }
     // Boxed: the connect futures are large, and the facade's `connect`
     // holds whichever one the URL names.
-    if scheme == "redis+redlock" {
-        return Ok(Arc::new(Box::pin(RedlockProvider::connect(url)).await?));
+    match target::Target::parse(url, RedisOptions::new())? {
+        target::Target::Server(server) => Ok(Arc::new(
+            Box::pin(RedisProvider::connect_server(server)).await?,
+        )),
+        #[cfg(feature = "cluster")]
+        target::Target::Cluster { nodes, options } => {
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            Ok(Arc::new(
+                RedisProvider::connect_cluster(&nodes, options).await?,
+            ))
+        }
+        target::Target::Redlock { masters, options } => {
+            let masters: Vec<&str> = masters.iter().map(String::as_str).collect();
+            Ok(Arc::new(
+                Box::pin(RedlockProvider::connect_masters(url, &masters, options)).await?,
+            ))
+        }
     }
-    Ok(Arc::new(Box::pin(RedisProvider::connect(url)).await?))
-}
-
-#[cfg(feature = "cluster")]
-async fn connect_cluster_url(rest: &str) -> Result<Arc<dyn Provider>> {
-    use distlock_core::backend::url::invalid_url;
-
-    // The whole URL, for error messages (redacted there).
-    let url = format!("redis+cluster://{rest}");
-    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (auth, hosts) = match hosts.rsplit_once('@') {
-        Some((auth, hosts)) => (format!("{auth}@"), hosts),
-        None => (String::new(), hosts),
-    };
-    let hosts = hosts.trim_end_matches('/');
-    // The seed nodes are `redis://` URLs: the keys the client reads from
-    // those go to every node, so all agree (redis-rs requires it).
-    let (options, client) =
-        RedisOptions::new().apply_query(&url, query, options::CLIENT_KEYS_TCP)?;
-    let client_query = if client.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", client.join("&"))
-    };
-    let nodes: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{auth}{h}{client_query}"))
-        .collect();
-    if nodes.is_empty() {
-        return Err(invalid_url(
-            &url,
-            "names no seed node (host:port[,host:port…])",
-        ));
-    }
-    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    Ok(Arc::new(
-        RedisProvider::connect_cluster(&nodes, options).await?,
-    ))
-}
-
-#[cfg(not(feature = "cluster"))]
-#[allow(clippy::unused_async)]
-async fn connect_cluster_url(_rest: &str) -> Result<Arc<dyn Provider>> {
-    Err(distlock_core::Error::UnsupportedBackend(
-        "redis+cluster:// needs the `cluster` feature of distlock-redis".into(),
-    ))
 }

@@ -19,9 +19,8 @@ use distlock_core::{
 };
 use redis::{ScriptInvocation, Value};
 
-use crate::mutex::Keys;
-use crate::provider::Shared;
-use crate::rw_lock::{Recipe, Side};
+use crate::context::Context;
+use crate::keys::{Claim, Keys, Recipe};
 use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
 
 /// What a foreign hold is shown as.
@@ -35,16 +34,16 @@ enum KindKeys {
     Queued(Recipe),
 }
 
-fn keys_of(shared: &Arc<Shared>, name: &Name, kind: PrimitiveKind) -> Result<KindKeys> {
+fn keys_of(shared: &Arc<Context>, name: &Name, kind: PrimitiveKind) -> Result<KindKeys> {
     let prefix = &shared.options.prefix;
     Ok(match kind {
-        PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::new(prefix, name)),
+        PrimitiveKind::Mutex | PrimitiveKind::FairMutex => KindKeys::Lock(Keys::lock(prefix, name)),
         PrimitiveKind::Election => KindKeys::Lock(Keys::election(prefix, name)),
         PrimitiveKind::ReadWrite => {
-            KindKeys::Queued(Recipe::new(shared, name.clone(), Side::Write))
+            KindKeys::Queued(Recipe::new(prefix, name.clone(), Claim::Write))
         }
         PrimitiveKind::Semaphore => {
-            KindKeys::Queued(Recipe::new(shared, name.clone(), Side::Permit(1)))
+            KindKeys::Queued(Recipe::new(prefix, name.clone(), Claim::Permit(1)))
         }
         _ => {
             return Err(Error::Unsupported {
@@ -80,7 +79,7 @@ impl KindKeys {
             }
             KindKeys::Queued(recipe) => {
                 let mut invocation = INSPECT_QUEUED.prepare_invoke();
-                for key in &recipe.keys {
+                for key in recipe.keys.in_order() {
                     invocation.key(key);
                 }
                 invocation.arg(if kind == PrimitiveKind::Semaphore {
@@ -114,13 +113,13 @@ impl KindKeys {
                 invocation
             }
             KindKeys::Queued(recipe) => {
-                let script = if matches!(recipe.side, Side::Permit(_)) {
+                let script = if matches!(recipe.claim, Claim::Permit(_)) {
                     &*SEM_FORCE
                 } else {
                     &*RW_FORCE
                 };
                 let mut invocation = script.prepare_invoke();
-                for key in &recipe.keys {
+                for key in recipe.keys.in_order() {
                     invocation.key(key);
                 }
                 invocation.key(&recipe.lock);
@@ -148,7 +147,7 @@ impl KindKeys {
             KindKeys::Queued(recipe) => {
                 let i = usize::try_from(index.clamp(1, 7) - 1).unwrap_or(0);
                 let expected = match i {
-                    0 if matches!(recipe.side, Side::Permit(_)) => "permits (a string key)",
+                    0 if matches!(recipe.claim, Claim::Permit(_)) => "permits (a string key)",
                     0 => "writer (a string key)",
                     1 => "holders (a sorted set)",
                     2 => "queue (a sorted set)",
@@ -157,7 +156,7 @@ impl KindKeys {
                     5 => "holder records (a hash)",
                     _ => "waiters' owners (a hash)",
                 };
-                (&recipe.keys[i], expected)
+                (recipe.keys.in_order()[i], expected)
             }
         };
         (key.clone(), expected)
@@ -182,7 +181,7 @@ impl KindKeys {
     fn fence_key(&self) -> &str {
         match self {
             KindKeys::Lock(keys) => &keys.fence,
-            KindKeys::Queued(recipe) => &recipe.keys[4],
+            KindKeys::Queued(recipe) => &recipe.keys.fence,
         }
     }
 }
@@ -263,7 +262,7 @@ fn holder(value: &Value) -> Result<Holder> {
 
 /// Runs a script on the command connection within the response timeout.
 async fn run(
-    shared: &Shared,
+    shared: &Context,
     operation: &'static str,
     invocation: &ScriptInvocation<'_>,
 ) -> Result<Value> {
@@ -279,7 +278,7 @@ async fn run(
 
 /// [`Provider::inspect`](distlock_core::Provider::inspect) on Redis.
 pub(crate) async fn inspect(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: &str,
     kind: PrimitiveKind,
 ) -> Result<Snapshot> {
@@ -338,7 +337,7 @@ pub(crate) async fn inspect(
 /// [`Provider::force_release`](distlock_core::Provider::force_release) on
 /// Redis.
 pub(crate) async fn force_release(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: &str,
     kind: PrimitiveKind,
 ) -> Result<ForceReleased> {

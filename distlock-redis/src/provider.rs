@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use distlock_core::backend::check_permits;
@@ -15,77 +15,17 @@ use distlock_core::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::conn::Conn;
+use crate::context::Context;
 use crate::error::from_redis;
 use crate::ids::RedisIds;
-use crate::mutex::{Keys, RedisMutex};
+use crate::keys::Keys;
+use crate::line::{pass_unclaimed, refresh_places};
+use crate::mutex::RedisMutex;
+use crate::net::{Commands, Conn};
 use crate::options::RedisOptions;
-use crate::subscriber::{Source, Subscriber};
-use crate::tracker::Tracker;
-
-/// What every primitive of one provider shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// `None` once closed.
-    conn: RwLock<Option<Conn>>,
-    pub(crate) subscriber: Subscriber,
-    /// Wake-ups on changes of keys held by clients that do not publish.
-    pub(crate) tracker: Tracker,
-    pub(crate) options: RedisOptions,
-    pub(crate) lifecycle: Arc<Lifecycle>,
-    /// The owner identity stored with every hold (`label@host:pid`).
-    pub(crate) owner: String,
-    /// Whether the command path is known to deliver replies (see
-    /// [`Replies`]).
-    pub(crate) replies: Replies,
-}
-
-/// Whether the command path delivers replies, as the plain mutex's line
-/// needs: a place in line is worth keeping only for a provider that hears
-/// the reply of the attempt a hand-over wakes. A command left without a
-/// reply within the response timeout makes it unknown (a path that lost
-/// its return direction still runs what it sends: each refresh of a place
-/// would land and keep it) until a command is answered again. While it is
-/// unknown, a waiting attempt takes the provider off the line rather than
-/// queuing it, and the line's refreshes wait for a `PING` to be answered.
-#[derive(Debug, Default)]
-pub(crate) struct Replies {
-    missed: std::sync::atomic::AtomicBool,
-}
-
-impl Replies {
-    /// No command was left unanswered since the last answer.
-    pub(crate) fn heard(&self) -> bool {
-        !self.missed.load(Ordering::Relaxed)
-    }
-
-    /// Counts what became of one command: an answer (an error reply too)
-    /// or a timeout; other failures (a refused connection, a reset) say
-    /// nothing of replies.
-    pub(crate) fn note<T>(&self, outcome: &Result<T>) {
-        match outcome {
-            Ok(_) => self.missed.store(false, Ordering::Relaxed),
-            Err(e) if e.is_timeout() => self.missed.store(true, Ordering::Relaxed),
-            Err(Error::Connection { .. }) => {}
-            Err(_) => self.missed.store(false, Ordering::Relaxed),
-        }
-    }
-}
-
-impl Shared {
-    /// The command connection.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Closed`] once the provider is closed.
-    pub(crate) fn conn(&self) -> Result<Conn> {
-        self.conn
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or(Error::Closed)
-    }
-}
+use crate::target::Server;
+use crate::wake::subscriber::{Source, Subscriber};
+use crate::wake::tracker::Tracker;
 
 /// A connected Redis backend.
 ///
@@ -94,13 +34,13 @@ impl Shared {
 /// clients.
 #[derive(Clone)]
 pub struct RedisProvider {
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
 }
 
 impl fmt::Debug for RedisProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisProvider")
-            .field("conn", &self.shared.conn)
+            .field("conn", &self.shared.commands)
             .field("prefix", &self.shared.options.prefix)
             .finish_non_exhaustive()
     }
@@ -172,21 +112,26 @@ impl RedisProvider {
     ///
     /// As [`RedisProvider::connect`].
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        if url
-            .get(..17)
-            .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
-        {
-            let parsed = crate::sentinel::parse_url(url, options)?;
-            let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
-            return Self::connect_sentinel_with(
-                &sentinels,
-                &parsed.master_name,
-                parsed.auth,
-                parsed.options,
-            )
-            .await;
-        }
-        let (url, options) = options.from_url(url)?;
+        // Boxed: a future of its own keeps the callers' connect futures
+        // (one more level deep since the URL is read first) shallow.
+        Box::pin(Self::connect_server(Server::parse(url, options)?)).await
+    }
+
+    /// Connects to the server a URL named (see [`Server::parse`]).
+    pub(crate) async fn connect_server(server: Server) -> Result<Self> {
+        let (url, options) = match server {
+            Server::Sentinel(parsed) => {
+                let sentinels: Vec<&str> = parsed.sentinels.iter().map(String::as_str).collect();
+                return Self::connect_sentinel_with(
+                    &sentinels,
+                    &parsed.master_name,
+                    parsed.auth,
+                    parsed.options,
+                )
+                .await;
+            }
+            Server::Single { url, options } => (url, options),
+        };
         options.validate()?;
         let client = open_client(&url, &options)?;
         let timeout = options.connect_timeout;
@@ -203,7 +148,7 @@ impl RedisProvider {
                     ConnectionManager::new_with_config(client.clone(), config.clone()),
                 )
                 .await?;
-                Conn::Single(crate::conn::Single::new(
+                Conn::Single(crate::net::Single::new(
                     client.clone(),
                     config,
                     options.response_timeout,
@@ -334,9 +279,9 @@ impl RedisProvider {
                     .into(),
             ));
         }
-        let client = crate::sentinel::client(sentinels, master_name, &auth)?;
-        let resolver = crate::sentinel::Resolver::new(client);
-        let conn = crate::sentinel::SentinelConn::new(Arc::clone(&resolver), &options);
+        let client = crate::net::sentinel::client(sentinels, master_name, &auth)?;
+        let resolver = crate::net::sentinel::Resolver::new(client);
+        let conn = crate::net::sentinel::SentinelConn::new(Arc::clone(&resolver), &options);
         // Fail now, not at the first lock, if no master can be found.
         conn.pin().await?;
         // No client tracking: its connection would have to follow the
@@ -351,7 +296,7 @@ impl RedisProvider {
     }
 
     fn from_parts(conn: Conn, client: Source, tracker: Tracker, options: RedisOptions) -> Self {
-        let subscriber = Subscriber::spawn(client, crate::subscriber::Timing::of(&options));
+        let subscriber = Subscriber::spawn(client, crate::wake::subscriber::Timing::of(&options));
         // The label was checked by `validate`; an identity without it is
         // the fallback that cannot fail.
         let owner = owner_identity(options.owner_label.as_deref())
@@ -361,14 +306,14 @@ impl RedisProvider {
         lifecycle.set_owner(&owner);
         let unclaimed = subscriber.take_unclaimed();
         let refreshes = subscriber.take_refreshes();
-        let shared = Arc::new(Shared {
-            conn: RwLock::new(Some(conn)),
+        let shared = Arc::new(Context {
+            commands: Commands::new(conn, options.response_timeout, options.wait),
             subscriber,
             tracker,
             options,
             lifecycle,
             owner,
-            replies: Replies::default(),
+            replies: crate::context::Replies::default(),
         });
         if let Some(unclaimed) = unclaimed {
             tokio::spawn(pass_unclaimed(Arc::downgrade(&shared), unclaimed));
@@ -391,7 +336,7 @@ impl RedisProvider {
     ///
     /// [`Error::InvalidName`] for a bad name.
     pub fn lock_key(&self, name: &str) -> Result<String> {
-        Ok(Keys::new(&self.shared.options.prefix, &Name::new(name)?).lock)
+        Ok(Keys::lock(&self.shared.options.prefix, &Name::new(name)?).lock)
     }
 
     /// Wake-ups the shared subscriber has delivered to waiters so far (for
@@ -459,13 +404,7 @@ impl Provider for RedisProvider {
         self.shared.subscriber.outstanding.drained(leaves).await;
         self.shared.subscriber.shut_down();
         self.shared.tracker.shut_down();
-        let conn = self
-            .shared
-            .conn
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(conn) = conn {
+        if let Some(conn) = self.shared.commands.take() {
             conn.close();
         }
         released
@@ -501,7 +440,7 @@ impl Provider for RedisProvider {
         let name = Name::new(name)?;
         Ok(Arc::new(RedisMutex {
             shared: Arc::clone(&self.shared),
-            keys: Arc::new(Keys::mutex(&self.shared.options.prefix, &name)),
+            keys: Arc::new(Keys::plain_mutex(&self.shared.options.prefix, &name)),
             name,
             lease,
         }))
@@ -543,129 +482,4 @@ impl Provider for RedisProvider {
         };
         Ok(Arc::new(BlockIds::new(name, source, block_size)?))
     }
-}
-
-/// Marks one piece of [`Outstanding`](crate::subscriber::Outstanding) work
-/// over when dropped.
-struct Done<'a>(&'a crate::subscriber::Outstanding);
-
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        self.0.exit();
-    }
-}
-
-/// Runs the subscriber's line work (see `subscriber::LineWork`): takes this
-/// provider out of a plain mutex's line, passing on the lock's reservation
-/// if a release made one for it (`mutex_pass.lua`), for each channel the
-/// subscriber reports a hand-over nobody here claimed, or the last waiter
-/// here gave up. Ends with the provider.
-async fn pass_unclaimed(
-    shared: std::sync::Weak<Shared>,
-    mut work: tokio::sync::mpsc::UnboundedReceiver<crate::subscriber::LineWork>,
-) {
-    use crate::subscriber::LineWork;
-    while let Some(LineWork::Pass(channel)) = work.recv().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        // Each pass received is outstanding work (see `Passes`) until it
-        // is over, whatever its outcome.
-        let _done = Done(&shared.subscriber.outstanding);
-        let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
-            continue;
-        };
-        let Some(invocation) = keys.pass(shared.subscriber.id()) else {
-            continue;
-        };
-        let what = "pass the lock on";
-        if let Err(e) = line_script(&shared, what, &invocation).await {
-            // A reservation expires by itself (waiters re-check then).
-            tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
-        }
-    }
-}
-
-/// Keeps this provider's places in plain mutexes' lines alive after each
-/// answered health check of the pub/sub connection (`line_alive.lua`, see
-/// `subscriber::Refreshes`): each batch of pending refreshes at once, each
-/// vouching only for what is left of its answer's `H + T` (none left, or
-/// no waiter of this provider on the line any more: skipped). Ends with
-/// the provider.
-async fn refresh_places(
-    shared: std::sync::Weak<Shared>,
-    mut refreshes: crate::subscriber::Refreshes,
-) {
-    while let Some(batch) = refreshes.next().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        // A refresh left unanswered may still have run: send no more until
-        // the command path answers (the places then expire by themselves,
-        // `H + T` after the last refresh that ran).
-        if !shared.replies.heard() && !answers_a_ping(&shared).await {
-            continue;
-        }
-        let calls = batch.into_iter().map(|(channel, until)| {
-            let shared = &shared;
-            async move {
-                let left = until.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() || shared.subscriber.plain_waiters(&channel) == 0 {
-                    return;
-                }
-                let Some(keys) = crate::mutex::Keys::of_channel(&channel) else {
-                    return;
-                };
-                let Some(invocation) = keys.keep_alive(shared.subscriber.id(), left) else {
-                    return;
-                };
-                let what = "keep the place in line";
-                let done = line_script(shared, what, &invocation).await;
-                shared.replies.note(&done);
-                shared
-                    .subscriber
-                    .stats
-                    .refreshes
-                    .fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = done {
-                    // A place in line not kept alive expires by itself.
-                    tracing::debug!(%channel, error = %e, "distlock redis: {what} failed");
-                }
-            }
-        });
-        futures::future::join_all(calls).await;
-    }
-}
-
-/// Whether the command connection answers a `PING` within the response
-/// timeout (counted in [`Shared::replies`]).
-async fn answers_a_ping(shared: &Shared) -> bool {
-    let timeout = shared.options.response_timeout;
-    let answered = async {
-        let (conn, ping) = (shared.conn()?, redis::cmd("PING"));
-        let reply = conn.query::<String>(timeout, &ping).await?;
-        reply.map_err(|e| from_redis("ping", timeout, e))
-    };
-    let answered = with_timeout("ping", timeout, answered)
-        .await
-        .and_then(|r| r);
-    shared.replies.note(&answered);
-    answered.is_ok()
-}
-
-/// Runs one line script on the command connection, within the response
-/// timeout.
-async fn line_script(
-    shared: &Shared,
-    what: &'static str,
-    invocation: &redis::ScriptInvocation<'_>,
-) -> distlock_core::Result<i64> {
-    let timeout = shared.options.response_timeout;
-    let conn = shared.conn()?.pin(timeout).await?;
-    distlock_core::backend::with_timeout(
-        what,
-        timeout,
-        conn.script::<i64>(what, timeout, invocation),
-    )
-    .await?
 }

@@ -1,5 +1,5 @@
-//! The Redis counting semaphore: the queued acquisition of
-//! [`rw_lock`](crate::rw_lock) with `{lock}:sem:…` keys and the `sem_*`
+//! The Redis counting semaphore: the [queued](crate::queued) acquisition
+//! with `{lock}:sem:…` keys and the `sem_*`
 //! scripts.
 
 use std::fmt;
@@ -8,8 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use distlock_core::{LeaseOptions, Lock, LockGuard, Name, Result, Semaphore, Wait};
 
-use crate::provider::Shared;
-use crate::rw_lock::{Queued, Recipe, Side};
+use crate::context::Context;
+use crate::keys::{Claim, Recipe};
+use crate::queued::Queued;
 
 /// A Redis semaphore of `permits`.
 struct RedisSemaphore {
@@ -22,7 +23,7 @@ impl fmt::Debug for RedisSemaphore {
         f.debug_struct("RedisSemaphore")
             .field("name", &self.inner.recipe.name)
             .field("permits", &self.permits)
-            .field("holders", &self.inner.recipe.keys[1])
+            .field("holders", &self.inner.recipe.keys.holders)
             .finish_non_exhaustive()
     }
 }
@@ -59,7 +60,7 @@ impl Semaphore for RedisSemaphore {
 ///
 /// None today; the signature leaves room for refused options.
 pub(crate) fn semaphore(
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     name: Name,
     permits: u32,
     lease: LeaseOptions,
@@ -67,7 +68,11 @@ pub(crate) fn semaphore(
     Ok(Arc::new(RedisSemaphore {
         inner: Queued {
             shared: Arc::clone(shared),
-            recipe: Arc::new(Recipe::new(shared, name, Side::Permit(permits))),
+            recipe: Arc::new(Recipe::new(
+                &shared.options.prefix,
+                name,
+                Claim::Permit(permits),
+            )),
             lease,
         },
         permits,

@@ -21,13 +21,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Script};
 
 use crate::error::from_redis;
-use crate::options::{RedisOptions, CLIENT_KEYS_TCP};
+use crate::options::RedisOptions;
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
-use crate::subscriber::Subscriber;
+use crate::wake::subscriber::Subscriber;
 use mutex::{RedlockKeys, RedlockMutex};
 
 const BACKEND: &str = "redis+redlock";
-const SCHEME: &str = "redis+redlock://";
 
 /// One master: its command connection and its subscriber.
 pub(crate) struct Master {
@@ -324,54 +323,6 @@ impl fmt::Debug for RedlockProvider {
     }
 }
 
-/// Splits `redis+redlock://…` into one `redis://` URL per master and the
-/// options of its query.
-fn parse_url(url: &str, options: RedisOptions) -> Result<(Vec<String>, RedisOptions)> {
-    let rest = url
-        .get(..SCHEME.len())
-        .filter(|s| s.eq_ignore_ascii_case(SCHEME))
-        .map(|_| &url[SCHEME.len()..])
-        .ok_or_else(|| invalid_url(url, format_args!("does not start with {SCHEME}")))?;
-    if rest.contains('#') {
-        return Err(invalid_url(url, "takes no #fragment"));
-    }
-    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (options, client) = options.apply_query(url, query, CLIENT_KEYS_TCP)?;
-    let client_query = if client.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", client.join("&"))
-    };
-    // `/db` after the last host applies to all.
-    let (hosts, db) = match hosts.rfind('/') {
-        Some(i) if !hosts[i..].contains('@') && !hosts[i..].contains(',') => {
-            (&hosts[..i], &hosts[i..])
-        }
-        _ => (hosts, ""),
-    };
-    let mut auth = "";
-    let mut urls = Vec::new();
-    for (i, item) in hosts.split(',').enumerate() {
-        let (own, host) = match item.rsplit_once('@') {
-            Some((a, h)) => (Some(a), h),
-            None => (None, item),
-        };
-        if i == 0 {
-            auth = own.unwrap_or("");
-        }
-        if host.is_empty() {
-            return Err(invalid_url(
-                url,
-                "names an empty host (host:port[,host:port…])",
-            ));
-        }
-        let auth = own.unwrap_or(auth);
-        let at = if auth.is_empty() { "" } else { "@" };
-        urls.push(format!("redis://{auth}{at}{host}{db}{client_query}"));
-    }
-    Ok((urls, options))
-}
-
 impl RedlockProvider {
     /// Connects to the masters of `url`
     /// (`redis+redlock://[user:password@]h1:p1,h2:p2,…[/db][?options]`, see
@@ -389,7 +340,7 @@ impl RedlockProvider {
     ///
     /// Cancellation safe: a dropped connect leaves no connection open.
     pub async fn connect(url: &str) -> Result<Self> {
-        let (urls, options) = parse_url(url, RedisOptions::new())?;
+        let (urls, options) = crate::target::redlock_url(url, RedisOptions::new())?;
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
         Self::connect_masters(url, &urls, options).await
     }
@@ -422,7 +373,11 @@ impl RedlockProvider {
         Self::connect_masters(&urls.join(","), &clean, options).await
     }
 
-    async fn connect_masters(whole: &str, urls: &[&str], options: RedisOptions) -> Result<Self> {
+    pub(crate) async fn connect_masters(
+        whole: &str,
+        urls: &[&str],
+        options: RedisOptions,
+    ) -> Result<Self> {
         options.validate()?;
         options.refuse_tls("redis+redlock")?;
         if options.pool_size.is_some() {
@@ -475,8 +430,8 @@ impl RedlockProvider {
             let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
                 .map_err(|e| Error::InvalidOptions(e.to_string()))?;
             let subscriber = Subscriber::spawn(
-                crate::subscriber::Source::Fixed(Box::new(client)),
-                crate::subscriber::Timing::of(&options),
+                crate::wake::subscriber::Source::Fixed(Box::new(client)),
+                crate::wake::subscriber::Timing::of(&options),
             );
             masters.push(Master {
                 conn,
@@ -741,49 +696,5 @@ impl Provider for RedlockProvider {
         Err(Self::unsupported(
             "id generators (use redis:// or redis+sentinel:// for them)",
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_split_per_master_with_shared_credentials_db_and_client_keys() {
-        let (urls, o) = parse_url(
-            "redis+redlock://u:pw@h1:1,h2:2,v:x@h3:3/2?prefix=app:&protocol=resp3&recheck_ms=50",
-            RedisOptions::new(),
-        )
-        .unwrap();
-        assert_eq!(
-            urls,
-            [
-                "redis://u:pw@h1:1/2?protocol=resp3",
-                "redis://u:pw@h2:2/2?protocol=resp3",
-                "redis://v:x@h3:3/2?protocol=resp3",
-            ]
-        );
-        assert_eq!(o.prefix, "app:");
-        assert_eq!(o.recheck_interval, Duration::from_millis(50));
-        let (urls, _) = parse_url("redis+redlock://h1:1", RedisOptions::new()).unwrap();
-        assert_eq!(urls, ["redis://h1:1"]);
-    }
-
-    #[test]
-    fn bad_urls_are_invalid_url_with_the_password_hidden() {
-        for (url, says) in [
-            ("redis+redlock://u:s3cret@", "empty host"),
-            ("redis+redlock://u:s3cret@h1:1,,h2:2", "empty host"),
-            ("redis+redlock://u:s3cret@h1:1?nope=1", "unknown option"),
-            ("redis+redlock://u:s3cret@h1:1?prefix=a&prefix=b", "twice"),
-            ("redis+redlock://u:s3cret@h1:1#x", "fragment"),
-            ("redis://u:s3cret@h1:1", "does not start with"),
-        ] {
-            let e = parse_url(url, RedisOptions::new()).unwrap_err();
-            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
-            let text = e.to_string();
-            assert!(text.contains(says), "{url}: {text}");
-            assert!(!text.contains("s3cret"), "{url}: {text}");
-        }
     }
 }

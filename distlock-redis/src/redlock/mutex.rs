@@ -20,9 +20,10 @@ use redis::{Cmd, FromRedisValue, Script};
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::Shared;
-use crate::mutex::{new_token, pause_before_retry, Keys};
+use crate::keys::Keys;
+use crate::lease::{new_token, pause_before_retry, retried};
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
-use crate::subscriber::Subscription;
+use crate::wake::subscriber::Subscription;
 
 /// The keys of one Redlock mutex, the same on every master.
 #[derive(Clone, Debug)]
@@ -46,7 +47,7 @@ pub(crate) struct RedlockKeys {
 
 impl RedlockKeys {
     pub(crate) fn new(prefix: &str, name: &Name) -> RedlockKeys {
-        let keys = Keys::new(prefix, name);
+        let keys = Keys::lock(prefix, name);
         RedlockKeys {
             fence: format!("{{{}}}:redlock:fence", keys.lock),
             channel: keys.channel,
@@ -513,17 +514,16 @@ struct UndoOn {
 
 impl UndoOn {
     async fn on(&self, i: usize) -> Result<()> {
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self.lease.release_on("undo acquire", &[i]).await.pop() {
-                None | Some((_, Ok(_))) => return Ok(()),
-                Some((_, Err(e))) if e.is_retryable() && Instant::now() + pause < self.expires => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
+        retried(
+            || self.expires,
+            || async {
+                match self.lease.release_on("undo acquire", &[i]).await.pop() {
+                    Some((_, Err(e))) => Err(e),
+                    None | Some((_, Ok(_))) => Ok(()),
                 }
-                Some((_, Err(e))) => return Err(e),
-            }
-        }
+            },
+        )
+        .await
     }
 }
 

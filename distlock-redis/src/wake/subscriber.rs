@@ -23,6 +23,8 @@
 //!   an observer has not consumed yet coalesce into one.
 //!
 //! While any channel is subscribed, the actor health-checks the connection
+//! (the promises and their bounds are told in the crate docs'
+//! [Liveness](crate#liveness); here, how)
 //! (`PING` every [`Timing::health_every`], answered within
 //! [`Timing::answer_within`], or answered by any message read after it
 //! was sent: a flood delays the reply); each answer vouches for the connection
@@ -75,7 +77,7 @@ pub(crate) enum Source {
     /// Always this server.
     Fixed(Box<redis::Client>),
     /// The master the Sentinels name, asked again at each (re)connect.
-    Sentinel(Arc<crate::sentinel::Resolver>),
+    Sentinel(Arc<crate::net::sentinel::Resolver>),
 }
 
 impl Source {
@@ -129,7 +131,7 @@ impl Timing {
     /// timeout (or the response timeout, if longer), a health check every
     /// re-check interval (at most [`HEALTH_CHECK`]) answered within the
     /// response timeout.
-    pub(crate) fn of(options: &crate::RedisOptions) -> Timing {
+    pub(crate) fn of(options: &crate::options::RedisOptions) -> Timing {
         Timing {
             timeout: options.response_timeout.max(options.connect_timeout),
             health_every: options.recheck_interval.min(HEALTH_CHECK),
@@ -712,7 +714,7 @@ impl Actor {
     async fn connect(&mut self) -> bool {
         let opened = tokio::time::timeout(self.timing.timeout, async {
             let client = self.client.client().await?;
-            self.connected_to = Some(crate::sentinel::address(&client));
+            self.connected_to = Some(crate::net::sentinel::address(&client));
             let (mut sink, stream) = client.get_async_pubsub().await?.split();
             let names: Vec<&String> = self.channels.keys().collect();
             if !names.is_empty() {

@@ -3,7 +3,7 @@
 //! Sentinel.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
@@ -14,7 +14,60 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value}
 
 use crate::error::{from_redis, map_pool};
 use crate::options::WaitReplicas;
-use crate::provider::Shared;
+use wait::{wait_cmd, with_wait};
+
+pub(crate) mod sentinel;
+pub(crate) mod wait;
+
+/// A provider's command connection (`None` once closed), with the response
+/// timeout and the `WAIT` its commands obey: what a sequence of commands
+/// ([`Sticky`]) needs of the provider, and nothing of its callers.
+pub(crate) struct Commands {
+    conn: RwLock<Option<Conn>>,
+    /// The response timeout `T`.
+    pub(crate) timeout: Duration,
+    /// The replicas a write waits for, if any.
+    pub(crate) wait: Option<WaitReplicas>,
+}
+
+impl fmt::Debug for Commands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Commands")
+            .field(&*self.conn.read().unwrap_or_else(PoisonError::into_inner))
+            .finish()
+    }
+}
+
+impl Commands {
+    pub(crate) fn new(conn: Conn, timeout: Duration, wait: Option<WaitReplicas>) -> Commands {
+        Commands {
+            conn: RwLock::new(Some(conn)),
+            timeout,
+            wait,
+        }
+    }
+
+    /// The command connection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] once the provider is closed.
+    pub(crate) fn conn(&self) -> Result<Conn> {
+        self.conn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    /// Takes the connection out (the provider closes).
+    pub(crate) fn take(&self) -> Option<Conn> {
+        self.conn
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -27,7 +80,7 @@ pub(crate) enum Conn {
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
     /// The master named by Sentinel, found again when it goes away.
-    Sentinel(crate::sentinel::SentinelConn),
+    Sentinel(crate::net::sentinel::SentinelConn),
 }
 
 impl fmt::Debug for Conn {
@@ -56,7 +109,7 @@ pub(crate) enum Pinned {
     /// The connection to the master of the moment; an error that means the
     /// master is gone is [`distlock_core::Error::Connection`], so a
     /// [`Sticky`] lets it go.
-    Sentinel(crate::sentinel::SentinelPinned),
+    Sentinel(crate::net::sentinel::SentinelPinned),
 }
 
 impl Conn {
@@ -325,126 +378,6 @@ impl Pinned {
     }
 }
 
-/// `WAIT replicas timeout-ms`.
-pub(crate) fn wait_cmd(wait: WaitReplicas) -> Cmd {
-    let mut cmd = redis::cmd("WAIT");
-    cmd.arg(wait.replicas)
-        .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX));
-    cmd
-}
-
-/// Runs `invocation` on `conn` with `wait` appended to each of its scripts'
-/// `EVALSHA` / `EVAL` (the client retries with the script loaded after a
-/// `NOSCRIPT`), and returns what the last `WAIT` answered (0 when it did not
-/// answer a number).
-pub(crate) async fn with_wait<C: ConnectionLike + Send, T: FromRedisValue>(
-    mut conn: C,
-    wait: &Cmd,
-    invocation: &ScriptInvocation<'_>,
-) -> (redis::RedisResult<T>, u32) {
-    let mut acked = WithWait {
-        inner: &mut conn,
-        wait,
-        acked: 0,
-    };
-    let result = invocation.invoke_async(&mut acked).await;
-    let acked = acked.acked;
-    (result, acked)
-}
-
-/// A connection that sends `WAIT` right behind every script call, in one
-/// pipeline, and keeps its answer.
-struct WithWait<'a, C> {
-    inner: &'a mut C,
-    wait: &'a Cmd,
-    acked: u32,
-}
-
-/// `EVALSHA sha …` of one of our scripts as `EVAL source …`: with a `WAIT`
-/// behind it, a `NOSCRIPT` (a restarted server) would cost a second `WAIT`
-/// on the resend, so the script's body goes along instead (the server
-/// caches it by its SHA1 all the same).
-fn as_eval(cmd: &Cmd) -> Option<Cmd> {
-    let mut args = cmd.args_iter();
-    match args.next() {
-        Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"EVALSHA") => {}
-        _ => return None,
-    }
-    let Some(redis::Arg::Simple(sha)) = args.next() else {
-        return None;
-    };
-    let source = crate::scripts::source_of(std::str::from_utf8(sha).ok()?)?;
-    let mut eval = redis::cmd("EVAL");
-    eval.arg(source);
-    for arg in args {
-        match arg {
-            redis::Arg::Simple(bytes) => {
-                eval.arg(bytes);
-            }
-            _ => return None,
-        }
-    }
-    Some(eval)
-}
-
-fn is_script(cmd: &Cmd) -> bool {
-    matches!(
-        cmd.args_iter().next(),
-        Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL")
-    )
-}
-
-impl<C: ConnectionLike + Send> ConnectionLike for WithWait<'_, C> {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            if !is_script(cmd) {
-                return self.inner.req_packed_command(cmd).await;
-            }
-            let mut pipe = redis::pipe();
-            pipe.add_command(as_eval(cmd).unwrap_or_else(|| cmd.clone()))
-                .add_command(self.wait.clone());
-            let mut replies = self.inner.req_packed_commands(&pipe, 0, 2).await?;
-            let (Some(ack), Some(reply)) = (replies.pop(), replies.pop()) else {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "a script and WAIT pipeline returned fewer than two replies",
-                )));
-            };
-            self.acked = match ack {
-                Value::Int(n) => u32::try_from(n).unwrap_or(0),
-                _ => 0,
-            };
-            match reply {
-                Value::ServerError(e) => Err(e.into()),
-                reply => Ok(reply),
-            }
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.inner.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.inner.get_db()
-    }
-}
-
-/// The error for a write `wait` asked of replicas that fewer acknowledged.
-pub(crate) fn not_replicated(what: String, acked: u32, wait: WaitReplicas) -> Error {
-    Error::NotReplicated {
-        what,
-        acked,
-        wanted: wait.replicas,
-        after: wait.timeout,
-    }
-}
-
 /// The connection a sequence of commands keeps (a lease's renewals and
 /// release, a waiter's leave): the one it was given, replaced only when
 /// found dead. Nothing more can land from a dead connection, so the
@@ -474,7 +407,7 @@ impl Sticky {
     }
 
     /// The kept connection, or one of the provider's pinned and kept.
-    async fn pinned(&self, shared: &Shared) -> Result<Pinned> {
+    async fn pinned(&self, commands: &Commands) -> Result<Pinned> {
         let current = self
             .conn
             .lock()
@@ -484,7 +417,7 @@ impl Sticky {
         match current {
             Some(pinned) => Ok(pinned),
             None => {
-                let pinned = shared.conn()?.pin(shared.options.response_timeout).await?;
+                let pinned = commands.conn()?.pin(commands.timeout).await?;
                 self.keep(&pinned);
                 Ok(pinned)
             }
@@ -495,12 +428,12 @@ impl Sticky {
     /// first if none is kept); a connection error lets the connection go.
     pub(crate) async fn script<T: FromRedisValue>(
         &self,
-        shared: &Shared,
+        commands: &Commands,
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        let timeout = shared.options.response_timeout;
-        let pinned = self.pinned(shared).await?;
+        let timeout = commands.timeout;
+        let pinned = self.pinned(commands).await?;
         let reply = pinned.script(operation, timeout, invocation).await;
         if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
             self.let_go();
@@ -512,53 +445,18 @@ impl Sticky {
     /// the same pipeline; see [`Pinned::script_acked`].
     pub(crate) async fn script_acked<T: FromRedisValue>(
         &self,
-        shared: &Shared,
+        commands: &Commands,
         operation: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<(T, Option<u32>)> {
-        let timeout = shared.options.response_timeout;
-        let pinned = self.pinned(shared).await?;
+        let timeout = commands.timeout;
+        let pinned = self.pinned(commands).await?;
         let reply = pinned
-            .script_acked(operation, timeout, invocation, shared.options.wait)
+            .script_acked(operation, timeout, invocation, commands.wait)
             .await;
         if matches!(reply, Err(distlock_core::Error::Connection { .. })) {
             self.let_go();
         }
         reply
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn our_scripts_go_as_eval_with_their_body_and_others_are_left_alone() {
-        let sha = crate::scripts::ACQUIRE.get_hash().to_owned();
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(&sha)
-            .arg(2)
-            .arg("k1")
-            .arg("k2")
-            .arg("tok")
-            .arg(30_000);
-        let eval = as_eval(&evalsha).expect("one of ours");
-        let args: Vec<Vec<u8>> = eval
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => b.to_vec(),
-                _ => Vec::new(),
-            })
-            .collect();
-        assert_eq!(args[0], b"EVAL");
-        assert_eq!(args[1], crate::scripts::source_of(&sha).unwrap().as_bytes());
-        assert_eq!(&args[2..], [&b"2"[..], b"k1", b"k2", b"tok", b"30000"]);
-        let mut foreign = redis::cmd("EVALSHA");
-        foreign
-            .arg("0123456789abcdef0123456789abcdef01234567")
-            .arg(0);
-        assert!(as_eval(&foreign).is_none());
-        assert!(as_eval(&redis::cmd("PING")).is_none());
     }
 }

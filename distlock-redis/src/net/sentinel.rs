@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::backend::url::invalid_url;
 use distlock_core::backend::with_timeout;
 use distlock_core::{Error, Result};
 use redis::aio::MultiplexedConnection;
@@ -94,7 +93,7 @@ impl SentinelAuth {
 }
 
 /// A Sentinel address `host:port` as the client wants it.
-fn sentinel_addr(addr: &str) -> std::result::Result<ConnectionAddr, String> {
+pub(crate) fn sentinel_addr(addr: &str) -> std::result::Result<ConnectionAddr, String> {
     let (host, port) = addr
         .rsplit_once(':')
         .ok_or_else(|| format!("Sentinel address {addr:?} is not host:port"))?;
@@ -229,7 +228,7 @@ fn leaves_master_or_timeout(e: &RedisError) -> bool {
 /// The current master's connection, with the number that tells it from
 /// the ones before.
 #[derive(Clone)]
-struct Master {
+struct MasterConn {
     conn: MultiplexedConnection,
     generation: u64,
     /// `host:port` of the server.
@@ -240,7 +239,7 @@ struct Inner {
     resolver: Arc<Resolver>,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
-    current: Mutex<Option<Master>>,
+    current: Mutex<Option<MasterConn>>,
     /// Held while re-resolving: one at a time.
     resolving: tokio::sync::Mutex<()>,
     /// Re-resolves finished so far, and the error of the last failed one.
@@ -258,10 +257,10 @@ pub(crate) struct SentinelConn {
 }
 
 /// One connection to the master of the moment, kept for commands that must
-/// stay in order (see [`crate::conn::Pinned`]).
+/// stay in order (see [`crate::net::Pinned`]).
 #[derive(Clone)]
 pub(crate) struct SentinelPinned {
-    master: Master,
+    master: MasterConn,
     owner: SentinelConn,
 }
 
@@ -284,7 +283,7 @@ impl SentinelConn {
         }
     }
 
-    fn kept(&self) -> Option<Master> {
+    fn kept(&self) -> Option<MasterConn> {
         self.inner
             .current
             .lock()
@@ -308,7 +307,7 @@ impl SentinelConn {
         })
     }
 
-    async fn master(&self) -> Result<Master> {
+    async fn master(&self) -> Result<MasterConn> {
         if let Some(master) = self.kept() {
             return Ok(master);
         }
@@ -369,7 +368,7 @@ impl SentinelConn {
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
-        let master = Master {
+        let master = MasterConn {
             conn,
             addr: addr.into(),
             generation: self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1,
@@ -467,7 +466,7 @@ impl SentinelPinned {
     }
 
     /// As [`SentinelPinned::script`], followed by `WAIT` in the same
-    /// pipeline when `wait` is set (see [`Pinned::script_acked`](crate::conn::Pinned::script_acked)).
+    /// pipeline when `wait` is set (see [`Pinned::script_acked`](crate::net::Pinned::script_acked)).
     pub(crate) async fn script_acked<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
@@ -501,9 +500,9 @@ impl SentinelPinned {
                 None,
             ),
             Some(wait) => {
-                let (result, acked) = crate::conn::with_wait(
+                let (result, acked) = crate::net::wait::with_wait(
                     self.master.conn.clone(),
-                    &crate::conn::wait_cmd(wait),
+                    &crate::net::wait::wait_cmd(wait),
                     invocation,
                 )
                 .await;
@@ -558,235 +557,6 @@ impl Drop for Watch {
     fn drop(&mut self) {
         if !self.finished && self.started.elapsed() >= self.timeout {
             self.owner.forget(self.generation);
-        }
-    }
-}
-
-/// The userinfo of a `redis+sentinel://` URL, percent-decoded.
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && bytes[i + 1].is_ascii_hexdigit()
-            && bytes[i + 2].is_ascii_hexdigit()
-        {
-            let hex = |b: u8| (b as char).to_digit(16).unwrap_or(0);
-            #[allow(clippy::cast_possible_truncation)]
-            out.push((hex(bytes[i + 1]) * 16 + hex(bytes[i + 2])) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `url` with the value of `sentinel_password=` hidden, for messages.
-fn hide_sentinel_password(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some(("sentinel_password", _)) => "sentinel_password=***".to_owned(),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{base}?{}", query.join("&"))
-}
-
-/// The query keys a `redis+sentinel://` URL takes besides the options.
-const SENTINEL_KEYS: &[&str] = &["sentinel_user", "sentinel_password", "db"];
-
-/// What a `redis+sentinel://` URL says.
-#[derive(Debug)]
-pub(crate) struct SentinelUrl {
-    pub(crate) sentinels: Vec<String>,
-    pub(crate) master_name: String,
-    pub(crate) auth: SentinelAuth,
-    pub(crate) options: RedisOptions,
-}
-
-/// Parses `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[?query]`.
-pub(crate) fn parse_url(url: &str, options: RedisOptions) -> Result<SentinelUrl> {
-    let shown = hide_sentinel_password(url);
-    let rest = url
-        .get(..17)
-        .filter(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
-        .map(|_| &url[17..])
-        .ok_or_else(|| invalid_url(&shown, "is not a redis+sentinel:// URL"))?;
-    if rest.contains('#') {
-        return Err(invalid_url(
-            &shown,
-            "has a #fragment, which redis+sentinel:// does not read",
-        ));
-    }
-    let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (userinfo, main) = match main.rsplit_once('@') {
-        Some((userinfo, main)) => (Some(userinfo), main),
-        None => (None, main),
-    };
-    let (hosts, master_name) = main.split_once('/').unwrap_or((main, ""));
-    let master_name = decode(master_name.trim_end_matches('/'));
-    let sentinels: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if sentinels.is_empty() {
-        return Err(invalid_url(
-            &shown,
-            "names no Sentinel (host:port[,host:port…]/master-name)",
-        ));
-    }
-    if master_name.is_empty() {
-        return Err(invalid_url(
-            &shown,
-            "names no master (host:port[,host:port…]/master-name)",
-        ));
-    }
-    if master_name.contains('/') {
-        return Err(invalid_url(
-            &shown,
-            "has a path after the master name (the database is the query key `db`)",
-        ));
-    }
-    for s in &sentinels {
-        sentinel_addr(s).map_err(|why| invalid_url(&shown, why))?;
-    }
-    let (options, extra) = options.apply_query(&shown, query, SENTINEL_KEYS)?;
-    let mut auth = SentinelAuth::new();
-    if let Some(userinfo) = userinfo {
-        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-        let user = (!user.is_empty()).then(|| decode(user));
-        if !password.is_empty() {
-            auth = auth.master(user.as_deref(), &decode(password));
-        } else if user.is_some() {
-            return Err(invalid_url(
-                &shown,
-                "has a user but no password (user:password@)",
-            ));
-        }
-    }
-    let mut sentinel_user = None;
-    let mut sentinel_password = None;
-    for pair in extra {
-        let (key, value) = pair.split_once('=').unwrap_or((&pair, ""));
-        match key {
-            "sentinel_user" => sentinel_user = Some(decode(value)),
-            "sentinel_password" => sentinel_password = Some(decode(value)),
-            "db" => {
-                auth = auth.db(value.parse().ok().filter(|db| *db >= 0).ok_or_else(|| {
-                    invalid_url(
-                        &shown,
-                        format_args!("db={value:?} is not a database number"),
-                    )
-                })?);
-            }
-            _ => {}
-        }
-    }
-    match (sentinel_user, sentinel_password) {
-        (user, Some(password)) => auth = auth.sentinels(user.as_deref(), &password),
-        (Some(_), None) => {
-            return Err(invalid_url(&shown, "sentinel_user needs sentinel_password"))
-        }
-        (None, None) => {}
-    }
-    Ok(SentinelUrl {
-        sentinels,
-        master_name,
-        auth,
-        options,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_scheme_is_case_insensitive() {
-        let u = parse_url("REDIS+Sentinel://h:1/m", RedisOptions::new()).unwrap();
-        assert_eq!(u.master_name, "m");
-    }
-
-    #[test]
-    fn urls_name_sentinels_master_credentials_and_options() {
-        let u = parse_url(
-            "redis+sentinel://u:p%40ss@127.0.0.1:26379,h2:26380/mymaster?prefix=app:&sentinel_password=sp&db=3&lease_ttl_ms=900",
-            RedisOptions::new(),
-        )
-        .unwrap();
-        assert_eq!(u.sentinels, ["127.0.0.1:26379", "h2:26380"]);
-        assert_eq!(u.master_name, "mymaster");
-        assert_eq!(
-            u.auth,
-            SentinelAuth::new()
-                .master(Some("u"), "p@ss")
-                .sentinels(None, "sp")
-                .db(3)
-        );
-        assert_eq!(u.options.prefix, "app:");
-        assert_eq!(u.options.lease.ttl(), Duration::from_millis(900));
-        let shown = format!("{:?}", u.auth);
-        assert!(
-            !shown.contains("p@ss") && !shown.contains("sp\""),
-            "{shown}"
-        );
-        let u = parse_url("redis+sentinel://h:1/m/", RedisOptions::new()).unwrap();
-        assert_eq!((u.sentinels.len(), u.master_name.as_str()), (1, "m"));
-        assert_eq!(u.auth, SentinelAuth::new());
-    }
-
-    #[test]
-    fn bad_urls_are_refused_with_secrets_hidden() {
-        for (url, says) in [
-            ("redis+sentinel://u:s3cret@h:1/m#x", "#fragment"),
-            ("redis+sentinel://u:s3cret@h:1", "names no master"),
-            ("redis+sentinel://u:s3cret@h:1/", "names no master"),
-            ("redis+sentinel://u:s3cret@/m", "names no Sentinel"),
-            ("redis+sentinel://u:s3cret@,/m", "names no Sentinel"),
-            ("redis+sentinel://u:s3cret@h:x/m", "no valid port"),
-            ("redis+sentinel://u:s3cret@h:0/m", "no valid port"),
-            ("redis+sentinel://u:s3cret@h:70000/m", "no valid port"),
-            ("redis+sentinel://u:s3cret@h/m", "not host:port"),
-            ("redis+sentinel://u:s3cret@h:1/m/2", "path after the master"),
-            (
-                "redis+sentinel://u:s3cret@h:1/m?nope=1",
-                "unknown option \"nope\"",
-            ),
-            (
-                "redis+sentinel://u:s3cret@h:1/m?protocol=3",
-                "unknown option",
-            ),
-            (
-                "redis+sentinel://h:1/m?sentinel_password=s3cret&sentinel_password=s3cret",
-                "given twice",
-            ),
-            (
-                "redis+sentinel://h:1/m?sentinel_password=s3cret&db=x",
-                "db=\"x\"",
-            ),
-            (
-                "redis+sentinel://h:1/m?sentinel_user=a",
-                "needs sentinel_password",
-            ),
-            (
-                "redis+sentinel://h:1/m?recheck_ms=soon&sentinel_password=s3cret",
-                "milliseconds",
-            ),
-        ] {
-            let e = parse_url(url, RedisOptions::new()).unwrap_err();
-            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
-            let text = e.to_string();
-            assert!(text.contains(says), "{url}: {text}");
-            assert!(!text.contains("s3cret"), "{url}: {text}");
         }
     }
 }

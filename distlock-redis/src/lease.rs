@@ -1,0 +1,340 @@
+//! One held lease of the plain provider (its token, its renewals and release
+//! on one kept connection), the undo of an attempt whose outcome is
+//! unknown, and the decoding its scripts' replies share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{Cleanup, LeaseBackend};
+use distlock_core::{Error, Name, Result};
+use redis::ScriptInvocation;
+use tokio::time::{sleep_until, Instant};
+
+use crate::context::Context;
+use crate::keys::{Keys, Recipe};
+use crate::net::wait::not_replicated;
+use crate::net::{Pinned, Sticky};
+
+/// 128 random bits as 32 hex digits (the shape of redis-py's tokens).
+pub(crate) fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Undoes what an acquire attempt may have left (cancelled, timed out,
+/// failed mid-flight): its hold (compare-and-delete of its token, so a late
+/// `SET` cannot land afterwards with nobody to release it), or a queued
+/// waiter's place. Sent on the connection the attempt used, so it reaches
+/// the server after the attempt did; retried ([`retried`]) until what it
+/// takes back would have expired by itself. Once the attempt's connection
+/// is known dead (nothing more can land from it), another connection is as
+/// good.
+pub(crate) struct Undo {
+    pub(crate) lease: Arc<RedisLease>,
+    /// `None`: the attempt's hold; `Some`: this waiter's place in a queued
+    /// recipe's queue.
+    pub(crate) place: Option<String>,
+    /// When the attempt was sent plus the TTL of what it may have left and
+    /// a response timeout: after this it is gone anyway.
+    pub(crate) expires: Instant,
+}
+
+#[async_trait]
+impl Cleanup for Undo {
+    async fn clean_up(&self) -> Result<()> {
+        let place = self.place.as_deref();
+        retried(|| self.expires, || self.lease.take_back(place))
+            .await
+            .map(drop)
+    }
+}
+
+/// Runs `once` until it succeeds, fails with an error that is not
+/// retryable, or the next try (after a pause of 20 ms, doubling up to
+/// 500 ms) would start after `expires()`: the back-off of every cleanup
+/// (an undo, a waiter leaving its queue, Redlock's undo on each master).
+pub(crate) async fn retried<T, F: std::future::Future<Output = Result<T>>>(
+    expires: impl Fn() -> Instant,
+    mut once: impl FnMut() -> F,
+) -> Result<T> {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match once().await {
+            Ok(done) => return Ok(done),
+            Err(e) if e.is_retryable() && Instant::now() + pause < expires() => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The keys a lease's scripts act on.
+pub(crate) enum LeaseKeys {
+    /// The lock family's (mutex, fair mutex, election).
+    Lock(Arc<Keys>),
+    /// A queued recipe's (a read-write lock's side, a semaphore).
+    Queued(Arc<Recipe>),
+}
+
+impl From<&Arc<Keys>> for LeaseKeys {
+    fn from(keys: &Arc<Keys>) -> Self {
+        LeaseKeys::Lock(Arc::clone(keys))
+    }
+}
+
+impl From<&Arc<Recipe>> for LeaseKeys {
+    fn from(recipe: &Arc<Recipe>) -> Self {
+        LeaseKeys::Queued(Arc::clone(recipe))
+    }
+}
+
+/// One held Redis lease: its keys and our token; the same for every
+/// primitive of the plain provider, which differ only in their scripts
+/// ([`LeaseKeys`]).
+///
+/// Its renewals and its release go out on one pinned connection (the one
+/// its acquisition used), so they reach the server in the order they were
+/// sent: an `extend()` cancelled in flight cannot land after a later
+/// renewal and shorten the lease behind the local deadline. A connection
+/// found dead is replaced (nothing more can land from it). The connection
+/// is let go once the lease is released.
+pub(crate) struct RedisLease {
+    shared: Arc<Context>,
+    keys: LeaseKeys,
+    pub(crate) token: String,
+    name: Name,
+    conn: Sticky,
+}
+
+impl RedisLease {
+    /// The lease of one acquire attempt, with a fresh token, pinned to the
+    /// attempt's connection.
+    pub(crate) fn new(
+        shared: &Arc<Context>,
+        keys: LeaseKeys,
+        name: &Name,
+        pinned: &Pinned,
+    ) -> Arc<RedisLease> {
+        // A fresh token per attempt: an undo still running for an earlier
+        // attempt can never delete a later one's key. The lock family's
+        // lock key value is the holder record too: `<token>|<owner>` (see
+        // `holds.lua`); a queued recipe keeps its holders' owners apart.
+        let token = match keys {
+            LeaseKeys::Lock(_) => format!("{}|{}", new_token(), shared.owner),
+            LeaseKeys::Queued(_) => new_token(),
+        };
+        Arc::new(RedisLease {
+            shared: Arc::clone(shared),
+            keys,
+            token,
+            name: name.clone(),
+            conn: Sticky::new(Some(pinned)),
+        })
+    }
+
+    /// Runs a compare-and-act script; `true` when it acted.
+    async fn run(
+        &self,
+        operation: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<bool> {
+        let reply: i64 = self
+            .conn
+            .script(&self.shared.commands, operation, invocation)
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// Takes back what the attempt of this lease may have left: its hold
+    /// (`place` `None`), or the queued waiter `place`'s entry; `true` when
+    /// the script acted (the hold was ours). The connection stays kept.
+    async fn take_back(&self, place: Option<&str>) -> Result<bool> {
+        match (&self.keys, place) {
+            (LeaseKeys::Lock(keys), _) => self.run("release", &keys.release(&self.token)).await,
+            (LeaseKeys::Queued(recipe), None) => {
+                self.run("release", &recipe.release(&self.token, "")).await
+            }
+            (LeaseKeys::Queued(recipe), Some(member)) => {
+                self.run("release", &recipe.release("", member)).await
+            }
+        }
+    }
+
+    fn owned(&self, acted: bool) -> Result<()> {
+        if acted {
+            Ok(())
+        } else {
+            Err(Error::not_held(self.name.as_str()))
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseBackend for RedisLease {
+    async fn renew(&self, ttl: Duration) -> Result<()> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let invocation = match &self.keys {
+            LeaseKeys::Lock(keys) => keys.extend(&self.token, ms),
+            LeaseKeys::Queued(recipe) => recipe.extend(&self.token, ms),
+        };
+        let (reply, acked): (i64, _) = self
+            .conn
+            .script_acked(&self.shared.commands, "extend", &invocation)
+            .await?;
+        self.owned(reply == 1)?;
+        check_acked(&self.shared, &self.name, "renewal", acked)
+    }
+
+    async fn release(&self) -> Result<()> {
+        let acted = self.take_back(None).await?;
+        match &self.keys {
+            LeaseKeys::Lock(_) => tracing::debug!(
+                name = %self.name,
+                owner = %self.shared.owner,
+                released = acted,
+                "distlock redis lock released"
+            ),
+            LeaseKeys::Queued(recipe) => tracing::debug!(
+                name = %self.name,
+                side = ?recipe.claim,
+                owner = %self.shared.owner,
+                released = acted,
+                "distlock redis queued lock released"
+            ),
+        }
+        // Released or not ours: either way no later command of this lease
+        // needs the connection.
+        self.conn.let_go();
+        self.owned(acted)
+    }
+}
+
+/// How an acquire script answered, for every family: `W` is what a
+/// refused attempt learns (how long to wait, who holds, where it stands).
+pub(crate) enum Attempt<W> {
+    /// `1`: taken, with this fencing token.
+    Acquired(u64),
+    /// `0`: not taken.
+    Waiting(W),
+    /// `2`: the key already holds this attempt's token: the attempt ran
+    /// before (resent by the client after a lost reply), its fencing token
+    /// is unknown.
+    AlreadyOurs,
+}
+
+/// Decodes an acquire script's `{status, value}` once for every family:
+/// `1` taken (counted only once the replicas acknowledged it as asked,
+/// `acked`, see [`check_acked`]), `0` refused (`waiting` makes the
+/// family's `W` from `value`, the milliseconds to look again within,
+/// `None` when negative: no bound from the server), `2` already ours, `-3`
+/// the fencing counter `fence` is exhausted; any other status is a refusal
+/// the family names (`refused(status, value)`).
+pub(crate) fn decode<W>(
+    (shared, name, fence): (&Context, &Name, &str),
+    (status, value): (i64, i64),
+    acked: Option<u32>,
+    waiting: impl FnOnce(Option<Duration>) -> W,
+    refused: impl FnOnce(i64, i64) -> Error,
+) -> Result<Attempt<W>> {
+    match status {
+        1 => {
+            check_acked(shared, name, "acquisition", acked)?;
+            u64::try_from(value)
+                .map(Attempt::Acquired)
+                .map_err(|_| Error::server("redis", "acquire script returned a negative token"))
+        }
+        0 => Ok(Attempt::Waiting(waiting(
+            u64::try_from(value).ok().map(Duration::from_millis),
+        ))),
+        2 => Ok(Attempt::AlreadyOurs),
+        -3 => Err(Error::Exhausted {
+            name: fence.to_owned(),
+        }),
+        status => Err(refused(status, value)),
+    }
+}
+
+/// The refusal of an acquisition of a `wanted` on `name` whose acquire
+/// script found another kind holding it (`kind.lua`'s `kind_other` index: 1
+/// read-write lock, 2 semaphore, 3 election, 4 a mutex token (a distlock
+/// mutex or fair mutex, or redis-py), 5 a lock key `lock` that is not a
+/// string).
+pub(crate) fn kind_refusal(name: &Name, lock: &str, index: i64, wanted: &'static str) -> Error {
+    let found = match index {
+        1 => "read-write lock",
+        2 => "semaphore",
+        3 => "election",
+        4 => "mutex",
+        _ => {
+            return Error::Conflict {
+                what: format!("redis key {lock:?}"),
+                expected: "lock (a string key)",
+            }
+        }
+    };
+    Error::kind_conflict(name.as_str(), found, wanted)
+}
+
+/// `Ok` unless the provider asks replicas to acknowledge writes and fewer
+/// than asked did (`acked` is what the pipelined `WAIT` answered).
+pub(crate) fn check_acked(
+    shared: &Context,
+    name: &Name,
+    step: &str,
+    acked: Option<u32>,
+) -> Result<()> {
+    match (shared.options.wait, acked) {
+        (Some(wait), Some(acked)) if acked < wait.replicas => Err(not_replicated(
+            format!("lock {:?} {step}", name.as_str()),
+            acked,
+            wait,
+        )),
+        (Some(wait), None) => Err(not_replicated(
+            format!("lock {:?} {step}", name.as_str()),
+            0,
+            wait,
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What a wait's leave (of a line or a queue) may take before the caller
+/// returns: what is left of one response timeout `timeout` past the
+/// caller's `deadline` (a wait gives up at most one response timeout late,
+/// its last attempt included), or one response timeout without a deadline.
+/// A leave cut short finishes in the background (its guard's drop); the
+/// entry expires by itself anyway.
+pub(crate) fn leave_budget(deadline: Option<Instant>, timeout: Duration) -> Duration {
+    deadline.map_or(timeout, |d| {
+        (d + timeout)
+            .saturating_duration_since(Instant::now())
+            .min(timeout)
+    })
+}
+
+/// Sleeps before another attempt after a retryable failure while waiting;
+/// `false` when that would pass the deadline.
+pub(crate) async fn pause_before_retry(deadline: Option<Instant>, pause: &mut Duration) -> bool {
+    let until = Instant::now() + *pause;
+    if deadline.is_some_and(|d| d <= until) {
+        return false;
+    }
+    sleep_until(until).await;
+    *pause = (*pause * 2).min(Duration::from_millis(500));
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_unique() {
+        let a = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, new_token());
+    }
+}
