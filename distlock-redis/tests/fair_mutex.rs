@@ -443,7 +443,10 @@ async fn a_lost_fair_acquire_reply_then_partition_leaves_nothing() {
         assert!(Instant::now() < deadline, "the acquire never landed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(proxy.swallowed_bytes() > 0, "no reply was lost");
+    assert!(
+        proxy.swallowed_some(Duration::from_secs(3)).await,
+        "no reply was lost"
+    );
     proxy.cut();
     proxy.set_blackhole(true);
     tokio::time::sleep(Duration::from_millis(1200)).await;

@@ -372,7 +372,10 @@ async fn a_lost_acquire_reply_is_undone() {
         redis.cli(&["ZCARD", &k.readers]) == "1"
     })
     .await;
-    assert!(proxy.swallowed_bytes() > 0, "no reply was lost");
+    assert!(
+        proxy.swallowed_some(Duration::from_secs(3)).await,
+        "no reply was lost"
+    );
     proxy.cut();
     proxy.set_blackhole(true);
     tokio::time::sleep(Duration::from_millis(1200)).await;

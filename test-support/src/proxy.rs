@@ -205,6 +205,22 @@ impl Proxy {
         self.control.swallowed_bytes.load(Ordering::SeqCst)
     }
 
+    /// Waits, at most `within`, until some reply bytes were swallowed
+    /// (see [`Proxy::swallowed_bytes`]); whether they were. The server
+    /// runs a request a moment before its reply reaches the proxy, so a
+    /// test that has seen a request's effect on the server asks this
+    /// rather than reading the count at once.
+    pub async fn swallowed_some(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.swallowed_bytes() == 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
     /// Back to plain forwarding: no blackhole, no delay, no swallowed
     /// replies, and a pending [`Proxy::lose_next_reply`] or
     /// [`Proxy::reset_after_request`] disarmed. Open
