@@ -17,9 +17,15 @@ Examples:
   # run a scheduler only on the leader, stepping down when leadership is lost
   distlock elect scheduler -- ./scheduler
 
-Exit codes: the child's status (128 + N when it died of signal N); 1 or -E CODE when not
-acquired (-n, -w); 75 when the lease was lost while the child ran; 64 usage; 69 backend
-unreachable or refusing; 128 + N when signal N arrived while waiting.";
+Exit codes:
+  the child's status    the child exited (128 + N when it died of signal N)
+  1, or -E CODE         not acquired: -n while held, -w SECS timed out
+  75  (EX_TEMPFAIL)     the lease was lost while the child ran (it was stopped)
+  128 + N               signal N arrived while waiting (nothing ran, nothing is held)
+  64  (EX_USAGE)        bad flag, URL or name; mem://; --ttl on zk://; unlock --force without --yes
+  65  (EX_DATAERR)      the name holds another primitive or another kind of data
+  69  (EX_UNAVAILABLE)  backend unreachable or refusing (connection, authentication, ACL)
+  70  (EX_SOFTWARE)     any other runtime error";
 
 /// Runs programs under distributed locks or as leader, over Redis or ZooKeeper.
 #[derive(Debug, Parser)]
@@ -119,8 +125,15 @@ pub struct ExecArgs {
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub no_wait: bool,
 
-    /// Wait at most SECS (fractions allowed), then fail (exit 1 or -E).
-    #[arg(short = 'w', long, value_name = "SECS", value_parser = parse_secs)]
+    /// Wait at most SECS (fractions allowed), then fail (exit 1 or -E);
+    /// `--timeout` as in flock(1).
+    #[arg(
+        short = 'w',
+        long,
+        visible_alias = "timeout",
+        value_name = "SECS",
+        value_parser = parse_secs
+    )]
     pub wait: Option<Duration>,
 
     /// The exit code when the lock was not acquired (-n, -w).

@@ -35,13 +35,16 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 /// Checks what can be checked before connecting: the name, the URL's
-/// scheme, and options the scheme cannot take.
-fn check(url: &str, name: &str, runs_child: bool, run: Option<&RunArgs>) -> Result<(), Failure> {
+/// scheme, and options the scheme cannot take. `mem://` is refused by
+/// every command: its locks, ids and holders live in this one process and
+/// end with it, so a lock taken, an id drawn or a holder inspected there is
+/// nobody else's (`id` run twice printed 1 and 1).
+fn check(url: &str, name: &str, run: Option<&RunArgs>) -> Result<(), Failure> {
     Name::new(name).map_err(|e| Failure::from_error("", &e))?;
     let scheme = Scheme::of(url).map_err(|e| Failure::from_error("", &e))?;
-    if runs_child && scheme == Scheme::Mem {
+    if scheme == Scheme::Mem {
         return Err(Failure::usage(
-            "mem:// cannot coordinate separate processes: use a redis:// or zk:// URL",
+            "mem:// lives and ends in one process, so the command cannot share it with anyone: use a redis:// or zk:// URL",
         ));
     }
     if let Some(ttl) = run.and_then(|r| r.ttl) {
@@ -97,7 +100,7 @@ fn install_signals() -> Result<Signals, Failure> {
 }
 
 async fn exec(url: &str, args: &ExecArgs) -> Result<u8, Failure> {
-    check(url, &args.name, true, Some(&args.run))?;
+    check(url, &args.name, Some(&args.run))?;
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
     let result = exec_on(&*provider, args, &mut signals).await;
@@ -145,14 +148,26 @@ async fn exec_on(
             () = &mut shown => unreachable!("the spinner never ends"),
         }
     };
+    let what = if args.semaphore.is_some() {
+        "a permit of semaphore"
+    } else if args.read {
+        "the read side of"
+    } else if args.write {
+        "the write side of"
+    } else if args.fair {
+        "fair mutex"
+    } else {
+        "mutex"
+    };
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => {
-            tracing::info!(name, "not acquired");
+            tracing::info!("not acquired: {what} {name}");
             return Ok(args.conflict_exit_code);
         }
         Err(e) => return Err(Failure::from_error(&format!("acquiring {name}"), &e)),
     };
+    tracing::info!("acquired {what} {name}, token {}", guard.fencing_token());
     let env = ChildEnv {
         name,
         fencing_token: guard.fencing_token(),
@@ -194,7 +209,7 @@ async fn exec_on(
 }
 
 async fn elect(url: &str, args: &ElectArgs) -> Result<u8, Failure> {
-    check(url, &args.name, true, Some(&args.run))?;
+    check(url, &args.name, Some(&args.run))?;
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
     let result = if args.observe {
@@ -316,7 +331,7 @@ async fn lead(
 }
 
 async fn id(url: &str, args: &IdArgs) -> Result<u8, Failure> {
-    check(url, &args.name, false, None)?;
+    check(url, &args.name, None)?;
     let provider = connect(url, None).await?;
     let result = async {
         let ids = provider
@@ -340,7 +355,7 @@ async fn id(url: &str, args: &IdArgs) -> Result<u8, Failure> {
 }
 
 async fn inspect(url: &str, args: &InspectArgs) -> Result<u8, Failure> {
-    check(url, &args.name, false, None)?;
+    check(url, &args.name, None)?;
     let provider = connect(url, None).await?;
     let snapshot = provider.inspect(&args.name, args.kind).await;
     close(&*provider).await;
@@ -355,7 +370,7 @@ async fn inspect(url: &str, args: &InspectArgs) -> Result<u8, Failure> {
 }
 
 async fn unlock(url: &str, args: &UnlockArgs) -> Result<u8, Failure> {
-    check(url, &args.name, false, None)?;
+    check(url, &args.name, None)?;
     let ask = !args.yes;
     if ask && !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return Err(Failure::usage(

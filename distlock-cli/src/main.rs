@@ -106,9 +106,14 @@ fn init_tracing(verbose: u8) {
         2 => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,
     };
+    // Colour only for a person at a terminal: never into a pipe or a log
+    // file, and never with NO_COLOR set (https://no-color.org).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
         .with_target(false)
+        .with_ansi(colour)
         .init();
 }

@@ -197,7 +197,24 @@ fn held(url: &str) {
     let out = run(url, &["exec", "-w", "0.5", &name, "--", "touch", "ran"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
     assert!(started.elapsed() >= Duration::from_millis(500));
+    // flock(1)'s long form of -w.
+    let started = Instant::now();
+    let out = run(
+        url,
+        &["exec", "--timeout", "0.5", &name, "--", "touch", "ran"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(!dir.path().join("ran").exists());
+    // -v into a pipe: what happened in plain words, no colour codes.
+    let out = run(url, &["-v", "exec", "-n", &name, "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("not acquired: mutex {name}")),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
 
     let snapshot = inspect(url, &name, "mutex");
     assert_eq!(snapshot["held"], true, "{snapshot}");
@@ -212,6 +229,14 @@ fn held(url: &str) {
     assert_eq!(inspect(url, &name, "mutex")["held"], false);
     let out = run(url, &["exec", "-n", &name, "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    let out = run(url, &["-v", "exec", "--fair", &name, "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("acquired fair mutex {name}, token ")),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
 }
 
 // A signal reaches the child and the grandchild it started: both die.
@@ -683,6 +708,11 @@ fn usage_errors_exit_64_with_one_line() {
         ("redis://127.0.0.1:1", &["exec", "x", "--"], "<CMD>"),
         ("mem://", &["exec", "x", "--", "true"], "mem://"),
         ("mem://", &["elect", "x", "--", "true"], "mem://"),
+        // Each run is a process of its own: ids, holders and force-releases
+        // on mem:// would be nobody else's (`id` printed 1 every time).
+        ("mem://", &["id", "x"], "mem://"),
+        ("mem://", &["inspect", "x"], "mem://"),
+        ("mem://", &["unlock", "--force", "--yes", "x"], "mem://"),
         (zk, &["exec", "--ttl", "5", "x", "--", "true"], "--ttl"),
         (
             "redis://127.0.0.1:1",
@@ -720,5 +750,17 @@ fn usage_errors_exit_64_with_one_line() {
     let help = run("", &["exec", "--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("Examples:"));
+    // --help lists every exit code of the README's table.
+    let help = String::from_utf8_lossy(&run("", &["--help"]).stdout).into_owned();
+    for code in [
+        "EX_TEMPFAIL",
+        "128 + N",
+        "EX_USAGE",
+        "EX_DATAERR",
+        "EX_UNAVAILABLE",
+        "EX_SOFTWARE",
+    ] {
+        assert!(help.contains(code), "--help lacks {code}: {help}");
+    }
     assert_eq!(run("", &["--version"]).status.code(), Some(0));
 }
