@@ -14,34 +14,64 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::failure::{say, Failure, CANNOT_EXECUTE, NOT_FOUND};
 
-/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, caught from the start so that none
-/// kills distlock while it waits or supervises.
+/// The signals distlock catches, from the start, so that none of them
+/// kills it while it holds a lease: every catchable signal whose default
+/// action ends a process (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+/// SIGALRM; SIGUSR1 used to kill distlock and leave the lock held), and
+/// SIGWINCH and SIGCONT, which a child may care about. SIGCHLD is
+/// distlock's own; SIGKILL and SIGSTOP cannot be caught; the synchronous
+/// ones (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS) are
+/// about distlock itself; the terminal's stop signals (SIGTSTP, SIGTTIN,
+/// SIGTTOU) go to the child's group directly while it has the terminal.
+const CAUGHT: [i32; 9] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+/// The caught signals ([`CAUGHT`]).
 pub struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-    quit: Signal,
+    caught: Vec<(i32, Signal)>,
 }
 
 impl Signals {
     /// Installs the handlers.
     pub fn install() -> io::Result<Self> {
-        Ok(Signals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-            quit: signal(SignalKind::quit())?,
-        })
+        let caught = CAUGHT
+            .iter()
+            .map(|&n| signal(SignalKind::from_raw(n)).map(|s| (n, s)))
+            .collect::<io::Result<_>>()?;
+        Ok(Signals { caught })
     }
 
-    /// The next signal's number.
+    /// The next signal that would have ended distlock (every caught one
+    /// but SIGWINCH and SIGCONT, which are let pass): what ends a wait
+    /// (exit 128 + N).
     pub async fn recv(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-            _ = self.quit.recv() => libc::SIGQUIT,
+        loop {
+            let n = self.next().await;
+            if n != libc::SIGWINCH && n != libc::SIGCONT {
+                return n;
+            }
         }
+    }
+
+    /// The next caught signal, whichever: what is forwarded to a child.
+    pub async fn next(&mut self) -> i32 {
+        let arrivals = self.caught.iter_mut().map(|(n, s)| {
+            let n = *n;
+            Box::pin(async move {
+                s.recv().await;
+                n
+            })
+        });
+        futures::future::select_all(arrivals).await.0
     }
 }
 
@@ -183,7 +213,7 @@ impl Running {
                     self.terminal = None;
                     return Ok(Ended::Exited(status?));
                 }
-                sig = signals.recv() => {
+                sig = signals.next() => {
                     tracing::info!(signal = sig, "forwarding signal to the child's group");
                     self.signal_group(sig);
                 }

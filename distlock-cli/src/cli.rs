@@ -57,7 +57,8 @@ Examples:
   distlock exec --read catalog -- ./report.sh             # readers share, --write excludes
 
 The child sees DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN and DISTLOCK_OWNER. It runs in its own
-process group; SIGINT, SIGTERM, SIGHUP and SIGQUIT go to the whole group. If the lease is
+process group; every catchable signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+SIGALRM, SIGWINCH, SIGCONT) goes to the whole group. If the lease is
 lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.")]
     Exec(ExecArgs),
 

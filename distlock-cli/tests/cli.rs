@@ -263,6 +263,42 @@ fn signals_reach_the_group(url: &str) {
     assert_eq!(inspect(url, &name, "mutex")["held"], false);
 }
 
+// Every catchable signal reaches the child's group, not only the four that
+// end it: SIGUSR1 (which used to kill distlock, status 138, and leave the
+// lock held), SIGUSR2 and SIGWINCH reach a child that traps them, while
+// distlock runs on and holds.
+fn other_signals_are_forwarded(url: &str) {
+    let name = test_support::unique_name("usr1");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        url,
+        &name,
+        &[],
+        "trap 'touch usr1' USR1; trap 'touch usr2' USR2; trap 'touch winch' WINCH; \
+         touch ready; while [ ! -e done ]; do sleep 0.05; done",
+        dir.path(),
+    );
+    for (sig, file) in [
+        (libc::SIGUSR1, "usr1"),
+        (libc::SIGUSR2, "usr2"),
+        (libc::SIGWINCH, "winch"),
+    ] {
+        signal(&holder, sig);
+        wait_until(Duration::from_secs(5), file, || {
+            dir.path().join(file).exists()
+        });
+        assert!(
+            holder.try_wait().unwrap().is_none(),
+            "distlock ended on signal {sig}"
+        );
+        assert_eq!(inspect(url, &name, "mutex")["held"], true);
+    }
+    // The child saw all three; it ends when told: its status is distlock's.
+    std::fs::write(dir.path().join("done"), "").unwrap();
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 0);
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
 // A signal while waiting: 128 + N, nothing ran, nothing is held afterwards.
 fn signal_while_waiting(url: &str) {
     let name = test_support::unique_name("waiting");
@@ -654,6 +690,7 @@ on_both!(
     child_env_and_status,
     held,
     signals_reach_the_group,
+    other_signals_are_forwarded,
     signal_while_waiting,
     force_release_stops_the_child,
     stubborn_child_is_killed_after_grace,
