@@ -13,6 +13,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::failure::{say, Failure, CANNOT_EXECUTE, NOT_FOUND};
+use crate::guardian::Guardian;
 
 /// The signals distlock catches, from the start, so that none of them
 /// kills it while it holds a lease: every catchable signal whose default
@@ -90,6 +91,8 @@ pub struct Running {
     child: Child,
     pgid: i32,
     terminal: Option<Foreground>,
+    /// Ends the group should distlock end first (see [`crate::guardian`]).
+    guardian: Guardian,
 }
 
 /// The terminal handed to the child's group while it runs, so that an
@@ -127,12 +130,18 @@ impl Drop for Foreground {
 }
 
 /// Starts `argv` in a new process group with the lease in its environment.
-/// The child gets SIGTERM should distlock itself die (it would be running
-/// without the lease soon after).
-pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>) -> Result<Running, Failure> {
+/// Should distlock itself die, the group is ended (SIGTERM, SIGKILL after
+/// `grace`) by the guardian ([`crate::guardian`]), and the leader gets
+/// SIGTERM from the kernel besides: it would be running without the lease
+/// soon after.
+pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<Running, Failure> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| Failure::usage("missing command after `--`"))?;
+    let mut guardian = Guardian::start(grace).map_err(|e| Failure {
+        code: CANNOT_EXECUTE,
+        message: format!("cannot start the guardian of the child's group: {e}"),
+    })?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("DISTLOCK_NAME", env.name)
@@ -181,11 +190,13 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>) -> Result<Running, Failure> 
             message: "the child exited before it could be watched".into(),
         });
     };
+    guardian.guard(pgid);
     tracing::info!(pid = pgid, "child started");
     Ok(Running {
         child,
         pgid,
         terminal,
+        guardian,
     })
 }
 
@@ -211,7 +222,18 @@ impl Running {
             tokio::select! {
                 status = self.child.wait() => {
                     self.terminal = None;
-                    return Ok(Ended::Exited(status?));
+                    let status = status?;
+                    // What the child started in its group and left running
+                    // would run on without the lease once distlock
+                    // releases it: ended first, as on a lost lease.
+                    if self.group_alive() {
+                        tracing::warn!(pgid = self.pgid, "the child exited, its group lives on: ending it");
+                        self.stop(grace).await;
+                    }
+                    if !self.group_alive() {
+                        self.guardian.dismiss();
+                    }
+                    return Ok(Ended::Exited(status));
                 }
                 sig = signals.next() => {
                     tracing::info!(signal = sig, "forwarding signal to the child's group");
@@ -220,6 +242,9 @@ impl Running {
                 reason = &mut lost => {
                     tracing::warn!(%reason, "lease lost: stopping the child");
                     self.stop(grace).await;
+                    if !self.group_alive() {
+                        self.guardian.dismiss();
+                    }
                     self.terminal = None;
                     return Ok(Ended::LeaseLost(reason));
                 }

@@ -173,7 +173,7 @@ async fn exec_on(
         fencing_token: guard.fencing_token(),
         owner: provider.owner(),
     };
-    let mut running = match child::spawn(&args.command, &env) {
+    let mut running = match child::spawn(&args.command, &env, args.run.grace) {
         Ok(running) => running,
         Err(f) => {
             let _ = guard.release().await;
@@ -292,7 +292,7 @@ async fn lead(
             fencing_token: leadership.term(),
             owner: candidate,
         };
-        let mut running = match child::spawn(&args.command, &env) {
+        let mut running = match child::spawn(&args.command, &env, args.run.grace) {
             Ok(running) => running,
             Err(f) => {
                 let _ = leadership.resign().await;

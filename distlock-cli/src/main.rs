@@ -13,6 +13,7 @@ mod child;
 mod cli;
 mod commands;
 mod failure;
+mod guardian;
 mod report;
 mod spinner;
 
@@ -26,6 +27,11 @@ use crate::cli::Cli;
 use crate::failure::{say, Failure, SOFTWARE, USAGE};
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == guardian::ARG) {
+        let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+        return ExitCode::from(guardian::run(&rest));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e)),

@@ -299,6 +299,61 @@ fn other_signals_are_forwarded(url: &str) {
     assert_eq!(inspect(url, &name, "mutex")["held"], false);
 }
 
+// distlock killed with SIGKILL (nothing of it runs): its guardian ends the
+// child's whole group, the grandchild too (it kept running before, and
+// another host took the lock once the lease expired).
+fn the_group_ends_with_a_killed_distlock(url: &str) {
+    let name = test_support::unique_name("sigkill");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        url,
+        &name,
+        &["--grace", "1"],
+        "sleep 300 & echo $! > gc.pid; echo $$ > c.pid; touch ready; wait",
+        dir.path(),
+    );
+    let child = read_pid(&dir.path().join("c.pid")).unwrap();
+    let grandchild = read_pid(&dir.path().join("gc.pid")).unwrap();
+    assert!(alive(child) && alive(grandchild));
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    wait_until(
+        Duration::from_secs(10),
+        "the child and the grandchild to end after distlock's SIGKILL",
+        || !alive(child) && !alive(grandchild),
+    );
+}
+
+// The child exits and leaves a process of its group running: distlock ends
+// it (SIGTERM, SIGKILL after --grace) before it releases the lock, and exits
+// with the child's status.
+fn leftovers_of_the_child_end_before_the_release(url: &str) {
+    let name = test_support::unique_name("leftover");
+    let dir = tempfile::tempdir().unwrap();
+    let out = distlock(
+        url,
+        &[
+            "exec",
+            "--grace",
+            "1",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            // Its output away from distlock's pipes: reading them to the
+            // end would wait for it.
+            "sleep 300 >/dev/null 2>&1 & echo $! > gc.pid; exit 3",
+        ],
+    )
+    .current_dir(dir.path())
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_line(&out));
+    let grandchild = read_pid(&dir.path().join("gc.pid")).unwrap();
+    assert!(!alive(grandchild), "the child's leftover outlived distlock");
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
 // A signal while waiting: 128 + N, nothing ran, nothing is held afterwards.
 fn signal_while_waiting(url: &str) {
     let name = test_support::unique_name("waiting");
@@ -691,6 +746,8 @@ on_both!(
     held,
     signals_reach_the_group,
     other_signals_are_forwarded,
+    the_group_ends_with_a_killed_distlock,
+    leftovers_of_the_child_end_before_the_release,
     signal_while_waiting,
     force_release_stops_the_child,
     stubborn_child_is_killed_after_grace,
