@@ -568,13 +568,23 @@ fn unreachable(url: &str) {
     let dead = if url.starts_with("redis") {
         format!("redis://127.0.0.1:{port}")
     } else {
-        format!("zk://127.0.0.1:{port}?connect_timeout_ms=500")
+        format!("zk://127.0.0.1:{port}?connect_timeout_ms=3000")
     };
+    let started = Instant::now();
     let out = run(&dead, &["exec", "x", "--", "true"]);
     assert_eq!(out.status.code(), Some(69), "{}", stderr_line(&out));
     let err = stderr_line(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("distlock: "), "{err}");
+    // Nothing listens there: refused at once on both backends (ZooKeeper
+    // waited out its connect timeout before), with the reason.
+    assert!(err.to_lowercase().contains("refused"), "{err}");
+    let fast = Duration::from_millis(1500);
+    assert!(
+        started.elapsed() < fast,
+        "took {:?}: {err}",
+        started.elapsed()
+    );
 }
 
 // --semaphore N admits N holders, --read shares, --write excludes.

@@ -150,6 +150,40 @@ impl Sessions {
     }
 }
 
+/// The `host:port` of each server in a connect string (`h1:2181,h2:2181/chroot`).
+fn servers(hosts: &str) -> Vec<&str> {
+    let list = hosts.split_once('/').map_or(hosts, |(list, _)| list);
+    list.split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect()
+}
+
+/// Resolves once every server of `hosts` has refused a TCP connection
+/// (nothing listens there); pends otherwise (one accepts, answers slowly, or
+/// cannot be reached: the session's own connect decides), and for a list it
+/// cannot read.
+async fn every_server_refuses(hosts: &str) {
+    let servers = servers(hosts);
+    if servers.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    let tries = servers.iter().map(|server| async move {
+        matches!(
+            tokio::net::TcpStream::connect(*server).await,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    });
+    if futures::future::join_all(tries)
+        .await
+        .into_iter()
+        .all(|refused| refused)
+    {
+        return;
+    }
+    std::future::pending::<()>().await;
+}
+
 /// Opens a session and starts the task that publishes its state.
 pub(crate) async fn open(options: &ZkOptions) -> Result<Session> {
     let mut connector = Client::connector()
@@ -169,11 +203,27 @@ pub(crate) async fn open(options: &ZkOptions) -> Result<Session> {
         }
         connector.connect(&options.hosts).await
     };
+    // The client retries a refused server until its connect timeout; a
+    // server list that every member refuses is answered at once instead.
+    let connecting = async {
+        tokio::select! {
+            connected = connecting => Some(connected),
+            () = every_server_refuses(&options.hosts) => None,
+        }
+    };
     let client = tokio::time::timeout(options.connect_timeout, connecting)
         .await
         .map_err(|_| Error::Timeout {
             operation: "zookeeper connect",
             after: options.connect_timeout,
+        })?
+        .ok_or_else(|| Error::Connection {
+            backend: "zookeeper",
+            source: format!(
+                "connection refused by every server of {}",
+                servers(&options.hosts).join(",")
+            )
+            .into(),
         })?
         .map_err(|e| from_zk("connect", options.connect_timeout, e))?;
     let mut states = client.state_watcher();
