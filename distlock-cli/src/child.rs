@@ -138,10 +138,7 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<R
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| Failure::usage("missing command after `--`"))?;
-    let mut guardian = Guardian::start(grace).map_err(|e| Failure {
-        code: CANNOT_EXECUTE,
-        message: format!("cannot start the guardian of the child's group: {e}"),
-    })?;
+    let mut guardian = Guardian::start(grace);
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("DISTLOCK_NAME", env.name)

@@ -25,6 +25,8 @@ use std::io::{self, BufRead as _, Write as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::failure::say;
+
 /// The hidden first argument that makes `distlock` the guardian.
 pub const ARG: &str = "__guardian";
 
@@ -35,24 +37,40 @@ pub struct Guardian {
 
 impl Guardian {
     /// Starts the guardian, which will give a group it is told of `grace`
-    /// between SIGTERM and SIGKILL.
-    ///
-    /// # Errors
-    ///
-    /// When distlock's own executable cannot be started again.
-    pub fn start(grace: Duration) -> io::Result<Guardian> {
-        let (reader, writer) = io::pipe()?;
-        let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
-        let mut process = Command::new(std::env::current_exe()?)
-            .arg(ARG)
-            .arg(ms.to_string())
-            .stdin(Stdio::from(reader))
-            .stdout(Stdio::null())
-            .spawn()?;
-        // Reaped by whoever outlives it: it ends after distlock, or right
-        // after `done`. Reaped here in the background if distlock lives on.
-        std::thread::spawn(move || process.wait());
-        Ok(Guardian { pipe: Some(writer) })
+    /// between SIGTERM and SIGKILL. It runs the very executable distlock
+    /// runs (`/proc/self/exe`: still there when the file was replaced or
+    /// deleted since, as by an upgrade during a long wait). If it cannot
+    /// start, distlock says so and goes on without it: the child's leader
+    /// still gets SIGTERM from the kernel should distlock die.
+    pub fn start(grace: Duration) -> Guardian {
+        let started = (|| -> io::Result<io::PipeWriter> {
+            let (reader, writer) = io::pipe()?;
+            let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+            let spawn = |exe: &std::path::Path| {
+                Command::new(exe)
+                    .arg(ARG)
+                    .arg(ms.to_string())
+                    .stdin(Stdio::from(reader.try_clone()?))
+                    .stdout(Stdio::null())
+                    .spawn()
+            };
+            let mut process = match spawn(std::path::Path::new("/proc/self/exe")) {
+                Ok(process) => process,
+                Err(_) => spawn(&std::env::current_exe()?)?,
+            };
+            // Reaped by whoever outlives it: it ends after distlock, or
+            // right after `done`; here in the background if distlock
+            // lives on.
+            std::thread::spawn(move || process.wait());
+            Ok(writer)
+        })();
+        match started {
+            Ok(writer) => Guardian { pipe: Some(writer) },
+            Err(e) => {
+                say!("cannot start the guardian of the child's group ({e}): should distlock be killed, what the child started may outlive it");
+                Guardian { pipe: None }
+            }
+        }
     }
 
     /// Tells the guardian the child's group.
