@@ -141,7 +141,7 @@ async fn redis_py_waits_for_a_semaphore_and_refuses_one() {
     assert_eq!(py.await.unwrap(), "busy");
     permit.release().await.unwrap();
     let holder = redis_py(&url, &name, &["hold", "1"]);
-    let deadline = Instant::now() + SLACK;
+    let deadline = Instant::now() + test_support::PEER_START;
     while redis.cli(&["EXISTS", &name]) != "1" {
         assert!(Instant::now() < deadline, "redis-py never took the lock");
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -116,7 +116,7 @@ async fn a_redis_py_holder_is_shown_as_foreign_and_force_release_evicts_it() {
     let name = unique_name("py-ops");
     let key = client.lock_key(&name).unwrap();
     let holder = redis_py(&url, &key, &["hold", "3"]);
-    let deadline = tokio::time::Instant::now() + SLACK;
+    let deadline = tokio::time::Instant::now() + test_support::PEER_START;
     while redis.cli(&["EXISTS", &key]) != "1" {
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -399,7 +399,7 @@ async fn distlock_and_redis_py_locks_exclude_each_other() {
     // redis-py holds for a second: distlock waits, and gets in after its
     // release (which publishes nothing) within a re-check interval.
     let holder = redis_py(&url, &key, &["hold", "1"]);
-    let deadline = Instant::now() + SLACK;
+    let deadline = Instant::now() + test_support::PEER_START;
     while redis.cli(&["EXISTS", &key]) != "1" {
         assert!(Instant::now() < deadline, "redis-py never took the lock");
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -783,7 +783,7 @@ async fn a_waiter_behind_redis_py_rechecks_soon_after_it_releases() {
     let key = locks.lock_key(&name).unwrap();
     let lock = locks.mutex(&name).unwrap();
     let holder = redis_py(&url, &key, &["hold", "0.5"]);
-    let deadline = Instant::now() + SLACK;
+    let deadline = Instant::now() + test_support::PEER_START;
     while redis.cli(&["EXISTS", &key]) != "1" {
         assert!(Instant::now() < deadline, "redis-py never took the lock");
         tokio::time::sleep(Duration::from_millis(10)).await;

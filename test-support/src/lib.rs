@@ -30,6 +30,13 @@ pub mod tracing_capture;
 pub mod zookeeper;
 
 pub use proxy::Proxy;
+
+/// How long a peer's process (redis-py, kazoo, a JVM with Curator) may take
+/// to start and take its lock before a test gives up on it. Its start-up is
+/// nothing of ours: on a loaded 2-core machine a Python interpreter took
+/// over 3 s once. Tests wait this long for the peer's hold to show, then
+/// measure from there what is ours.
+pub const PEER_START: std::time::Duration = std::time::Duration::from_secs(30);
 pub use redis::RedisServer;
 pub use sentinel::SentinelGroup;
 pub use server::free_port;
