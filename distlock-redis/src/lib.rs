@@ -157,7 +157,10 @@
 //!   that. A release within that window still reserves the lock for it
 //!   once: the waiters behind it lose the reservation (50 ms, for a waiter
 //!   refused by it) or at most one re-check interval `R`; the place is gone
-//!   with that release.
+//!   with that release. A provider that is alive but whose place lapsed
+//!   (its refresh came late: a stalled runtime) is not left waiting for
+//!   its re-check: the next refresh finds the place gone and wakes one of
+//!   its waiters, whose attempt queues it again (within `H`).
 //! * **Queues expire by themselves**: a fair waiter's, a read-write lock's
 //!   or a semaphore's queue entry lives `2R + T` (3 s) after its waiter's
 //!   last attempt (see each section below); a hand-over to a waiter whose

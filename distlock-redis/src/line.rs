@@ -165,6 +165,12 @@ pub(crate) async fn refresh_places(
                 let what = "keep the place in line";
                 let done = line_script(shared, what, &invocation).await;
                 shared.replies.note(&done);
+                if matches!(done, Ok(0)) && shared.subscriber.plain_waiters(&channel) > 0 {
+                    // Our place is gone (it expired, or a release dropped
+                    // it as dead) while our waiters wait: without a look
+                    // again, only their re-check would queue us anew.
+                    shared.subscriber.recheck(&channel);
+                }
                 shared
                     .subscriber
                     .stats

@@ -940,3 +940,51 @@ async fn lock_timeout_returns_within_one_response_timeout_of_its_deadline_on_a_s
         provider.close().await.unwrap();
     }
 }
+
+/// A live provider whose place in the line expired (its refresh came late:
+/// a stalled runtime, a loaded machine) is dropped by the next release as
+/// if dead; its waiter must not then wait for its re-check. A release
+/// that finds nobody in line publishes nothing (the lean hot path), so
+/// before, p's waiter waited the whole 30 s re-check for a free lock. Now
+/// the next refresh of p's place finds it gone and wakes p's waiter, whose
+/// attempt queues p again (or takes the free lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_provider_whose_place_expired_queues_again() {
+    let redis = test_support::redis::shared();
+    let name = unique_name("expired-place");
+    let holder = connect(&redis.url(), slow()).await;
+    let p = connect(&redis.url(), slow()).await;
+    let held = holder
+        .mutex_with(&name, long())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let q = connect(&redis.url(), slow()).await;
+    let l = line(&p, &name);
+    let lock = p.mutex_with(&name, long()).unwrap();
+    let ptask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
+    until_in_line(redis, &l, p.line_id(), "p").await;
+    let qtask = waiter(q.mutex_with(&name, long()).unwrap());
+    until_in_line(redis, &l, q.line_id(), "q").await;
+    // p's place lapses on the server, as if its refreshes had come late:
+    // the release drops it and hands over to q; q's release then finds
+    // nobody in line.
+    let _ = redis.cli(&["ZADD", &l.alive, "1", p.line_id()]);
+    held.release().await.unwrap();
+    let (_, qg) = tokio::time::timeout(SLACK, qtask)
+        .await
+        .expect("q got the lock")
+        .unwrap()
+        .unwrap();
+    let released = Instant::now();
+    qg.release().await.unwrap();
+    let (at, g) = tokio::time::timeout(Duration::from_secs(10), ptask)
+        .await
+        .expect("p, alive and waiting, got the free lock before its 30 s re-check")
+        .unwrap()
+        .unwrap();
+    println!("p got the lock {:?} after the release", at - released);
+    assert!(at - released < PLACE_BOUND + SLACK, "{:?}", at - released);
+    g.release().await.unwrap();
+}

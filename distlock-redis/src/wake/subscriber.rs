@@ -238,6 +238,10 @@ enum Command {
     /// its waiter's unsubscribe among them, so the wake-up the pass may
     /// publish is not given to that waiter.
     Leave(String),
+    /// This provider's place in the channel's line is gone while its plain
+    /// waiters wait (it expired: a refresh came late): one of them is woken
+    /// to look again, and its attempt queues the provider again.
+    Recheck(String),
     /// The provider was closed: drop the connection and end.
     ShutDown,
 }
@@ -548,6 +552,12 @@ impl Subscriber {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
+    }
+
+    /// Wakes one plain waiter of this provider on `channel` to look again
+    /// (see `Command::Recheck`).
+    pub(crate) fn recheck(&self, channel: &str) {
+        let _ = self.tx.send(Command::Recheck(channel.to_owned()));
     }
 
     /// Announces an unclaimed hand-over on `channel` (a waiter that left
@@ -997,6 +1007,13 @@ async fn run(
                     actor.unsubscribe(channel, kind).await;
                 }
                 Some(Command::Leave(channel)) => actor.unclaimed.forward(channel),
+                Some(Command::Recheck(channel)) => {
+                    if let Some(ch) = actor.channels.get(&channel) {
+                        // A permit if none waits at this moment: the next
+                        // to wait looks again at once.
+                        ch.wake.notify_one();
+                    }
+                }
             },
             msg = next_message(&mut actor.conn) => match msg {
                 Some(msg) => {
