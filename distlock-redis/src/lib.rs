@@ -112,7 +112,10 @@
 //!   connection is found at most `H + T` (2.5 s) after it last answered.
 //!   Every waiter and observer is then woken to look again, and the
 //!   subscriber reconnects and resubscribes while anyone waits (within the
-//!   connect timeout, 5 s by default, retried with backoff up to 1 s).
+//!   connect timeout, 5 s by default, retried with backoff up to 1 s). On
+//!   Redis Cluster it reconnects to the next seed node given to
+//!   `connect_cluster` (the first after the last), so a dead, frozen or
+//!   silent node costs one connect timeout at most, not every reconnect.
 //!   Meanwhile, and always, waiters re-check every `R` and at the holder's
 //!   expiry; `observe()` re-reads the leader record every `R` too.
 //! * **A half-open command connection is replaced.** Without

@@ -193,7 +193,10 @@ impl RedisProvider {
     /// Connects to a Redis Cluster through any of its `nodes`
     /// (`redis://host:port` each). A lock's keys all live in its lock key's
     /// slot; release messages use classic pub/sub, which the cluster
-    /// broadcasts to every node.
+    /// broadcasts to every node, so the provider's pub/sub connection may
+    /// be on any node: it starts on the first of `nodes` and moves to the
+    /// next when its node fails or goes silent (see the crate docs,
+    /// "Liveness").
     ///
     /// # Errors
     ///
@@ -205,10 +208,17 @@ impl RedisProvider {
     #[cfg(feature = "cluster")]
     pub async fn connect_cluster(nodes: &[&str], options: RedisOptions) -> Result<Self> {
         options.validate()?;
-        let first = nodes
-            .first()
-            .ok_or_else(|| Error::InvalidUrl("a cluster needs at least one node".into()))?;
-        let subscriber_client = open_client(first, &options)?;
+        if nodes.is_empty() {
+            return Err(Error::InvalidUrl(
+                "a cluster needs at least one node".into(),
+            ));
+        }
+        // The subscriber may use any node: it starts at the first seed and
+        // moves to the next when one fails or goes silent.
+        let clients = nodes
+            .iter()
+            .map(|node| open_client(node, &options))
+            .collect::<Result<Vec<_>>>()?;
         let timeout = options.connect_timeout;
         let cluster = redis::cluster::ClusterClient::builder(nodes.iter().copied())
             .connection_timeout(options.connect_timeout)
@@ -222,7 +232,7 @@ impl RedisProvider {
         let tracker = Tracker::new(None, options.response_timeout);
         Ok(Self::from_parts(
             Conn::Cluster(conn),
-            Source::Fixed(Box::new(subscriber_client)),
+            Source::Seeds { clients, at: 0 },
             tracker,
             options,
         ))

@@ -255,3 +255,78 @@ async fn an_election_on_a_cluster_elects_one_and_is_observed() {
     assert_eq!(now.unwrap().id, "b");
     second.resign().await.unwrap();
 }
+
+/// A Cluster provider's pub/sub connection is not tied to its first seed:
+/// when the node it listens on goes silent (a proxy in front of the first
+/// seed swallows every byte from now on, new connections included), the
+/// subscriber finds it, moves to the next seed, and the waiter hears its
+/// hand-over there, long before its 30 s re-check. Before, it asked the
+/// silent seed again at every reconnect and the waiter heard nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscriber_moves_to_another_seed_when_its_node_goes_silent() {
+    use std::time::{Duration, Instant};
+    let c = cluster();
+    let urls = c.urls();
+    let proxy = test_support::Proxy::start(c.node(0).addr());
+    let proxied = format!("redis://{}", proxy.addr());
+    let seeds: Vec<&str> = std::iter::once(proxied.as_str())
+        .chain(urls.iter().map(String::as_str))
+        .collect();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let options = RedisOptions::new()
+        .recheck_interval(Duration::from_secs(30))
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500));
+    let waiting = RedisProvider::connect_cluster(&seeds, options)
+        .await
+        .unwrap();
+    let holding = RedisProvider::connect_cluster(&nodes, RedisOptions::new())
+        .await
+        .unwrap();
+    let lease = LeaseOptions::new(Duration::from_secs(30)).unwrap();
+    let name = unique_name("seed-moves");
+    let lock = waiting.mutex_with(&name, lease).unwrap();
+    let holder = holding.mutex_with(&name, lease).unwrap();
+
+    // A first wait subscribes, through the proxy (the first seed).
+    let held = holder.lock().await.unwrap();
+    let task = {
+        let lock = Arc::clone(&lock);
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting.subscriber_connections() == 0 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(proxy.open_connections() > 0, "the first seed is the proxy");
+    let before = waiting.subscriber_connections();
+    proxy.set_blackhole(true);
+
+    // Found silent within a health check and a response timeout (1.5 s),
+    // then one connect timed out on the silent seed at most (0.5 s): a new
+    // connection, on another node.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting.subscriber_connections() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the subscriber never reconnected away from the silent seed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Let the waiter's re-subscribed wait settle, then hand over.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the waiter heard its hand-over on another seed, before its 30 s re-check")
+        .unwrap()
+        .unwrap();
+    println!(
+        "hand-over heard {:?} after the release, on a subscriber moved off its silent seed",
+        released.elapsed()
+    );
+    g.release().await.unwrap();
+    proxy.set_blackhole(false);
+}

@@ -78,6 +78,16 @@ pub(crate) enum Source {
     Fixed(Box<redis::Client>),
     /// The master the Sentinels name, asked again at each (re)connect.
     Sentinel(Arc<crate::net::sentinel::Resolver>),
+    /// Any node of a Redis Cluster (classic pub/sub is broadcast to every
+    /// node): the seed at `at`, and the next seed after a failure, so a
+    /// dead, frozen or silent seed is not asked again and again.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Seeds {
+        /// One client per seed node, in the order given.
+        clients: Vec<redis::Client>,
+        /// The seed connected to (or tried next).
+        at: usize,
+    },
 }
 
 impl Source {
@@ -85,6 +95,16 @@ impl Source {
         match self {
             Source::Fixed(client) => Ok((**client).clone()),
             Source::Sentinel(resolver) => resolver.master_client().await,
+            Source::Seeds { clients, at } => Ok(clients[*at % clients.len()].clone()),
+        }
+    }
+
+    /// The connection to the current server failed or went silent: a
+    /// cluster's subscriber moves on to its next seed (a fixed server, or
+    /// the master Sentinel names, is asked again).
+    fn failed(&mut self) {
+        if let Source::Seeds { at, .. } = self {
+            *at = at.wrapping_add(1);
         }
     }
 
@@ -92,7 +112,7 @@ impl Source {
     /// through Sentinel changes; never for a fixed server.
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<Option<String>>> {
         match self {
-            Source::Fixed(_) => None,
+            Source::Fixed(_) | Source::Seeds { .. } => None,
             Source::Sentinel(resolver) => Some(resolver.changes()),
         }
     }
@@ -747,10 +767,12 @@ impl Actor {
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "distlock redis subscriber cannot connect");
+                self.client.failed();
                 false
             }
             Err(_) => {
                 tracing::debug!("distlock redis subscriber connect timed out");
+                self.client.failed();
                 false
             }
         }
@@ -804,6 +826,7 @@ impl Actor {
         self.board.none_live();
         if self.conn.take().is_some() {
             tracing::debug!("distlock redis subscriber lost its connection");
+            self.client.failed();
         }
         self.wake_all();
     }
