@@ -205,7 +205,8 @@
 //!   that no session owns (persistent, container or TTL) would never go:
 //!   a waiter whose predecessor it is fails with `Error::Conflict` (its
 //!   `Stat` comes with the watch, no extra request), and withdraws its
-//!   node; so does a semaphore acquisition that finds one in `leases`
+//!   node (`try_lock`, which sets no watch, answers busy, `Ok(None)`: the
+//!   lock is not free, and it does not wait to learn why); so does a semaphore acquisition that finds one in `leases`
 //!   (where it would take a permit forever: its `Stat` comes with the
 //!   read of the other lease nodes' data, done once per node anyway, so
 //!   an uncontended admission sends no extra request). A name whose node holds data (an id counter) or is ephemeral
