@@ -130,15 +130,23 @@ async fn sentinel_experiment(
         .unwrap();
     let b = RedisProvider::connect_with(&url, options).await.unwrap();
     let name = unique_name("failover");
-    // Scripts loaded on the master (and replicated) before the fault.
+    // Scripts loaded on the master (and replicated) before the fault. With
+    // a short `WAIT` a replica still catching up may not acknowledge in
+    // time: warm up until one acquisition is acknowledged.
     let warm = a.mutex_with(&unique_name("warm"), lease()).unwrap();
-    warm.try_lock()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let warming = Instant::now() + Duration::from_secs(30);
+    loop {
+        match warm.try_lock().await {
+            Ok(guard) => {
+                guard.expect("free").release().await.unwrap();
+                break;
+            }
+            Err(Error::NotReplicated { .. }) if Instant::now() < warming => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{mode}: warm-up: {e:?}"),
+        }
+    }
     blocking(|| group.wait_replicas_in_sync());
     let held_back = group.replica_index(0);
     let old_master = group.master_index();
@@ -254,11 +262,20 @@ async fn plain_failover_gives_two_holders_and_the_fence_refuses_the_first() {
     assert_eq!(outcome.lost_updates, 0, "{outcome}");
 }
 
+/// How long the refused acquisition's `WAIT` waits for the held-back
+/// replica. The replica stays stopped (SIGSTOP) until that `WAIT` has
+/// answered and the master is killed, and all of it must end well within
+/// the Sentinels' `down-after-milliseconds` (1 s), or Sentinel marks the
+/// replica down and may not promote it (test-support's sentinel module,
+/// step 5). A 1 s `WAIT` kept it stopped at least 1 s: one full run then
+/// saw no failover within 30 s.
+const UNACKED_WAIT: Duration = Duration::from_millis(200);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_the_unreplicated_acquisition_is_refused() {
     let options = RedisOptions::new()
         .response_timeout(Duration::from_secs(3))
-        .wait_for_replicas(1, Duration::from_secs(1));
+        .wait_for_replicas(1, UNACKED_WAIT);
     let outcome = sentinel_experiment("Sentinel, `wait_replicas=1`, 1 replica", options, 1).await;
     publish(&outcome);
     assert!(outcome.first.starts_with("refused"), "{outcome}");
