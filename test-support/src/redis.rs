@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use crate::server::{ask, free_port, loopback, require_binary, Proc};
+use crate::server::{ask, free_port, loopback, require_binary, state_dir, Proc};
 
 /// A `redis-server` on 127.0.0.1, without persistence unless asked.
 #[derive(Debug)]
@@ -40,10 +40,7 @@ impl RedisServer {
     #[must_use]
     pub fn start_with(extra: &[&str]) -> Self {
         let binary = require_binary("redis-server");
-        let dir = tempfile::Builder::new()
-            .prefix("distlock-redis-")
-            .tempdir()
-            .expect("temp dir");
+        let dir = state_dir("distlock-redis-");
         let mut server = RedisServer {
             port: 0,
             dir,

@@ -48,39 +48,45 @@ impl Replicated {
         &mut self.replicas[i]
     }
 
-    /// Waits until the master sees every replica online and each has
-    /// acknowledged the master's current replication offset.
+    /// Waits until every replica is connected, done with its initial sync
+    /// and acknowledging writes: a write on the master is acknowledged by
+    /// every replica through `WAIT` (what the tests' acquisitions rely on).
+    ///
+    /// The master's view alone is not enough: it reports a replica
+    /// `state=online` with `offset=0` as soon as the snapshot is sent, while
+    /// the replica may still be writing it to disk and loading it; a
+    /// `WAIT` then went unanswered for 1 s in a loaded full run.
     ///
     /// # Panics
     ///
     /// When that does not happen within 20 s.
     pub fn wait_in_sync(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let wanted = self.replicas.len().to_string();
         loop {
-            let info = self.master.cli(&["INFO", "replication"]);
-            let field = |name: &str| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(|v| v.trim().to_owned())
-            };
-            let offset = field("master_repl_offset:").and_then(|v| v.parse::<i64>().ok());
-            let online: Vec<i64> = info
-                .lines()
-                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-                .filter_map(|l| {
-                    l.split(',')
-                        .find_map(|kv| kv.strip_prefix("offset="))
-                        .and_then(|v| v.parse().ok())
-                })
-                .collect();
-            if online.len() == self.replicas.len()
-                && offset.is_some_and(|o| online.iter().all(|r| *r >= o))
-            {
-                return;
+            let linked = self.replicas.iter().all(|r| {
+                let info = r.cli(&["INFO", "replication"]);
+                info.lines().any(|l| l.trim() == "master_link_status:up")
+                    && info
+                        .lines()
+                        .any(|l| l.trim() == "master_sync_in_progress:0")
+            });
+            if linked {
+                let written = self
+                    .master
+                    .cli(&["INCR", "distlock-test:replication-check"]);
+                assert!(
+                    written.parse::<u64>().is_ok(),
+                    "the master took no write: {written:?}"
+                );
+                if self.master.cli(&["WAIT", &wanted, "200"]) == wanted {
+                    return;
+                }
             }
             assert!(
                 Instant::now() < deadline,
-                "replication did not settle: {info}"
+                "replication did not settle: {}",
+                self.master.cli(&["INFO", "replication"])
             );
             std::thread::sleep(Duration::from_millis(20));
         }

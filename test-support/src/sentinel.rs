@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::redis::RedisServer;
-use crate::server::{ask, free_port, loopback, require_binary, Proc};
+use crate::server::{ask, free_port, loopback, require_binary, state_dir, Proc};
 
 /// The Sentinels' `down-after-milliseconds`.
 pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
@@ -52,19 +52,10 @@ pub struct SentinelNode {
 
 impl SentinelNode {
     fn start(name: &str, master_port: u16) -> SentinelNode {
-        // In memory where there is a tmpfs: Sentinel fsyncs its config at
-        // every change, and a fsync stalled for 2 s by a busy disk (a build
-        // beside the tests) puts it in TILT mode for 30 s, during which it
-        // fails nothing over (seen in a full run).
-        let shm = std::path::Path::new("/dev/shm");
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("distlock-sentinel-");
-        let mut dir = if shm.is_dir() {
-            builder.tempdir_in(shm).or_else(|_| builder.tempdir())
-        } else {
-            builder.tempdir()
-        }
-        .expect("temp dir");
+        // In memory (a Sentinel whose config fsync stalls 2 s behind a busy
+        // disk enters TILT mode for 30 s and fails nothing over: seen in a
+        // full run).
+        let mut dir = state_dir("distlock-sentinel-");
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();

@@ -39,6 +39,22 @@ pub(crate) fn require_binary(binary: &str) -> PathBuf {
 }
 
 /// Requires a file, failing loudly with the install script's name.
+/// A fresh temporary directory for a server's state, in memory where there
+/// is a tmpfs (`/dev/shm`): a server that fsyncs (Sentinel's config at every
+/// change, a replica's received snapshot before it loads it) then never
+/// stalls behind a busy disk, as one does with a build beside the tests.
+pub(crate) fn state_dir(prefix: &str) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix);
+    if shm.is_dir() {
+        if let Ok(dir) = builder.tempdir_in(shm) {
+            return dir;
+        }
+    }
+    builder.tempdir().expect("temp dir")
+}
+
 pub(crate) fn require_file(path: &Path, what: &str) {
     assert!(
         path.is_file(),
