@@ -291,7 +291,11 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when the lease had already expired or been taken:
-    /// nothing was deleted, the new holder keeps its lock. A connection error
+    /// nothing was deleted, the new holder keeps its lock. A guard whose
+    /// lease is known lost ([`LockGuard::lost`] fired, or its deadline
+    /// passed) gets `NotHeld` at once on every backend, without asking the
+    /// server (whatever may be left of it is released in the background,
+    /// as on drop). A connection error
     /// when the server could not be reached (the TTL or session then ends the
     /// lease). [`Error::Closed`] when the provider was closed (which released
     /// the lease already).
@@ -301,9 +305,25 @@ impl LockGuard {
     /// Cancellation safe: if this future is dropped before the release
     /// finished, the release is finished in the background (as on drop).
     pub async fn release(mut self) -> Result<()> {
+        let lost = matches!(self.signal.status(), LeaseStatus::Lost(_));
         let Some(mut held) = self.take_held() else {
             return Err(self.not_held());
         };
+        if lost {
+            // Known lost: the answer is NotHeld on every backend, at once,
+            // not after a round trip to a server that may be what lost it
+            // (a stopped Redis made this wait out the response timeout).
+            // Dropping `held` still releases in the background whatever may
+            // be left of it (compare-and-delete: never another's).
+            let closed = held.lifecycle.is_closed();
+            drop(held);
+            tracing::debug!(name = %self.name, token = self.token, "distlock release of a lost lease");
+            return Err(if closed {
+                Error::Closed
+            } else {
+                self.not_held()
+            });
+        }
         let started = std::time::Instant::now();
         // Runs here, without a hop to another task; the cleanup guard
         // finishes it in the background if this future is dropped half-way.
