@@ -117,7 +117,7 @@
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -332,7 +332,7 @@
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 mod acquire;
 mod context;

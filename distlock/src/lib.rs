@@ -53,7 +53,7 @@
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 use std::sync::Arc;
 
