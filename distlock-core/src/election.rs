@@ -13,11 +13,47 @@ pub use crate::inspect::LeaderInfo;
 use crate::lease::status::{LeaseStatus, LostReason};
 use crate::name::Name;
 
+/// Read a [`LeaderStream`] with it: `stream.next().await`.
+#[doc(no_inline)]
+pub use futures::StreamExt;
+
 /// A stream of the current leader, starting with the leader at subscription
 /// time and yielding each change (`None`: no leader right now).
 pub type LeaderStream = BoxStream<'static, Result<Option<LeaderInfo>>>;
 
 /// A named leader election.
+///
+/// One candidate at a time is leader; its [`Leadership`] is a lease like a
+/// lock's, its term a fencing token. [`Election::observe`] is a
+/// [`Stream`](futures::Stream): read it with [`StreamExt`] (re-exported
+/// here).
+///
+/// ```
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub async fn connect(_url: &str) -> Result<std::sync::Arc<dyn Provider>> {
+/// #         Ok(std::sync::Arc::new(mem::MemProvider::new()))
+/// #     }
+/// # }
+/// use distlock::election::StreamExt;
+/// use distlock::Provider;
+///
+/// # async fn schedule(_term: u64) {}
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("mem://").await?;
+/// let election = locks.election("scheduler")?;
+/// let mut leaders = election.observe(); // first the leader now: nobody
+/// assert_eq!(leaders.next().await.transpose()?, Some(None));
+///
+/// let leadership = election.campaign("host-a").await?; // waits until elected
+/// let seen = leaders.next().await.transpose()?.flatten();
+/// assert_eq!(seen.map(|l| l.id), Some("host-a".to_owned()));
+/// tokio::select! {
+///     () = schedule(leadership.term()) => leadership.resign().await?,
+///     reason = leadership.lost() => eprintln!("no longer leader: {reason}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Election: Send + Sync + fmt::Debug {
     /// The election's name.
@@ -58,6 +94,7 @@ pub trait Election: Send + Sync + fmt::Debug {
 /// # Errors
 ///
 /// [`Error::InvalidOptions`] when it breaks that rule.
+#[doc(hidden)] // for backends: `distlock_core::backend::validate_candidate`
 pub fn validate_candidate(candidate: &str) -> Result<()> {
     if candidate.is_empty() || candidate.len() > 256 || candidate.chars().any(char::is_control) {
         return Err(Error::InvalidOptions(
@@ -76,6 +113,7 @@ pub struct Leadership {
 
 impl Leadership {
     /// Wraps the guard of the election's lease.
+    #[doc(hidden)] // for backends (see `distlock_core::backend`), not users
     pub fn new(guard: LockGuard, candidate: impl Into<String>) -> Self {
         Leadership {
             guard,

@@ -1,4 +1,23 @@
-//! The one error type of distlock.
+//! The one error type of distlock, and how to tell failures apart.
+//!
+//! "The lock is busy" is never an error, and "the backend is down" never
+//! looks like "busy":
+//!
+//! | what happened | what you get | how to tell |
+//! |---|---|---|
+//! | busy: not acquired within the wait | `Ok(None)` from `try_lock` / `lock_timeout` (`lock()` keeps waiting) | the `Option` |
+//! | backend unreachable or too slow: refused, reset, server or quorum down, no answer in time | `Err(Error::Connection)`, `Err(Error::Timeout)` | [`Error::is_retryable`], [`Error::is_timeout`] |
+//! | replicas did not acknowledge (Redis `wait_replicas`) | `Err(Error::NotReplicated)`, nothing held | [`Error::is_retryable`] |
+//! | not allowed: wrong credentials, an ACL without the needed permission | `Err(Error::NotAllowed)` | [`Error::is_not_allowed`] |
+//! | bad input: name, options, URL, unknown scheme or feature off | `Err(Error::InvalidName / InvalidOptions / InvalidUrl / UnsupportedBackend)` | [`Error::is_invalid_input`] |
+//! | the name holds something else (another type of key, a foreign node), or a semaphore held under another number of permits | `Err(Error::Conflict)`, `Err(Error::PermitsMismatch)`; nothing changed | [`Error::is_conflict`] |
+//! | the lease was lost while held | [`LockGuard::lost`](crate::LockGuard::lost) resolves with a [`LostReason`](crate::LostReason); `extend` and `release` give `Err(Error::NotHeld)` | [`Error::is_not_held`] |
+//! | the provider was closed | `Err(Error::Closed)` | the variant |
+//! | a counter ran out (fencing tokens, ids) | `Err(Error::Exhausted)` | the variant |
+//!
+//! Waiting acquisitions (`lock`, `lock_timeout`) ride out retryable errors
+//! until their deadline and then return the last one, so a deadline passed
+//! while the backend was down is an error, not `Ok(None)`.
 
 use std::time::Duration;
 
@@ -9,6 +28,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in distlock.
+///
+/// The [`error`](crate::error) module's table says which error (or
+/// `Ok(None)`) each kind of failure gives and how to tell them apart.
 ///
 /// `Display` describes this level only; the lower-level cause, where there is
 /// one, is available through [`std::error::Error::source`]. Use the `is_*`

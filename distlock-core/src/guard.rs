@@ -94,6 +94,41 @@ impl Cleanup for Release {
 /// guard releases in the background on the Tokio runtime captured at acquire
 /// time (the TTL or session is the safety net if that never runs). A guard is
 /// not `Clone`.
+///
+/// Work under the lock runs against [`LockGuard::lost`], and carries the
+/// fencing token to what it writes:
+///
+/// ```
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub async fn connect(_url: &str) -> Result<std::sync::Arc<dyn Provider>> {
+/// #         Ok(std::sync::Arc::new(mem::MemProvider::new()))
+/// #     }
+/// # }
+/// use std::time::Duration;
+/// use distlock::{LeaseOptions, Provider};
+///
+/// # async fn write_order(_token: u64) {}
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("mem://").await?;
+/// let guard = locks.mutex("orders/42")?.lock().await?;
+/// let token = guard.fencing_token(); // strictly above every earlier holder's
+/// tokio::select! {
+///     () = write_order(token) => guard.release().await?,
+///     reason = guard.lost() => {
+///         // Someone else may hold the lock now: stop, write nothing more.
+///         eprintln!("orders/42: {reason}");
+///     }
+/// }
+///
+/// // A manual lease: no watchdog, the holder extends it while it works.
+/// let lease = LeaseOptions::manual(Duration::from_secs(10))?;
+/// let guard = locks.mutex_with("batch/7", lease)?.lock().await?;
+/// guard.extend(Duration::from_secs(10)).await?;
+/// assert!(guard.is_held());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     name: Name,
@@ -118,6 +153,7 @@ impl LockGuard {
     /// [`Error::NoRuntime`] outside a Tokio runtime; [`Error::Closed`] when
     /// the provider was closed meanwhile (the lease is then released in the
     /// background).
+    #[doc(hidden)] // for backends (see `distlock_core::backend`), not users
     pub fn new(parts: GuardParts, backend: Arc<dyn LeaseBackend>) -> Result<Self> {
         let handle = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let (ttl, interval) = match parts.terms {
@@ -291,7 +327,11 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when the lease had already expired or been taken:
-    /// nothing was deleted, the new holder keeps its lock. A connection error
+    /// nothing was deleted, the new holder keeps its lock. A guard whose
+    /// lease is known lost ([`LockGuard::lost`] fired, or its deadline
+    /// passed) gets `NotHeld` at once on every backend, without asking the
+    /// server (whatever may be left of it is released in the background,
+    /// as on drop). A connection error
     /// when the server could not be reached (the TTL or session then ends the
     /// lease). [`Error::Closed`] when the provider was closed (which released
     /// the lease already).
@@ -301,9 +341,25 @@ impl LockGuard {
     /// Cancellation safe: if this future is dropped before the release
     /// finished, the release is finished in the background (as on drop).
     pub async fn release(mut self) -> Result<()> {
+        let lost = matches!(self.signal.status(), LeaseStatus::Lost(_));
         let Some(mut held) = self.take_held() else {
             return Err(self.not_held());
         };
+        if lost {
+            // Known lost: the answer is NotHeld on every backend, at once,
+            // not after a round trip to a server that may be what lost it
+            // (a stopped Redis made this wait out the response timeout).
+            // Dropping `held` still releases in the background whatever may
+            // be left of it (compare-and-delete: never another's).
+            let closed = held.lifecycle.is_closed();
+            drop(held);
+            tracing::debug!(name = %self.name, token = self.token, "distlock release of a lost lease");
+            return Err(if closed {
+                Error::Closed
+            } else {
+                self.not_held()
+            });
+        }
         let started = std::time::Instant::now();
         // Runs here, without a hop to another task; the cleanup guard
         // finishes it in the background if this future is dropped half-way.

@@ -193,6 +193,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// An empty snapshot: nobody holds, nobody waits.
     #[must_use]
+    #[doc(hidden)] // for backends, not users
     pub fn empty(name: Name, kind: PrimitiveKind, backend: &'static str) -> Self {
         Snapshot {
             name,

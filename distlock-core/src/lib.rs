@@ -2,11 +2,16 @@
 //! implements, lease semantics, the watchdog, errors, names, and the
 //! in-process backend.
 //!
-//! ```
-//! use std::time::Duration;
-//! use distlock_core::{mem::MemProvider, Provider};
+//! Most programs depend on the facade crate, `distlock`, which re-exports
+//! everything users need from here; the examples name it so (`distlock::`
+//! is `distlock_core::` in them).
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! ```
+//! # use distlock_core as distlock;
+//! use std::time::Duration;
+//! use distlock::{mem::MemProvider, Provider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 //! let locks = MemProvider::new();
 //! let mutex = locks.mutex("orders/42")?;
 //! if let Some(guard) = mutex.lock_timeout(Duration::from_secs(5)).await? {
@@ -105,29 +110,14 @@
 //! # Telling failures apart
 //!
 //! "The lock is busy" is never an error, and "the backend is down" never
-//! looks like "busy":
-//!
-//! | what happened | what you get | how to tell |
-//! |---|---|---|
-//! | busy: not acquired within the wait | `Ok(None)` from `try_lock` / `lock_timeout` (`lock()` keeps waiting) | the `Option` |
-//! | backend unreachable or too slow: refused, reset, server or quorum down, no answer in time | `Err(Error::Connection)`, `Err(Error::Timeout)` | [`Error::is_retryable`], [`Error::is_timeout`] |
-//! | replicas did not acknowledge (Redis `wait_replicas`) | `Err(Error::NotReplicated)`, nothing held | [`Error::is_retryable`] |
-//! | not allowed: wrong credentials, an ACL without the needed permission | `Err(Error::NotAllowed)` | [`Error::is_not_allowed`] |
-//! | bad input: name, options, URL, unknown scheme or feature off | `Err(Error::InvalidName / InvalidOptions / InvalidUrl / UnsupportedBackend)` | [`Error::is_invalid_input`] |
-//! | the name holds something else (another type of key, a foreign node), or a semaphore held under another number of permits | `Err(Error::Conflict)`, `Err(Error::PermitsMismatch)`; nothing changed | [`Error::is_conflict`] |
-//! | the lease was lost while held | [`LockGuard::lost`] resolves with a [`LostReason`]; `extend` and `release` give `Err(Error::NotHeld)` | [`Error::is_not_held`] |
-//! | the provider was closed | `Err(Error::Closed)` | the variant |
-//! | a counter ran out (fencing tokens, ids) | `Err(Error::Exhausted)` | the variant |
-//!
-//! Waiting acquisitions (`lock`, `lock_timeout`) ride out retryable errors
-//! until their deadline and then return the last one, so a deadline passed
-//! while the backend was down is an error, not `Ok(None)`.
+//! looks like "busy": the table of what happened and what you get is in
+//! the [`error`] module.
 //!
 //! Backends implement the traits of [`backend`]; users never need it.
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -49,6 +49,40 @@ impl Wait {
 /// Locks are not reentrant: a second acquisition from the same process, even
 /// the same task, contends like any other client's (and so deadlocks if it
 /// waits for its own guard).
+///
+/// The three ways to ask, and cancelling a wait from outside:
+///
+/// ```
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub async fn connect(_url: &str) -> Result<std::sync::Arc<dyn Provider>> {
+/// #         Ok(std::sync::Arc::new(mem::MemProvider::new()))
+/// #     }
+/// # }
+/// use std::time::Duration;
+/// use distlock::Provider;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("mem://").await?;
+/// let lock = locks.mutex("reports/daily")?;
+///
+/// // Without waiting: `None` while somebody else holds it.
+/// let guard = lock.try_lock().await?.expect("nobody holds it yet");
+///
+/// // Waiting at most 100 ms: `None` if it did not come, nothing left behind.
+/// assert!(lock.lock_timeout(Duration::from_millis(100)).await?.is_none());
+///
+/// // Every acquire future can be dropped at any point, leaving nothing held
+/// // or queued: here `tokio::time::timeout` cancels a `lock()` (a `select!`
+/// // against a shutdown signal does the same).
+/// let waited = tokio::time::timeout(Duration::from_millis(100), lock.lock()).await;
+/// assert!(waited.is_err(), "cancelled while the lock was held");
+///
+/// guard.release().await?;
+/// let guard = lock.lock().await?; // free now: waits no time
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Lock: Send + Sync + Debug {
     /// The lock's name.

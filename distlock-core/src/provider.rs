@@ -24,6 +24,37 @@ use crate::semaphore::Semaphore;
 /// Dropping the last handle of a provider (the provider, its clones, the
 /// primitives and guards it handed out) closes its connections or session in
 /// the background; [`Provider::close`] does it now and reports.
+///
+/// `distlock::connect(url)` gives one for the backend the URL names; the
+/// rest of a program does not change with the backend.
+///
+/// ```
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub async fn connect(_url: &str) -> Result<std::sync::Arc<dyn Provider>> {
+/// #         Ok(std::sync::Arc::new(mem::MemProvider::new()))
+/// #     }
+/// # }
+/// use std::time::Duration;
+/// use distlock::{LeaseOptions, Provider};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("mem://").await?; // or "redis://…", "zk://…"
+/// let nightly = locks.mutex("jobs/nightly")?; // default lease: 30 s, renewed every 10 s
+/// let deploys = locks.fair_mutex("deploy/prod")?; // first come, first served
+/// let catalog = locks.rw_lock("catalog")?; // catalog.read(), catalog.write()
+/// let pool = locks.semaphore("db-connections", 8)?; // at most 8 holders
+/// let scheduler = locks.election("scheduler")?;
+/// let ids = locks.id_generator("orders", 100)?; // 100 ids per round trip
+/// let hourly = locks.mutex_with("jobs/hourly", LeaseOptions::new(Duration::from_secs(5))?)?;
+///
+/// let guard = nightly.lock().await?;
+/// println!("order id {}", ids.next().await?);
+/// guard.release().await?;
+/// # drop((deploys, catalog, pool, scheduler, hourly));
+/// locks.close().await?; // fires lost() of what is still held, releases it, closes
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Provider: Send + Sync + Debug {
     /// The backend's short name: `"mem"`, `"redis"`, `"zookeeper"`.

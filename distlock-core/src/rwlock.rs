@@ -27,9 +27,10 @@ use crate::name::Name;
 /// is the same lock).
 ///
 /// ```
-/// use distlock_core::{mem::MemProvider, Provider};
+/// # use distlock_core as distlock;
+/// use distlock::{mem::MemProvider, Provider};
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 /// let locks = MemProvider::new();
 /// let rw = locks.rw_lock("catalog")?;
 /// let r1 = rw.read().lock().await?;

@@ -18,9 +18,10 @@ use crate::lock::Lock;
 /// next holder's number applies).
 ///
 /// ```
-/// use distlock_core::{mem::MemProvider, Provider};
+/// # use distlock_core as distlock;
+/// use distlock::{mem::MemProvider, Provider};
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 /// let locks = MemProvider::new();
 /// let pool = locks.semaphore("db-connections", 2)?;
 /// let a = pool.lock().await?;

@@ -205,10 +205,29 @@ async fn run(renewer: Arc<Renewer>) {
             () = sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
                 // Bounded by the lease's current deadline (which an
                 // `extend()` holding the turn may still move), not by the
-                // one read now.
-                let outcome = tokio::select! {
-                    r = renewer.renew(ttl) => Some(r),
-                    () = signal.ended() => None,
+                // one read now. A renewal still unanswered after `retry`
+                // marks the lease suspended while it waits: a server that
+                // stopped answering shows as Suspended before the deadline
+                // makes it Lost, not only once the response timeout ends
+                // the request (which can be after the deadline on a short
+                // TTL).
+                let renewal = renewer.renew(ttl);
+                tokio::pin!(renewal);
+                let late = tokio::time::sleep(retry);
+                tokio::pin!(late);
+                let mut marked_late = false;
+                let outcome = loop {
+                    tokio::select! {
+                        r = &mut renewal => break Some(r),
+                        () = signal.ended() => break None,
+                        () = &mut late, if !marked_late => {
+                            marked_late = true;
+                            if signal.status().is_active() {
+                                renewer.metrics.suspended(true);
+                                signal.suspend(true);
+                            }
+                        }
+                    }
                 };
                 match outcome {
                     None => return,
@@ -253,6 +272,7 @@ mod tests {
         answers: Mutex<Vec<Answer>>,
         renewals: AtomicUsize,
         releases: AtomicU32,
+        hang_release: std::sync::atomic::AtomicBool,
     }
 
     impl Scripted {
@@ -261,6 +281,7 @@ mod tests {
                 answers: Mutex::new(answers.iter().rev().copied().collect()),
                 renewals: AtomicUsize::new(0),
                 releases: AtomicU32::new(0),
+                hang_release: std::sync::atomic::AtomicBool::new(false),
             })
         }
     }
@@ -279,6 +300,10 @@ mod tests {
         }
 
         async fn release(&self) -> Result<()> {
+            if self.hang_release.load(Ordering::SeqCst) {
+                self.releases.fetch_add(1, Ordering::SeqCst);
+                return std::future::pending().await;
+            }
             // As a server would: the second release finds nothing to delete.
             if self.releases.fetch_add(1, Ordering::SeqCst) == 0 {
                 Ok(())
@@ -360,6 +385,45 @@ mod tests {
         let start = Instant::now();
         assert_eq!(g.lost().await, LostReason::Expired);
         assert!(start.elapsed() < Duration::from_secs(3));
+    }
+
+    /// A renewal that never answers (a stopped server) shows as Suspended
+    /// a quarter interval after it was sent, well before the deadline makes
+    /// the lease Lost; before, the status went from Held to Lost directly.
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_renewal_suspends_before_the_deadline() {
+        let backend = Scripted::new(&[Answer::Hang]);
+        let g = guard(&backend, ttl(3000));
+        let start = Instant::now();
+        let mut watch = g.watch();
+        assert!(watch.changed().await);
+        assert_eq!(watch.status(), LeaseStatus::Suspended);
+        assert_eq!(start.elapsed(), Duration::from_millis(1250));
+        assert!(g.is_held());
+        assert_eq!(g.lost().await, LostReason::Expired);
+    }
+
+    /// A guard whose lease is known lost answers `release()` at once with
+    /// `NotHeld`, whatever the server does (here: a release that never
+    /// answers); the release itself still runs in the background.
+    #[tokio::test(start_paused = true)]
+    async fn release_of_a_lost_lease_answers_at_once() {
+        let backend = Scripted::new(&[Answer::Hang]);
+        backend.hang_release.store(true, Ordering::SeqCst);
+        let g = guard(&backend, ttl(3000));
+        assert_eq!(g.lost().await, LostReason::Expired);
+        let start = Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(60), g.release())
+            .await
+            .expect("release of a lost lease waited for the server");
+        assert!(r.as_ref().is_err_and(Error::is_not_held), "{r:?}");
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            backend.releases.load(Ordering::SeqCst),
+            1,
+            "no release in the background"
+        );
     }
 
     #[tokio::test(start_paused = true)]

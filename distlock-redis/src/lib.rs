@@ -1,11 +1,21 @@
 //! Redis backend of [distlock](https://docs.rs/distlock): the lock of
 //! `SET key token NX PX ttl` done right.
 //!
-//! ```no_run
-//! use std::time::Duration;
-//! use distlock_redis::{RedisProvider, distlock_core::Provider};
+//! Through the facade (`distlock`, feature `redis`) it is
+//! `distlock::connect("redis://…")`, or `distlock::redis::RedisProvider` for
+//! the Redis options; alone, the same names are under `distlock_redis::`
+//! (and the core's under `distlock_redis::distlock_core::`).
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! ```no_run
+//! # mod distlock {
+//! #     pub use distlock_core::*;
+//! #     pub mod redis { pub use distlock_redis::*; }
+//! # }
+//! use std::time::Duration;
+//! use distlock::redis::RedisProvider;
+//! use distlock::Provider;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 //! let locks = RedisProvider::connect("redis://127.0.0.1:6379").await?;
 //! let mutex = locks.mutex("orders/42")?;
 //! if let Some(guard) = mutex.lock_timeout(Duration::from_secs(5)).await? {
@@ -552,7 +562,7 @@
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 mod context;
 mod election;
@@ -602,7 +612,7 @@ use distlock_core::{Provider, Result};
 ///
 /// # Errors
 ///
-/// As [`RedisProvider::connect`]; [`distlock_core::Error::UnsupportedBackend`] for a
+/// As [`RedisProvider::connect`]; [`Error::UnsupportedBackend`](distlock_core::Error::UnsupportedBackend) for a
 /// cluster URL without the `cluster` feature.
 ///
 /// # Cancellation safety

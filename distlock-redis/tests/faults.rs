@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{LeaseOptions, LostReason, Provider};
+use distlock_core::{LeaseOptions, LeaseStatus, LostReason, Provider};
 use distlock_redis::{RedisOptions, RedisProvider};
 use test_support::{unique_name, Proxy};
 
@@ -270,4 +270,51 @@ async fn close_ends_every_waiter_wherever_it_is() {
         }
         assert!(closed_at.elapsed() < SLACK, "round {round}");
     }
+}
+
+/// A stopped server (SIGSTOP) under a 3 s lease, as `distlock exec --ttl 3`
+/// takes: the renewal sent at 1 s never answers. The lease shows
+/// `Suspended` while that renewal waits and `Lost(Expired)` at the deadline
+/// (before: Held straight to Lost, since the 2 s response timeout ends the
+/// renewal after the deadline), and the late `release()` answers `NotHeld`
+/// at once, as on ZooKeeper (before: it waited out the response timeout and
+/// returned a retryable `Timeout`). Issue 26 item 12.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_suspends_then_loses_and_release_says_not_held() {
+    let redis = test_support::redis::RedisServer::start();
+    let locks = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("stopped");
+    let lease = LeaseOptions::new(Duration::from_secs(3)).unwrap();
+    let guard = locks
+        .mutex_with(&name, lease)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let mut watch = guard.watch();
+    let seen = tokio::spawn(async move {
+        let mut seen = vec![watch.status()];
+        while watch.changed().await {
+            seen.push(watch.status());
+        }
+        seen.push(watch.status());
+        seen
+    });
+    redis.pause();
+    let reason = tokio::time::timeout(Duration::from_secs(3) + SLACK, guard.lost()).await;
+    let released = tokio::time::timeout(SLACK, guard.release()).await;
+    redis.resume();
+    assert_eq!(reason.expect("lost() never fired"), LostReason::Expired);
+    let seen = seen.await.unwrap();
+    let suspended = seen.iter().position(|s| *s == LeaseStatus::Suspended);
+    let lost = seen.iter().position(|s| matches!(s, LeaseStatus::Lost(_)));
+    assert!(
+        suspended.is_some() && suspended < lost,
+        "no Suspended before Lost: {seen:?}"
+    );
+    let released = released.expect("release() of a lost lease waited on the stopped server");
+    assert!(
+        matches!(released, Err(distlock_core::Error::NotHeld { .. })),
+        "release() of a lost lease gave {released:?}"
+    );
 }

@@ -2,10 +2,20 @@
 //! locks, read-write locks, counting semaphores, leader election and ids,
 //! with the session as the lease.
 //!
-//! ```no_run
-//! use distlock_zk::{ZkProvider, distlock_core::Provider};
+//! Through the facade (`distlock`, feature `zookeeper`) it is
+//! `distlock::connect("zk://…")`, or `distlock::zk::ZkProvider` for the
+//! ZooKeeper options; alone, the same names are under `distlock_zk::` (and
+//! the core's under `distlock_zk::distlock_core::`).
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! ```no_run
+//! # mod distlock {
+//! #     pub use distlock_core::*;
+//! #     pub mod zk { pub use distlock_zk::*; }
+//! # }
+//! use distlock::zk::ZkProvider;
+//! use distlock::Provider;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 //! let locks = ZkProvider::connect("zk://127.0.0.1:2181/app").await?;
 //! let guard = locks.fair_mutex("orders/42")?.lock().await?;
 //! println!("fencing token (czxid) {}", guard.fencing_token());
@@ -323,7 +333,7 @@
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 mod acquire;
 mod context;

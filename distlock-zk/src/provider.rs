@@ -147,12 +147,20 @@ impl ZkProvider {
         self.ctx.lifecycle.check_open()?;
         let default = self.default_lease();
         let hold = lease.and_then(|l| l.hold_limit());
-        if lease.is_some_and(|l| l.ttl() != default.ttl() || l.renewal() != default.renewal()) {
-            return Err(Error::InvalidOptions(
-                "ZooKeeper leases are the session: lease options other than max_hold cannot be set \
-                 per primitive (set the session timeout of the provider instead)"
-                    .into(),
-            ));
+        if let Some(l) =
+            lease.filter(|l| l.ttl() != default.ttl() || l.renewal() != default.renewal())
+        {
+            let asked = match l.renewal() {
+                distlock_core::Renewal::Manual => format!("a manual lease of {:?}", l.ttl()),
+                _ => format!("a lease of {:?}", l.ttl()),
+            };
+            return Err(Error::InvalidOptions(format!(
+                "ZooKeeper cannot honour {asked}: its leases are the session. Pass the provider's \
+                 default lease (`mutex(name)` rather than `mutex_with(name, ..)`, or \
+                 `provider.default_lease()`, plus `.max_hold(..)` if wanted), and set how long a \
+                 lease outlives a silent holder with the session timeout (`?session_timeout_ms=` \
+                 on the zk:// URL, or ZkOptions::session_timeout)"
+            )));
         }
         let name = Name::new(name)?;
         let dir = dir(&self.ctx.sessions.options().root, &name);

@@ -381,6 +381,20 @@ async fn lease_options_the_session_cannot_honour_are_refused() {
     ] {
         assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
     }
+    // The message says what to do instead (issue 26 item 12).
+    let two_seconds = LeaseOptions::new(Duration::from_secs(2)).unwrap();
+    let message = locks
+        .mutex_with(&name, two_seconds)
+        .unwrap_err()
+        .to_string();
+    for hint in [
+        "a lease of 2s",
+        "mutex(name)",
+        "default_lease()",
+        "session_timeout_ms",
+    ] {
+        assert!(message.contains(hint), "{hint:?} not in {message:?}");
+    }
     let default = locks.default_lease();
     let guard = locks
         .fair_mutex_with(&name, default)

@@ -1,20 +1,59 @@
-#![doc = include_str!("../../README.md")]
+#![doc = include_str!("../README.md")]
+//!
+//! # Where to start in these docs
+//!
+//! [`connect`] gives a [`Provider`] for a URL; the provider hands out, by
+//! name, [`Lock`]s (mutex, fair mutex, the sides of a [`ReadWriteLock`], a
+//! [`Semaphore`]), [`Election`]s and [`IdGenerator`]s; acquiring gives a
+//! [`LockGuard`] (or a [`Leadership`]). Each has an example: waiting with a
+//! deadline and cancelling with `tokio::time::timeout` on [`Lock`],
+//! `select!` against [`LockGuard::lost`] on [`LockGuard`], observing a
+//! leader on [`Election`] (with [`election::StreamExt`]). Which error means
+//! what, and how to tell "busy" from "down": the table in [`error`].
+//!
+//! # What differs between backends
+//!
+//! Only the URL changes between backends; every primitive, guard and error
+//! behaves the same, except for what follows (each backend crate's docs give
+//! the details).
+//!
+//! | | in-process `mem://` | Redis | ZooKeeper |
+//! |---|---|---|---|
+//! | what the lease is | a TTL, renewed by the watchdog at TTL/3 | a TTL on the key (`PX`), renewed by the watchdog at TTL/3 | the client's session: `lost()` fires 3/4 of the session timeout (less the drift) after the server was last heard |
+//! | lease options (`mutex_with`, …: TTL, manual renewal, watchdog interval) | honoured | honoured | refused with [`Error::InvalidOptions`], saying what to do: only `max_hold` is honoured; set the session timeout (`?session_timeout_ms=` on the URL) instead |
+//! | [`LockGuard::extend`], [`LockGuard::ttl`] | yes, `Some(ttl)` | yes, `Some(ttl)` | [`Error::InvalidOptions`], `None` |
+//! | [`LeaseStatus::Suspended`] | never (nothing to lose touch with) | a renewal failed for a transport reason, or is unanswered a quarter of the renewal interval after it was sent (a stopped server); `Lost(Expired)` at the deadline if no renewal gets through | the session is disconnected; `Lost(SessionExpired)` (or `Expired` at the local deadline) if it does not reconnect in time |
+//! | fencing tokens | 1, 2, 3, … per name | at least the server's `TIME` in µs (about 1.8 × 10¹⁵), so they survive a lost counter | the holder node's `czxid` |
+//! | a [`Provider::force_release`]d holder learns it | at once | at its next renewal (within TTL/3) | when its node is deleted (a watch, at once) |
+//! | a waiter of another kind queued ahead (one name is one lock) | refuses with [`Error::Conflict`] | not counted (refused when it next tries) | refuses with [`Error::Conflict`] |
+//! | ids ([`IdGenerator`]) after a restart | start again (the table lives in the process) | repeat without persistence (`appendonly`) | persistent |
+//! | primitives | all | all; `redis+redlock://`: the mutex only | all |
+//!
+//! The same everywhere, and easy to assume otherwise: `release()` of a guard
+//! whose lease is known lost ([`LockGuard::lost`] fired) answers
+//! [`Error::NotHeld`] at once, without asking the server; busy is `Ok(None)`,
+//! never an error; a URL whose backend's feature is off is an
+//! [`Error::UnsupportedBackend`].
 //!
 //! # Feature flags
 //!
-//! * `redis` — the Redis backend (`redis://`, `rediss://`), re-exported as
-//!   `distlock::redis` when on.
+//! * `redis` — the Redis backend (`redis://`, `redis+sentinel://`,
+//!   `redis+redlock://`), re-exported as `distlock::redis` when on.
 //! * `redis-cluster` — Redis Cluster (`redis+cluster://`), implies `redis`.
 //! * `redis-tls` — `rediss://` URLs, implies `redis`.
-//! * `zookeeper-tls` — TLS for ZooKeeper, implies `zookeeper`.
 //! * `zookeeper` — the ZooKeeper backend (`zk://`), re-exported as
 //!   `distlock::zk` when on.
+//! * `zookeeper-tls` — TLS for ZooKeeper, implies `zookeeper`.
+//! * `metrics` — records acquisitions, holds, waits, handoffs, renewals and
+//!   lost leases through the [`metrics`](https://docs.rs/metrics) crate's
+//!   facade (see [`metrics`](mod@metrics)); off by default, and nothing is
+//!   recorded (at no cost) without it.
 //!
 //! The in-process backend (`mem://`) is always there.
 //!
 //! # Supported Rust versions
 //!
-//! Rust 1.88 or later.
+//! Rust 1.89 or later.
 
 use std::sync::Arc;
 

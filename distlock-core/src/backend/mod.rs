@@ -3,7 +3,14 @@
 //! drop-guard, the provider's lifecycle, id blocks, timeouts and settings.
 //!
 //! Users of distlock do not need this module; the facade does not re-export
-//! it.
+//! it. A few items that only backends call live elsewhere and are hidden
+//! from the docs, so that a user's page shows only what a user calls:
+//! [`LockGuard::new`](crate::LockGuard)`(GuardParts, Arc<dyn LeaseBackend>)`
+//! builds the guard of a lease just acquired (and starts its watchdog),
+//! [`Leadership::new`](crate::Leadership)`(guard, candidate)` wraps an
+//! election's, `Snapshot::empty(name, kind, backend)` starts an
+//! [`inspect`](crate::Provider::inspect) answer, and
+//! [`validate_candidate`] and [`check_setting`] check input.
 
 mod ids;
 mod timeout;

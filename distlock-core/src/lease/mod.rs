@@ -40,7 +40,8 @@ pub enum Renewal {
 ///
 /// ```
 /// use std::time::Duration;
-/// use distlock_core::{LeaseOptions, Renewal};
+/// # use distlock_core as distlock;
+/// use distlock::{LeaseOptions, Renewal};
 ///
 /// let default = LeaseOptions::default();
 /// assert_eq!(default.ttl(), Duration::from_secs(30));
@@ -49,7 +50,7 @@ pub enum Renewal {
 /// let manual = LeaseOptions::manual(Duration::from_secs(5))?;
 /// assert_eq!(manual.renewal(), Renewal::Manual);
 /// assert!(LeaseOptions::new(Duration::ZERO).is_err());
-/// # Ok::<(), distlock_core::Error>(())
+/// # Ok::<(), distlock::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseOptions {
@@ -222,6 +223,7 @@ fn check_ttl(ttl: Duration) -> Result<Duration> {
 /// # Errors
 ///
 /// [`Error::InvalidOptions`] naming `what` when `d` is outside that range.
+#[doc(hidden)] // for backends: `distlock_core::backend::check_setting`
 pub fn check_setting(what: &str, d: Duration) -> Result<()> {
     if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
         return Err(Error::InvalidOptions(format!(

@@ -46,6 +46,13 @@ pub enum LeaseStatus {
     /// Probably still held, but the server cannot be reached right now
     /// (renewals failing, ZooKeeper session disconnected). Stop writing if in
     /// doubt; [`LeaseStatus::Lost`] follows if it does not come back in time.
+    ///
+    /// On a TTL lease (Redis, in-process) a renewal makes the lease
+    /// suspended when it fails for a transport reason, or when it is still
+    /// unanswered a quarter of the renewal interval after it was sent (a
+    /// stopped server), whichever comes first; the next confirmed renewal
+    /// makes it held again. On ZooKeeper it is suspended while the session
+    /// is disconnected.
     Suspended,
     /// Gone: the holder must stop working under it.
     Lost(LostReason),

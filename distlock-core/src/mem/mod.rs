@@ -10,9 +10,10 @@
 //! [`MemProvider::new`] is a table of its own.
 //!
 //! ```
-//! use distlock_core::{mem::MemProvider, Provider};
+//! # use distlock_core as distlock;
+//! use distlock::{mem::MemProvider, Provider};
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 //! let locks = MemProvider::new();
 //! let mutex = locks.mutex("orders/42")?;
 //! let guard = mutex.lock().await?;

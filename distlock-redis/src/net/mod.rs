@@ -107,7 +107,7 @@ pub(crate) enum Pinned {
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
     /// The connection to the master of the moment; an error that means the
-    /// master is gone is [`distlock_core::Error::Connection`], so a
+    /// master is gone is [`Error::Connection`](distlock_core::Error::Connection), so a
     /// [`Sticky`] lets it go.
     Sentinel(crate::net::sentinel::SentinelPinned),
 }

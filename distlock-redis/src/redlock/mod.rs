@@ -90,10 +90,15 @@ pub(crate) struct Shared {
 /// monotone across them.
 ///
 /// ```no_run
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub mod redis { pub use distlock_redis::*; }
+/// # }
 /// use std::time::Duration;
-/// use distlock_redis::{RedlockProvider, distlock_core::Provider};
+/// use distlock::redis::RedlockProvider;
+/// use distlock::Provider;
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 /// let locks = RedlockProvider::connect("redis+redlock://redis-a:6379,redis-b:6379,redis-c:6379").await?;
 /// let mutex = locks.mutex("orders/42")?;
 /// if let Some(guard) = mutex.lock_timeout(Duration::from_secs(5)).await? {
