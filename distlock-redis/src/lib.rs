@@ -551,6 +551,7 @@
 //!
 //! Rust 1.88 or later.
 
+mod acquire;
 mod context;
 mod election;
 mod error;

@@ -7,17 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{
-    with_timeout, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 
+use crate::acquire::{Acquisition, Family, Outcome};
 use crate::context::Context;
 use crate::keys::{Keys, LineKeys};
-use crate::lease::{
-    decode, kind_refusal, leave_budget, pause_before_retry, Attempt, RedisLease, Undo,
-};
+use crate::lease::{decode, kind_refusal, leave_budget, Attempt};
 use crate::line::InLine;
 use crate::net::Pinned;
 use crate::scripts::ACQUIRE;
@@ -157,8 +153,8 @@ impl RedisMutex {
         )
     }
 
-    /// One attempt of [`Lock::acquire`]: a connection, the script, and the
-    /// undo of an attempt whose outcome is unknown.
+    /// One attempt of [`Lock::acquire`]: the [skeleton](crate::acquire)
+    /// with the mutex's script.
     async fn step(
         &self,
         wait: Wait,
@@ -168,96 +164,27 @@ impl RedisMutex {
         pause: &mut Duration,
         waited: Instant,
     ) -> Step {
-        let shared = &self.shared;
-        let timeout = shared.options.response_timeout;
-        let started = Instant::now();
-        let conn = match shared.conn() {
-            Ok(conn) => conn,
-            Err(e) => return Step::Done(Err(e)),
+        let acquisition = Acquisition {
+            shared: &self.shared,
+            name: &self.name,
+            lease: self.lease,
+            waits: wait != Wait::No,
+            deadline,
         };
-        let pinned = match conn.pin(timeout).await {
-            Ok(pinned) => pinned,
-            Err(e) if e.is_retryable() && wait != Wait::No => {
-                if Box::pin(pause_before_retry(deadline, pause)).await {
-                    return Step::Again;
-                }
-                return Step::Done(Err(e));
-            }
-            Err(e) => return Step::Done(Err(e)),
+        let mut family = MutexAttempt {
+            mutex: self,
+            queue,
+            others,
+            in_line,
+            waited,
         };
-        let lease = RedisLease::new(shared, (&self.keys).into(), &self.name, &pinned);
-        let mut undo = match CleanupGuard::arm(
-            "undo acquire",
-            Arc::new(Undo {
-                lease: Arc::clone(&lease),
-                place: None,
-                expires: started + self.lease.ttl() + timeout,
-            }),
-        ) {
-            Ok(undo) => undo,
-            Err(e) => return Step::Done(Err(e)),
-        };
-        // Boxed: the attempt's state is large, and a waiter should not
-        // carry it while it sleeps between attempts. Bounded by the
-        // response timeout even while the client reconnects (which may
-        // take its connect timeout), so a deadline is passed by one
-        // response timeout at most.
-        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, others, in_line));
-        let outcome = with_timeout("acquire", timeout, attempt)
+        match acquisition
+            .attempt((&self.keys).into(), &mut family, pause)
             .await
-            .and_then(|r| r);
-        shared.replies.note(&outcome);
-        match outcome {
-            Ok(Attempt::Acquired(token)) => {
-                undo.disarm();
-                tracing::debug!(
-                    name = %self.name,
-                    owner = %shared.owner,
-                    token,
-                    waited_us = waited.elapsed().as_micros(),
-                    "distlock redis lock acquired"
-                );
-                let parts = GuardParts {
-                    name: self.name.clone(),
-                    fencing_token: token,
-                    signal: LeaseSignal::new(),
-                    terms: LeaseTerms::Ttl(self.lease),
-                    acquired_at: started,
-                    lifecycle: Arc::clone(&shared.lifecycle),
-                };
-                // On error (closed meanwhile) the guard released itself.
-                Step::Done(LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some))
-            }
-            Ok(Attempt::Waiting(held)) => {
-                undo.disarm();
-                Step::Held(held)
-            }
-            Ok(Attempt::AlreadyOurs) => {
-                // Give the key back (on the attempt's connection) and
-                // try again with a fresh token.
-                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                Step::Again
-            }
-            // Taken but too few replicas have it: give it back before
-            // reporting (or retrying, while waiting).
-            Err(e @ Error::NotReplicated { .. }) => {
-                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                if wait != Wait::No && pause_before_retry(deadline, pause).await {
-                    return Step::Again;
-                }
-                Step::Done(Err(e))
-            }
-            // Unknown outcome while waiting: `undo` deletes the key if
-            // our SET landed; the wait rides the outage out.
-            Err(e) if e.is_retryable() && wait != Wait::No => {
-                drop(undo);
-                if pause_before_retry(deadline, pause).await {
-                    return Step::Again;
-                }
-                Step::Done(Err(e))
-            }
-            // `undo` stays armed: a refused script changed nothing, and
-            // compare-and-delete of a token nobody holds is harmless.
+        {
+            Ok(Outcome::Acquired(guard)) => Step::Done(Ok(Some(guard))),
+            Ok(Outcome::Again) => Step::Again,
+            Ok(Outcome::Waiting(held)) => Step::Held(held),
             Err(e) => Step::Done(Err(e)),
         }
     }
@@ -267,6 +194,43 @@ impl RedisMutex {
             what: format!("redis key {key:?}"),
             expected,
         }
+    }
+}
+
+/// The mutex's part of one attempt: its script, where the attempt puts
+/// this provider in the line, and the replies it counts.
+struct MutexAttempt<'a> {
+    mutex: &'a RedisMutex,
+    queue: LinePlace,
+    others: bool,
+    in_line: bool,
+    waited: Instant,
+}
+
+impl Family for MutexAttempt<'_> {
+    type Waiting = Held;
+
+    fn script<'a>(
+        &'a mut self,
+        pinned: &'a Pinned,
+        token: &'a str,
+    ) -> impl std::future::Future<Output = Result<Attempt<Held>>> + Send + 'a {
+        self.mutex
+            .attempt(pinned, token, self.queue, self.others, self.in_line)
+    }
+
+    fn answered(&mut self, outcome: &Result<Attempt<Held>>) {
+        self.mutex.shared.replies.note(outcome);
+    }
+
+    fn acquired(&mut self, token: u64) {
+        tracing::debug!(
+            name = %self.mutex.name,
+            owner = %self.mutex.shared.owner,
+            token,
+            waited_us = self.waited.elapsed().as_micros(),
+            "distlock redis lock acquired"
+        );
     }
 }
 
