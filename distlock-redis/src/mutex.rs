@@ -1,6 +1,10 @@
-//! The Redis mutex: `SET NX PX` with a fencing `INCR`, compare-and-delete
-//! release with `PUBLISH`, compare-and-`PEXPIRE` renewal, waiting on the
-//! shared subscriber.
+//! The Redis mutex (unfair). The protocol (the line of providers, the
+//! hand-over reservation, waiting next to redis-py) is told once, in the
+//! crate docs' [mutex](crate#the-mutex) section, its keys in
+//! [Keys](crate#keys). Here: a waiter's loop of attempts (`acquire.lua`,
+//! through the [skeleton](crate::acquire)), where each attempt puts this
+//! provider in the line, and its wait (the subscriber, or client tracking
+//! behind a holder that does not publish).
 
 use std::fmt;
 use std::sync::Arc;
