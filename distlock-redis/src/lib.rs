@@ -338,8 +338,8 @@
 //! * each attempt has a **fresh token** (an undo still running for an
 //!   earlier attempt never touches a later one's hold), goes out on one
 //!   pinned connection, and is bounded by the response timeout `T` even
-//!   while the client reconnects: `lock_timeout(d)` returns at most one `T`
-//!   after `d`, its leave included;
+//!   while the client reconnects (so every wait keeps the caller's
+//!   deadline, as [Liveness](#liveness) bounds it);
 //! * before the script is sent, its **undo is armed**: an attempt that is
 //!   cancelled, times out or fails mid-flight is taken back by
 //!   compare-and-delete of its own value (never someone else's), on the
