@@ -507,11 +507,10 @@
 //!
 //! A distlock mutex and a redis-py `Lock` on the same key (`Lock(r,
 //! "PREFIX NAME")`) exclude each other both ways: both take the key with
-//! `SET NX PX` and release or extend only with their own token. redis-py does
-//! not publish on release; a distlock waiter learns of a redis-py release
-//! from the server's client tracking (above), within a round trip, or where
-//! tracking is not available at its next short re-check. redis-py's lock
-//! carries no fencing token.
+//! `SET NX PX` and release or extend only with their own token. How a
+//! distlock waiter learns of a redis-py release (which publishes nothing)
+//! is in [the mutex](#the-mutex)'s "Next to clients that do not publish".
+//! redis-py's lock carries no fencing token.
 //!
 //! # Fencing tokens
 //!
