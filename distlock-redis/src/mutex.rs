@@ -31,6 +31,13 @@ use crate::wake::woken;
 /// the lock again, or it extended: a busy lock, worth watching closely).
 const FOREIGN_RECHECK: Duration = Duration::from_millis(1);
 
+/// Whole milliseconds as a script argument: a `u64`, which the client
+/// writes in place (a `u128`'s `to_string()` cost a formatting and an
+/// allocation per argument on the hot path; the bytes sent are the same).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A Redis mutex (unfair: whoever asks first after a release wins).
 pub(crate) struct RedisMutex {
     pub(crate) shared: Arc<Context>,
@@ -106,13 +113,12 @@ impl RedisMutex {
         let alive_ms = if queue == LinePlace::Out || !self.shared.replies.heard() {
             0
         } else {
-            subscriber.alive_for(&self.keys.channel).as_millis()
+            millis(subscriber.alive_for(&self.keys.channel))
         };
         // How long a waiter that is not in line marks that it listens: up
         // to its next look (a re-check, or one response timeout more).
-        let listening_ms = (self.shared.options.recheck_interval
-            + self.shared.options.response_timeout)
-            .as_millis();
+        let listening_ms =
+            millis(self.shared.options.recheck_interval + self.shared.options.response_timeout);
         let ((status, value, publishes), acked): ((i64, i64, i64), _) = conn
             .script_acked(
                 "acquire",
@@ -136,8 +142,8 @@ impl RedisMutex {
                     })
                     .arg(if others { "1" } else { "0" })
                     .arg(if in_line { "1" } else { "0" })
-                    .arg(alive_ms.to_string())
-                    .arg(listening_ms.to_string()),
+                    .arg(alive_ms)
+                    .arg(listening_ms),
                 self.shared.options.wait,
             )
             .await?;
