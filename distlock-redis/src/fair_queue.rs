@@ -11,18 +11,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{
-    with_timeout, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
+use distlock_core::backend::{with_timeout, Cleanup, CleanupGuard};
 use distlock_core::{Error, LeaseOptions, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 
+use crate::acquire::{Acquisition, Family, Outcome};
 use crate::context::Context;
 use crate::keys::Keys;
-use crate::lease::{
-    decode, kind_refusal, leave_budget, new_token, pause_before_retry, retried, Attempt,
-    RedisLease, Undo,
-};
+use crate::lease::{decode, kind_refusal, leave_budget, new_token, retried, Attempt, RedisLease};
 use crate::net::{Pinned, Sticky};
 use crate::scripts::{FAIR_ACQUIRE, FAIR_LEAVE};
 
@@ -184,127 +180,40 @@ impl FairQueue {
         )
     }
 
-    /// One attempt of [`FairQueue::acquire`]: a connection, the script,
-    /// and the undo of an attempt whose outcome is unknown. Boxed by the
-    /// caller, so a waiter keeps none of this while it waits.
+    /// One attempt of [`FairQueue::acquire`]: the
+    /// [skeleton](crate::acquire) with the fair queue's script. Boxed by
+    /// the caller, so a waiter keeps none of this (the family's part
+    /// included) while it waits.
     #[allow(clippy::too_many_arguments)]
     async fn step(
         &self,
-        queue: bool,
+        queue_up: bool,
         candidate: Option<&str>,
         leave: &Arc<LeaveQueue>,
         in_queue: &mut Option<CleanupGuard>,
         queued: &mut bool,
         (deadline, waited): (Option<Instant>, Instant),
         pause: &mut Duration,
-    ) -> Result<Step> {
-        let shared = &self.shared;
-        let timeout = shared.options.response_timeout;
-        let started = Instant::now();
-        let pinned = match shared.conn()?.pin(timeout).await {
-            Ok(pinned) => pinned,
-            Err(e) if e.is_retryable() && queue => {
-                if pause_before_retry(deadline, pause).await {
-                    return Ok(Step::Again);
-                }
-                return Err(e);
-            }
-            Err(e) => return Err(e),
+    ) -> Result<Outcome<Option<Duration>>> {
+        let acquisition = Acquisition {
+            shared: &self.shared,
+            name: &self.name,
+            lease: self.lease,
+            waits: queue_up,
+            deadline,
         };
-        let lease = RedisLease::new(shared, (&self.keys).into(), &self.name, &pinned);
-        let mut undo = CleanupGuard::arm(
-            "undo acquire",
-            Arc::new(Undo {
-                lease: Arc::clone(&lease),
-                place: None,
-                expires: started + self.lease.ttl() + timeout,
-            }),
-        )?;
-        if queue {
-            leave.sent_on(&pinned, started + self.entry_ttl() + timeout);
-            if in_queue.is_none() {
-                *in_queue = Some(CleanupGuard::arm(
-                    "leave queue",
-                    Arc::clone(leave) as Arc<dyn Cleanup>,
-                )?);
-            }
-        }
-        // Bounded by the response timeout even while the client
-        // reconnects (which may take its connect timeout): the caller's
-        // deadline is passed by one response timeout at most.
-        let attempt = with_timeout(
-            "acquire",
-            timeout,
-            self.attempt(&pinned, &leave.id, &lease.token, queue, candidate),
-        );
-        match attempt.await.and_then(|r| r) {
-            Ok(Attempt::Acquired(token)) => {
-                undo.disarm();
-                if let Some(guard) = in_queue.as_mut() {
-                    guard.disarm();
-                }
-                tracing::debug!(
-                    name = %self.name,
-                    owner = %shared.owner,
-                    token,
-                    waited_us = waited.elapsed().as_micros(),
-                    "distlock redis fair lock acquired"
-                );
-                let parts = GuardParts {
-                    name: self.name.clone(),
-                    fencing_token: token,
-                    signal: LeaseSignal::new(),
-                    terms: LeaseTerms::Ttl(self.lease),
-                    acquired_at: started,
-                    lifecycle: Arc::clone(&shared.lifecycle),
-                };
-                LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Step::Acquired)
-            }
-            Ok(Attempt::Waiting(Place {
-                wait,
-                position,
-                added,
-            })) => {
-                undo.disarm();
-                if added && *queued {
-                    tracing::debug!(
-                        name = %self.name,
-                        position,
-                        "distlock redis fair waiter lost its place (its entry expired); queued again at the back"
-                    );
-                }
-                *queued |= position >= 0;
-                Ok(Step::Waiting(wait))
-            }
-            Ok(Attempt::AlreadyOurs) => {
-                // Give the lock back (that wakes the next waiter) and
-                // queue again with a fresh token.
-                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                Ok(Step::Again)
-            }
-            // Taken but too few replicas have it: give it back (that
-            // wakes the next waiter) before reporting, or queue again
-            // (at the back) while waiting.
-            Err(e @ Error::NotReplicated { .. }) => {
-                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                if queue && pause_before_retry(deadline, pause).await {
-                    return Ok(Step::Again);
-                }
-                Err(e)
-            }
-            // Unknown outcome while waiting: `undo` gives back the lock
-            // if the attempt took it; our entry stays (or expires).
-            Err(e) if e.is_retryable() && queue => {
-                drop(undo);
-                if pause_before_retry(deadline, pause).await {
-                    return Ok(Step::Again);
-                }
-                Err(e)
-            }
-            // The caller drops `in_queue` armed when this error reaches
-            // it: it leaves the queue in the background.
-            Err(e) => Err(e),
-        }
+        let mut family = FairAttempt {
+            queue: self,
+            queue_up,
+            candidate,
+            leave,
+            in_queue,
+            queued,
+            waited,
+        };
+        acquisition
+            .attempt((&self.keys).into(), &mut family, pause)
+            .await
     }
 
     /// Waits in the queue for the lock; with `candidate`, the lock is an
@@ -348,9 +257,9 @@ impl FairQueue {
                 &mut pause,
             );
             let remaining = match Box::pin(step).await? {
-                Step::Acquired(guard) => return Ok(Some(guard)),
-                Step::Again => continue,
-                Step::Waiting(remaining) => remaining,
+                Outcome::Acquired(guard) => return Ok(Some(guard)),
+                Outcome::Again => continue,
+                Outcome::Waiting(remaining) => remaining,
             };
             pause = Duration::from_millis(20);
             // The attempt answered: nothing of ours is in flight, so the
@@ -407,15 +316,78 @@ async fn leave_now(in_queue: Option<CleanupGuard>, timeout: Duration) {
     }
 }
 
-/// How one attempt of [`FairQueue::acquire`] ended.
-enum Step {
-    /// The lock is ours.
-    Acquired(LockGuard),
-    /// Try again at once (after any pause the attempt took already).
-    Again,
-    /// In line: look again within this long at most (`None`: no bound
-    /// from the server).
-    Waiting(Option<Duration>),
+/// The fair queue's part of one attempt: its script, and the leave of the
+/// queue armed before an attempt that may queue us.
+struct FairAttempt<'a> {
+    queue: &'a FairQueue,
+    /// Whether the attempt queues us (the caller waits).
+    queue_up: bool,
+    candidate: Option<&'a str>,
+    leave: &'a Arc<LeaveQueue>,
+    /// Armed before the first attempt that may queue us, disarmed only
+    /// when the lock is ours (the acquire removed our entry).
+    in_queue: &'a mut Option<CleanupGuard>,
+    /// Whether an attempt queued us.
+    queued: &'a mut bool,
+    waited: Instant,
+}
+
+impl Family for FairAttempt<'_> {
+    type Waiting = Option<Duration>;
+
+    fn arm(&mut self, pinned: &Pinned, _lease: &Arc<RedisLease>, started: Instant) -> Result<()> {
+        if self.queue_up {
+            let timeout = self.queue.shared.options.response_timeout;
+            self.leave
+                .sent_on(pinned, started + self.queue.entry_ttl() + timeout);
+            if self.in_queue.is_none() {
+                *self.in_queue = Some(CleanupGuard::arm(
+                    "leave queue",
+                    Arc::clone(self.leave) as Arc<dyn Cleanup>,
+                )?);
+            }
+        }
+        Ok(())
+    }
+
+    async fn script(&mut self, pinned: &Pinned, token: &str) -> Result<Attempt<Option<Duration>>> {
+        let attempt = self
+            .queue
+            .attempt(pinned, &self.leave.id, token, self.queue_up, self.candidate)
+            .await?;
+        Ok(match attempt {
+            Attempt::Acquired(token) => Attempt::Acquired(token),
+            Attempt::AlreadyOurs => Attempt::AlreadyOurs,
+            Attempt::Waiting(Place {
+                wait,
+                position,
+                added,
+            }) => {
+                if added && *self.queued {
+                    tracing::debug!(
+                        name = %self.queue.name,
+                        position,
+                        "distlock redis fair waiter lost its place (its entry expired); queued again at the back"
+                    );
+                }
+                *self.queued |= position >= 0;
+                Attempt::Waiting(wait)
+            }
+        })
+    }
+
+    fn acquired(&mut self, token: u64) {
+        if let Some(guard) = self.in_queue.as_mut() {
+            guard.disarm();
+        }
+        tracing::debug!(
+            name = %self.queue.name,
+            owner = %self.queue.shared.owner,
+            token,
+            waited_us = self.waited.elapsed().as_micros(),
+            "distlock redis fair lock acquired"
+        );
+    }
 }
 
 fn conflict(key: &str, expected: &'static str) -> Error {

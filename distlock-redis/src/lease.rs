@@ -122,7 +122,19 @@ impl RedisLease {
         // lock key value is the holder record too: `<token>|<owner>` (see
         // `holds.lua`); a queued recipe keeps its holders' owners apart.
         let token = match keys {
-            LeaseKeys::Lock(_) => format!("{}|{}", new_token(), shared.owner),
+            LeaseKeys::Lock(_) => {
+                // One allocation for the value (a `format!` of a fresh
+                // `new_token()` took two).
+                let mut value = String::with_capacity(33 + shared.owner.len());
+                value.push_str(
+                    uuid::Uuid::new_v4()
+                        .simple()
+                        .encode_lower(&mut uuid::Uuid::encode_buffer()),
+                );
+                value.push('|');
+                value.push_str(&shared.owner);
+                value
+            }
             LeaseKeys::Queued(_) => new_token(),
         };
         Arc::new(RedisLease {

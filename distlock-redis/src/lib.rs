@@ -25,13 +25,21 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # The recipe
+//! Each protocol is told once, here, with its bounds: [the
+//! mutex](#the-mutex), [the fair mutex](#the-fair-mutex), [leader
+//! election](#leader-election), [the read-write lock and the
+//! semaphore](#read-write-lock-and-semaphore-keys), what every acquisition
+//! does when it is cancelled or its outcome is unknown
+//! ([Cancellation](#cancellation)), [liveness](#liveness) (what nothing
+//! dead or silent may cost), [fencing tokens](#fencing-tokens),
+//! [ids](#ids) and [Redlock](#redlock). The modules say how they implement
+//! their part and point here.
+//!
+//! # The mutex
 //!
 //! * **Acquire**: one Lua script runs `SET key value NX PX ttl` and, on
-//!   success, takes the fencing token: `max(counter + 1, server TIME in µs)`
-//!   with `TIME` and one `SET {…}:fence … GET` (see
-//!   [Fencing tokens](#fencing-tokens)); otherwise it returns the holder's
-//!   remaining `PTTL`. The lock key's value is `<token>|<owner identity>`:
+//!   success, takes the fencing token ([Fencing tokens](#fencing-tokens));
+//!   otherwise it returns the holder's remaining `PTTL`. The lock key's value is `<token>|<owner identity>`:
 //!   the token is 128 random bits, unique per acquisition, never logged;
 //!   the value is the holder record too (no other key is written). An
 //!   uncontended lock + release runs 6 commands inside its scripts (`SET NX
@@ -47,7 +55,7 @@
 //!   holder's `PTTL` runs out and every re-check interval (500 ms by
 //!   default), so an expiry or a release by a client that does not publish
 //!   is noticed. A cancelled or failed acquisition deletes a key it may have
-//!   set (compare-and-delete, so never someone else's).
+//!   set ([Cancellation](#cancellation)).
 //! * **Providers take turns, one wake-up per release.** A refused `lock()`
 //!   puts its provider in the lock's line (`{PREFIX NAME}:waiting`, once per
 //!   provider however many of its tasks wait) inside the same script call.
@@ -174,12 +182,16 @@
 //!   (its refresh came late: a stalled runtime) is not left waiting for
 //!   its re-check: the next refresh finds the place gone and wakes one of
 //!   its waiters, whose attempt queues it again (within `H`).
-//! * **Queues expire by themselves**: a fair waiter's, a read-write lock's
-//!   or a semaphore's queue entry lives `2R + T` (3 s) after its waiter's
-//!   last attempt (see each section below); a hand-over to a waiter whose
-//!   subscriber is silent costs the queue at most its waiter's next
-//!   heartbeat (`R`, or a third of the entry's life if shorter), or the
-//!   subscriber's replacement, whichever comes first.
+//! * **Queues expire by themselves**: a read-write lock's or a semaphore's
+//!   queue entry lives `2R + T` (3 s) after its waiter's last attempt, a
+//!   fair waiter's (fair mutex, election candidate) `min(2R + T, lease
+//!   TTL)`; a waiter refreshes its entry at every attempt, at least every
+//!   `R` (a fair waiter every `min(R, entry life / 3)`), so a crashed
+//!   waiter holds nobody back longer than its entry's life. Entries expire
+//!   side by side: several dead waiters cost one entry life, not one each.
+//!   A hand-over to a waiter whose subscriber is silent costs the queue at
+//!   most its waiter's next heartbeat, or the subscriber's replacement,
+//!   whichever comes first.
 //! * **Every wait keeps the caller's deadline**, subscribing included: a
 //!   waiter never waits for the `SUBSCRIBE` reply (its subscription wakes
 //!   it to look again when the reply comes), so `lock_timeout(d)` returns
@@ -234,11 +246,10 @@
 //! may barge** ahead of the queue: they take the free lock without looking
 //! at it.
 //!
-//! * **A dead waiter never blocks the queue.** Each entry expires 2 re-check
-//!   intervals + a response timeout (3 s by default; the lease TTL if
-//!   shorter) after its waiter last refreshed it; waiters refresh every third
-//!   of that (or every re-check interval, if shorter) with the same script that
-//!   tries the lock, and every such call first drops expired entries. Dead
+//! * **A dead waiter never blocks the queue.** Each entry expires by itself
+//!   (its life and refresh are in [Liveness](#liveness)); a waiter refreshes
+//!   it with the same script that tries the lock, and every such call first
+//!   drops expired entries. Dead
 //!   entries expire side by side, so several dead waiters cost the queue one
 //!   entry TTL, not one each; the queue keys themselves expire with their
 //!   last entry. A waiter whose entry lapsed (a paused process, a long
@@ -256,9 +267,7 @@
 //!   by the waiters' own re-checks: at the holder's `PTTL`, at the expiry of
 //!   a dead head while the lock is free, and every re-check interval.
 //! * **Cancellation.** A waiter that times out or is dropped removes its
-//!   entry (`fair_leave`, on the connection of its last attempt, retried
-//!   until the entry would have expired anyway), and an attempt whose reply
-//!   was lost is undone as the plain mutex's is.
+//!   entry with `fair_leave` ([Cancellation](#cancellation)).
 //!
 //! # Leader election
 //!
@@ -274,7 +283,7 @@
 //! lost to a silent pub/sub connection); an observer that falls behind
 //! sees the latest leader.
 //!
-//! ## Read-write lock and semaphore keys
+//! # Read-write lock and semaphore keys
 //!
 //! Both are "holders plus a queue", all keys hash-tagged on the lock key
 //! (one Cluster slot); `K` stands for `PREFIX NAME`:
@@ -296,23 +305,19 @@
 //!   writer when nobody holds and no live waiter is queued ahead of it; a
 //!   reader when no writer holds and no writer is queued ahead of it (so once
 //!   a writer waits, later readers queue behind it); a permit when holders +
-//!   waiters ahead < permits. Admitted: the fencing token (`INCR`, floored
-//!   at `TIME` in µs, as the mutex's: every token of a name is unique and
-//!   above every earlier one), the hold, and the waiter leaves the queue.
-//!   Not admitted and waiting: the waiter enters (or keeps its place in) the
-//!   queue and refreshes its entry, which lives 2 × re-check interval +
-//!   response timeout (a crashed waiter holds nobody back longer); the
-//!   script returns the earliest expiry that could change the answer. A
+//!   waiters ahead < permits. Admitted: the fencing token (the one rule of
+//!   [Fencing tokens](#fencing-tokens)), the hold, and the waiter leaves
+//!   the queue. Not admitted and waiting: the waiter enters (or keeps its
+//!   place in) the queue and refreshes its entry (its life in
+//!   [Liveness](#liveness)); the script returns the earliest expiry that
+//!   could change the answer. A
 //!   semaphore asked with another number of permits while holders exist
 //!   fails with `PermitsMismatch` and changes nothing. Extend re-scores the
 //!   token only while it is a member (the writer: compare-and-`PEXPIRE`);
 //!   release removes it. The zsets carry a `PEXPIREAT` at their last score,
 //!   so nothing outlives its holders and waiters (only the fence counter
 //!   stays, as for the mutex).
-//! * **Cancellation**: each attempt has a fresh token; a cancelled, failed or
-//!   timed-out acquisition releases the attempt's token and takes its
-//!   waiter out of the queue, on the attempt's connection (so after it),
-//!   retried until the lease or entry would have expired anyway.
+//! * **Cancellation**: as every acquisition's ([Cancellation](#cancellation)).
 //! * **Wake-ups**: every acquire and release script compares the queued
 //!   waiters an attempt would admit (none while a writer holds; the head
 //!   writer once no reader holds; the run of readers at the head of the
@@ -336,6 +341,47 @@
 //!   never starved by newcomers.
 //!   A waiter that cannot reach the server for longer than its entry lives
 //!   loses its place and queues again at the end.
+//!
+//! # Cancellation
+//!
+//! Every acquisition of [`RedisProvider`]'s primitives (the mutex, the
+//! fair mutex, the election, the read-write lock, the semaphore) runs the
+//! same attempt, each family supplying only its script:
+//!
+//! * each attempt has a **fresh token** (an undo still running for an
+//!   earlier attempt never touches a later one's hold), goes out on one
+//!   pinned connection, and is bounded by the response timeout `T` even
+//!   while the client reconnects (so every wait keeps the caller's
+//!   deadline, as [Liveness](#liveness) bounds it);
+//! * before the script is sent, its **undo is armed**: an attempt that is
+//!   cancelled, times out or fails mid-flight is taken back by
+//!   compare-and-delete of its own value (never someone else's), on the
+//!   attempt's connection so that it reaches the server after the attempt,
+//!   retried (20 ms doubling to 500 ms) until what it takes back would have
+//!   expired by itself (the lease TTL + `T` after the attempt was sent). A
+//!   queued waiter's place (fair queue, read-write lock, semaphore) is left
+//!   the same way, until its entry would have expired; a waiter that times
+//!   out leaves before `lock_timeout` returns, a dropped one in the
+//!   background;
+//! * an attempt answered **already ours** (the client resent it after a
+//!   lost reply, so its fencing token is unknown) is given back and tried
+//!   again with a fresh token; one that **fewer replicas acknowledged**
+//!   than asked ([`WAIT`](#replica-acknowledgement-wait)) is given back
+//!   before the call returns;
+//! * while the caller waits, a retryable failure (a connection error, a
+//!   timeout) is ridden out with the same back-off until its deadline;
+//!   `try_lock` returns it.
+//!
+//! # Ids
+//!
+//! An id generator takes blocks of `block_size` ids from the counter
+//! `{PREFIX NAME}:ids` with one `INCRBY` each (so ids are unique and
+//! increasing across every provider of the name, one round trip per
+//! block), and hands a block's ids out in-process. With `WAIT`, a block
+//! fewer replicas acknowledged is dropped (its ids are skipped, never
+//! handed out twice after a failover). The counter has no clock floor (see
+//! [Running Redis for distlock](#running-redis-for-distlock)); at
+//! `i64::MAX` it is `Exhausted`.
 //!
 //! # One name is one lock
 //!
@@ -404,8 +450,8 @@
 //! **dangerous**: for an operator whose holder is stuck or gone. One script
 //! per kind (`force_lock`, `rw_force`, `sem_force`) deletes every hold
 //! (distlock's or foreign) and its records, advances the fencing counter
-//! with the acquire scripts' rule (`max(INCR, TIME µs)`, so the next
-//! holder's token is above it; returned as `fence`), and publishes exactly
+//! with the acquire scripts' rule ([Fencing tokens](#fencing-tokens), so
+//! the next holder's token is above it; returned as `fence`), and publishes exactly
 //! what a release would: the next fair waiter's `to:<id>` (or `released`),
 //! the read-write lock's and semaphore's addressed wake-ups of the waiters
 //! now admitted. The evicted holders are not told: each learns at its next
@@ -474,11 +520,10 @@
 //!
 //! A distlock mutex and a redis-py `Lock` on the same key (`Lock(r,
 //! "PREFIX NAME")`) exclude each other both ways: both take the key with
-//! `SET NX PX` and release or extend only with their own token. redis-py does
-//! not publish on release; a distlock waiter learns of a redis-py release
-//! from the server's client tracking (above), within a round trip, or where
-//! tracking is not available at its next short re-check. redis-py's lock
-//! carries no fencing token.
+//! `SET NX PX` and release or extend only with their own token. How a
+//! distlock waiter learns of a redis-py release (which publishes nothing)
+//! is in [the mutex](#the-mutex)'s "Next to clients that do not publish".
+//! redis-py's lock carries no fencing token.
 //!
 //! # Fencing tokens
 //!
@@ -564,6 +609,7 @@
 //!
 //! Rust 1.89 or later.
 
+mod acquire;
 mod context;
 mod election;
 mod error;

@@ -1,23 +1,23 @@
-//! The Redis mutex: `SET NX PX` with a fencing `INCR`, compare-and-delete
-//! release with `PUBLISH`, compare-and-`PEXPIRE` renewal, waiting on the
-//! shared subscriber.
+//! The Redis mutex (unfair). The protocol (the line of providers, the
+//! hand-over reservation, waiting next to redis-py) is told once, in the
+//! crate docs' [mutex](crate#the-mutex) section, its keys in
+//! [Keys](crate#keys). Here: a waiter's loop of attempts (`acquire.lua`,
+//! through the [skeleton](crate::acquire)), where each attempt puts this
+//! provider in the line, and its wait (the subscriber, or client tracking
+//! behind a holder that does not publish).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{
-    with_timeout, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::Instant;
 
+use crate::acquire::{Acquisition, Family, Outcome};
 use crate::context::Context;
 use crate::keys::{Keys, LineKeys};
-use crate::lease::{
-    decode, kind_refusal, leave_budget, pause_before_retry, Attempt, RedisLease, Undo,
-};
+use crate::lease::{decode, kind_refusal, leave_budget, Attempt};
 use crate::line::InLine;
 use crate::net::Pinned;
 use crate::scripts::ACQUIRE;
@@ -30,6 +30,13 @@ use crate::wake::woken;
 /// has more time left than at the last look (it released and someone took
 /// the lock again, or it extended: a busy lock, worth watching closely).
 const FOREIGN_RECHECK: Duration = Duration::from_millis(1);
+
+/// Whole milliseconds as a script argument: a `u64`, which the client
+/// writes in place (a `u128`'s `to_string()` cost a formatting and an
+/// allocation per argument on the hot path; the bytes sent are the same).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// A Redis mutex (unfair: whoever asks first after a release wins).
 pub(crate) struct RedisMutex {
@@ -106,13 +113,12 @@ impl RedisMutex {
         let alive_ms = if queue == LinePlace::Out || !self.shared.replies.heard() {
             0
         } else {
-            subscriber.alive_for(&self.keys.channel).as_millis()
+            millis(subscriber.alive_for(&self.keys.channel))
         };
         // How long a waiter that is not in line marks that it listens: up
         // to its next look (a re-check, or one response timeout more).
-        let listening_ms = (self.shared.options.recheck_interval
-            + self.shared.options.response_timeout)
-            .as_millis();
+        let listening_ms =
+            millis(self.shared.options.recheck_interval + self.shared.options.response_timeout);
         let ((status, value, publishes), acked): ((i64, i64, i64), _) = conn
             .script_acked(
                 "acquire",
@@ -136,8 +142,8 @@ impl RedisMutex {
                     })
                     .arg(if others { "1" } else { "0" })
                     .arg(if in_line { "1" } else { "0" })
-                    .arg(alive_ms.to_string())
-                    .arg(listening_ms.to_string()),
+                    .arg(alive_ms)
+                    .arg(listening_ms),
                 self.shared.options.wait,
             )
             .await?;
@@ -157,8 +163,8 @@ impl RedisMutex {
         )
     }
 
-    /// One attempt of [`Lock::acquire`]: a connection, the script, and the
-    /// undo of an attempt whose outcome is unknown.
+    /// One attempt of [`Lock::acquire`]: the [skeleton](crate::acquire)
+    /// with the mutex's script.
     async fn step(
         &self,
         wait: Wait,
@@ -168,96 +174,27 @@ impl RedisMutex {
         pause: &mut Duration,
         waited: Instant,
     ) -> Step {
-        let shared = &self.shared;
-        let timeout = shared.options.response_timeout;
-        let started = Instant::now();
-        let conn = match shared.conn() {
-            Ok(conn) => conn,
-            Err(e) => return Step::Done(Err(e)),
+        let acquisition = Acquisition {
+            shared: &self.shared,
+            name: &self.name,
+            lease: self.lease,
+            waits: wait != Wait::No,
+            deadline,
         };
-        let pinned = match conn.pin(timeout).await {
-            Ok(pinned) => pinned,
-            Err(e) if e.is_retryable() && wait != Wait::No => {
-                if Box::pin(pause_before_retry(deadline, pause)).await {
-                    return Step::Again;
-                }
-                return Step::Done(Err(e));
-            }
-            Err(e) => return Step::Done(Err(e)),
+        let mut family = MutexAttempt {
+            mutex: self,
+            queue,
+            others,
+            in_line,
+            waited,
         };
-        let lease = RedisLease::new(shared, (&self.keys).into(), &self.name, &pinned);
-        let mut undo = match CleanupGuard::arm(
-            "undo acquire",
-            Arc::new(Undo {
-                lease: Arc::clone(&lease),
-                place: None,
-                expires: started + self.lease.ttl() + timeout,
-            }),
-        ) {
-            Ok(undo) => undo,
-            Err(e) => return Step::Done(Err(e)),
-        };
-        // Boxed: the attempt's state is large, and a waiter should not
-        // carry it while it sleeps between attempts. Bounded by the
-        // response timeout even while the client reconnects (which may
-        // take its connect timeout), so a deadline is passed by one
-        // response timeout at most.
-        let attempt = Box::pin(self.attempt(&pinned, &lease.token, queue, others, in_line));
-        let outcome = with_timeout("acquire", timeout, attempt)
+        match acquisition
+            .attempt((&self.keys).into(), &mut family, pause)
             .await
-            .and_then(|r| r);
-        shared.replies.note(&outcome);
-        match outcome {
-            Ok(Attempt::Acquired(token)) => {
-                undo.disarm();
-                tracing::debug!(
-                    name = %self.name,
-                    owner = %shared.owner,
-                    token,
-                    waited_us = waited.elapsed().as_micros(),
-                    "distlock redis lock acquired"
-                );
-                let parts = GuardParts {
-                    name: self.name.clone(),
-                    fencing_token: token,
-                    signal: LeaseSignal::new(),
-                    terms: LeaseTerms::Ttl(self.lease),
-                    acquired_at: started,
-                    lifecycle: Arc::clone(&shared.lifecycle),
-                };
-                // On error (closed meanwhile) the guard released itself.
-                Step::Done(LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some))
-            }
-            Ok(Attempt::Waiting(held)) => {
-                undo.disarm();
-                Step::Held(held)
-            }
-            Ok(Attempt::AlreadyOurs) => {
-                // Give the key back (on the attempt's connection) and
-                // try again with a fresh token.
-                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                Step::Again
-            }
-            // Taken but too few replicas have it: give it back before
-            // reporting (or retrying, while waiting).
-            Err(e @ Error::NotReplicated { .. }) => {
-                let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                if wait != Wait::No && pause_before_retry(deadline, pause).await {
-                    return Step::Again;
-                }
-                Step::Done(Err(e))
-            }
-            // Unknown outcome while waiting: `undo` deletes the key if
-            // our SET landed; the wait rides the outage out.
-            Err(e) if e.is_retryable() && wait != Wait::No => {
-                drop(undo);
-                if pause_before_retry(deadline, pause).await {
-                    return Step::Again;
-                }
-                Step::Done(Err(e))
-            }
-            // `undo` stays armed: a refused script changed nothing, and
-            // compare-and-delete of a token nobody holds is harmless.
+        {
+            Ok(Outcome::Acquired(guard)) => Step::Done(Ok(Some(guard))),
+            Ok(Outcome::Again) => Step::Again,
+            Ok(Outcome::Waiting(held)) => Step::Held(held),
             Err(e) => Step::Done(Err(e)),
         }
     }
@@ -267,6 +204,43 @@ impl RedisMutex {
             what: format!("redis key {key:?}"),
             expected,
         }
+    }
+}
+
+/// The mutex's part of one attempt: its script, where the attempt puts
+/// this provider in the line, and the replies it counts.
+struct MutexAttempt<'a> {
+    mutex: &'a RedisMutex,
+    queue: LinePlace,
+    others: bool,
+    in_line: bool,
+    waited: Instant,
+}
+
+impl Family for MutexAttempt<'_> {
+    type Waiting = Held;
+
+    fn script<'a>(
+        &'a mut self,
+        pinned: &'a Pinned,
+        token: &'a str,
+    ) -> impl std::future::Future<Output = Result<Attempt<Held>>> + Send + 'a {
+        self.mutex
+            .attempt(pinned, token, self.queue, self.others, self.in_line)
+    }
+
+    fn answered(&mut self, outcome: &Result<Attempt<Held>>) {
+        self.mutex.shared.replies.note(outcome);
+    }
+
+    fn acquired(&mut self, token: u64) {
+        tracing::debug!(
+            name = %self.mutex.name,
+            owner = %self.mutex.shared.owner,
+            token,
+            waited_us = self.waited.elapsed().as_micros(),
+            "distlock redis lock acquired"
+        );
     }
 }
 

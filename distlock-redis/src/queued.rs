@@ -13,17 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{
-    with_timeout, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
+use distlock_core::backend::{with_timeout, CleanupGuard};
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use tokio::time::{sleep_until, Instant};
 
+use crate::acquire::{Acquisition, Family, Outcome};
 use crate::context::Context;
 use crate::keys::{Claim, Recipe};
-use crate::lease::{
-    decode, kind_refusal, leave_budget, new_token, pause_before_retry, Attempt, RedisLease, Undo,
-};
+use crate::lease::{decode, kind_refusal, leave_budget, new_token, Attempt, RedisLease, Undo};
 use crate::net::Pinned;
 
 /// A queued acquisition: the read or write side of a read-write lock, or a
@@ -107,6 +104,84 @@ impl Queued {
     }
 }
 
+/// A queued recipe's part of one attempt: its script, and the leave of the
+/// queue that follows each attempt that may queue us on its connection.
+struct QueuedAttempt<'a> {
+    queued: &'a Queued,
+    /// Our entry in the queue.
+    member: &'a str,
+    /// Whether the attempt queues us (the caller waits).
+    queue_up: bool,
+    /// Takes our entry out of the server's queue unless disarmed; always
+    /// on the connection of the latest attempt that may have queued us,
+    /// so it lands after that attempt.
+    place: &'a mut Option<CleanupGuard>,
+    /// The queue guards of attempts whose outcome is unknown: such an
+    /// attempt may still land on its connection, so its own guard (on
+    /// that connection) runs when we leave, whatever the outcome.
+    unknown: &'a mut Vec<CleanupGuard>,
+    waited: Instant,
+}
+
+impl Family for QueuedAttempt<'_> {
+    type Waiting = Option<Duration>;
+
+    fn arm(&mut self, _pinned: &Pinned, lease: &Arc<RedisLease>, started: Instant) -> Result<()> {
+        if self.queue_up {
+            let timeout = self.queued.shared.options.response_timeout;
+            let next = CleanupGuard::arm(
+                "leave the queue",
+                Arc::new(Undo {
+                    lease: Arc::clone(lease),
+                    place: Some(self.member.to_owned()),
+                    expires: started + self.queued.entry_ttl() + timeout,
+                }),
+            )?;
+            if let Some(mut previous) = self.place.replace(next) {
+                previous.disarm();
+            }
+        }
+        Ok(())
+    }
+
+    fn script<'a>(
+        &'a mut self,
+        pinned: &'a Pinned,
+        token: &'a str,
+    ) -> impl std::future::Future<Output = Result<Attempt<Option<Duration>>>> + Send + 'a {
+        self.queued
+            .attempt(pinned, token, self.member, self.queue_up)
+    }
+
+    fn acquired(&mut self, token: u64) {
+        if let Some(mut place) = self.place.take() {
+            // The script took us out of the queue.
+            place.disarm();
+        }
+        let recipe = &self.queued.recipe;
+        tracing::debug!(
+            name = %recipe.name,
+            side = ?recipe.claim,
+            owner = %self.queued.shared.owner,
+            token,
+            waited_us = self.waited.elapsed().as_micros(),
+            "distlock redis queued lock acquired"
+        );
+    }
+
+    fn not_replicated(&mut self) {
+        // The script took us out of the queue.
+        if let Some(mut place) = self.place.take() {
+            place.disarm();
+        }
+    }
+
+    fn unknown(&mut self) {
+        // `place` stays for the queue entry, on the attempt's connection.
+        self.unknown.extend(self.place.take());
+    }
+}
+
 #[async_trait]
 impl Lock for Queued {
     fn name(&self) -> &Name {
@@ -135,120 +210,33 @@ impl Lock for Queued {
         let member = format!("{}{}", self.recipe.member_prefix(), new_token());
         let waited = Instant::now();
         let mut subscription = None;
-        // Takes our entry out of the server's queue unless disarmed; always
-        // on the connection of the latest attempt that may have queued us,
-        // so it lands after that attempt.
+        // What the attempts leave in the queue (see `QueuedAttempt`).
         let mut place: Option<CleanupGuard> = None;
-        // The queue guards of attempts whose outcome is unknown: such an
-        // attempt may still land on its connection, so its own guard (on
-        // that connection) runs when we leave, whatever the outcome.
         let mut unknown: Vec<CleanupGuard> = Vec::new();
         let mut pause = Duration::from_millis(20);
         loop {
-            let started = Instant::now();
-            let pinned = match shared.conn()?.pin(timeout).await {
-                Ok(pinned) => pinned,
-                Err(e) if e.is_retryable() && queue => {
-                    if pause_before_retry(deadline, &mut pause).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
+            let acquisition = Acquisition {
+                shared,
+                name: &self.recipe.name,
+                lease: self.lease,
+                waits: queue,
+                deadline,
             };
-            // A fresh token per attempt: an undo still running for an
-            // earlier attempt can never release a later one's hold.
-            let lease = RedisLease::new(shared, (&self.recipe).into(), &self.recipe.name, &pinned);
-            let mut undo = CleanupGuard::arm(
-                "undo acquire",
-                Arc::new(Undo {
-                    lease: Arc::clone(&lease),
-                    place: None,
-                    expires: started + self.lease.ttl() + timeout,
-                }),
-            )?;
-            if queue {
-                let next = CleanupGuard::arm(
-                    "leave the queue",
-                    Arc::new(Undo {
-                        lease: Arc::clone(&lease),
-                        place: Some(member.clone()),
-                        expires: started + self.entry_ttl() + timeout,
-                    }),
-                )?;
-                if let Some(mut previous) = place.replace(next) {
-                    previous.disarm();
-                }
-            }
+            let mut family = QueuedAttempt {
+                queued: self,
+                member: &member,
+                queue_up: queue,
+                place: &mut place,
+                unknown: &mut unknown,
+                waited,
+            };
             // Boxed: the attempt's state is large, and a waiter should not
-            // carry it while it sleeps between attempts. Bounded by the
-            // response timeout even while the client reconnects (which may
-            // take its connect timeout), as the mutex's: a deadline is passed
-            // by one response timeout at most.
-            let attempt = Box::pin(self.attempt(&pinned, &lease.token, &member, queue));
-            let result = with_timeout("acquire", timeout, attempt)
-                .await
-                .and_then(|r| r);
-            let recheck = match result {
-                Ok(Attempt::Acquired(token)) => {
-                    undo.disarm();
-                    if let Some(mut place) = place.take() {
-                        // The script took us out of the queue.
-                        place.disarm();
-                    }
-                    tracing::debug!(
-                        name = %self.recipe.name,
-                        side = ?self.recipe.claim,
-                        owner = %shared.owner,
-                        token,
-                        waited_us = waited.elapsed().as_micros(),
-                        "distlock redis queued lock acquired"
-                    );
-                    let parts = GuardParts {
-                        name: self.recipe.name.clone(),
-                        fencing_token: token,
-                        signal: LeaseSignal::new(),
-                        terms: LeaseTerms::Ttl(self.lease),
-                        acquired_at: started,
-                        lifecycle: Arc::clone(&shared.lifecycle),
-                    };
-                    // On error (closed meanwhile) the guard released itself.
-                    return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
-                }
-                Ok(Attempt::Waiting(recheck)) => {
-                    undo.disarm();
-                    recheck
-                }
-                Ok(Attempt::AlreadyOurs) => {
-                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                    continue;
-                }
-                // Taken but too few replicas have it: the script took us out
-                // of the queue; give the hold back before reporting, or
-                // queue again (at the back) while waiting.
-                Err(e @ Error::NotReplicated { .. }) => {
-                    if let Some(mut place) = place.take() {
-                        place.disarm();
-                    }
-                    let _ = with_timeout("undo acquire", timeout, undo.run_now()).await;
-                    if queue && pause_before_retry(deadline, &mut pause).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                // Unknown outcome while waiting: `undo` releases the hold if
-                // the attempt landed; `place` stays for the queue entry.
-                Err(e) if e.is_retryable() && queue => {
-                    drop(undo);
-                    unknown.extend(place.take());
-                    if pause_before_retry(deadline, &mut pause).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                // Both guards stay armed and run in the background:
-                // releasing a token nobody holds is harmless.
-                Err(e) => return Err(e),
+            // carry it while it sleeps between attempts.
+            let attempt = acquisition.attempt((&self.recipe).into(), &mut family, &mut pause);
+            let recheck = match Box::pin(attempt).await? {
+                Outcome::Acquired(guard) => return Ok(Some(guard)),
+                Outcome::Again => continue,
+                Outcome::Waiting(recheck) => recheck,
             };
             pause = Duration::from_millis(20);
             let now = Instant::now();

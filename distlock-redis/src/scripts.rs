@@ -13,8 +13,11 @@
 //! * `fence.lua`: the fencing rule, the one place a single-master token is
 //!   taken (Redlock's masters keep their own, `redlock_acquire.lua`);
 //! * `rw_admit.lua` / `sem_admit.lua`: who the read-write lock or the
-//!   semaphore admits, then `queue.lua`: their queue library (addressed
-//!   wake-ups, purges, expiries);
+//!   semaphore admits;
+//! * `queue.lua`: the queue library: the fair queue's purge (its dead
+//!   waiters and its live head, for every script of the fair mutex and the
+//!   election that reads the head), and the read-write lock's and the
+//!   semaphore's queue (addressed wake-ups, purges, expiries);
 //! * `line_pop.lua`: the first live provider in a plain mutex's line.
 
 use std::collections::HashMap;
@@ -42,13 +45,13 @@ macro_rules! scripts {
 
 scripts! {
     ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/acquire.lua"));
-    RELEASE = include_str!("scripts/release.lua");
-    MUTEX_RELEASE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_release.lua"));
+    RELEASE = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/release.lua"));
+    MUTEX_RELEASE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_release.lua"));
     MUTEX_PASS = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_pass.lua"));
     LINE_ALIVE = include_str!("scripts/line_alive.lua");
     EXTEND = include_str!("scripts/extend.lua");
-    FAIR_ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/fair_acquire.lua"));
-    FAIR_LEAVE = include_str!("scripts/fair_leave.lua");
+    FAIR_ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/fair_acquire.lua"));
+    FAIR_LEAVE = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/fair_leave.lua"));
     ELECT_LEADER = include_str!("scripts/elect_leader.lua");
     RW_ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_acquire.lua"));
     RW_RELEASE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_release.lua"));
@@ -62,7 +65,7 @@ scripts! {
     REDLOCK_EXTEND = include_str!("scripts/redlock_extend.lua");
     INSPECT_LOCK = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/inspect_lock.lua"));
     INSPECT_QUEUED = include_str!("scripts/inspect_queued.lua");
-    FORCE_LOCK = concat!(include_str!("scripts/fence.lua"), include_str!("scripts/force_lock.lua"));
+    FORCE_LOCK = concat!(include_str!("scripts/fence.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/force_lock.lua"));
     RW_FORCE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_force.lua"));
     SEM_FORCE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_force.lua"));
 }

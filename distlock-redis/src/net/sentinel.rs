@@ -1,17 +1,13 @@
 //! Redis Sentinel: the master found through the Sentinels and found again
-//! when it goes away.
-//!
-//! One multiplexed connection to the current master is kept
-//! ([`SentinelConn`]). A command that fails with a connection error, or is
-//! answered `READONLY` / `MASTERDOWN` / `LOADING` (the server is a replica
-//! now, a demoted master, or not ready), or does not answer within the
-//! response timeout, drops that connection; the next command asks the
-//! Sentinels for the master again (`redis::sentinel::SentinelClient`, which
-//! also checks that the server it names says `ROLE` master) and connects to
-//! it. One re-resolve runs at a time: commands arriving meanwhile wait for
-//! it and share its outcome (its connection, or its error). The failed
-//! command itself is reported as [`Error::Connection`] (retryable), also
-//! for `READONLY`, so a lease's kept connection is let go too.
+//! when it goes away, as the crate docs' [Redis
+//! Sentinel](crate#redis-sentinel) section tells. Here: the one multiplexed
+//! connection to the current master ([`SentinelConn`]), dropped on the
+//! failures that section lists, and the one re-resolve at a time
+//! (`redis::sentinel::SentinelClient`, which also checks that the server it
+//! names says `ROLE` master) whose outcome the commands arriving meanwhile
+//! share. The failed command is reported as [`Error::Connection`]
+//! (retryable), also for `READONLY`, so a lease's kept connection is let
+//! go too.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

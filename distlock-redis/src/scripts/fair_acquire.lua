@@ -1,6 +1,6 @@
 -- Acquire a distlock fair mutex (or win an election): take the lock when it
 -- is free and nobody alive queues ahead, else queue (or keep our place).
--- Prefixed with kind.lua, holds.lua and fence.lua.
+-- Prefixed with holds.lua, kind.lua, fence.lua and queue.lua (the purge).
 -- KEYS[1] lock key (the plain mutex's: prefix + name), KEYS[2] fencing
 --         counter, KEYS[3] queue (zset waiter id -> arrival number),
 --         KEYS[4] queue deadlines (zset waiter id -> expiry in server ms),
@@ -56,11 +56,7 @@ if KEYS[8] then
   local other = kind_other(KEYS[8], 'distlock:election')
   if other ~= 0 then return {-5, other} end
 end
-for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-  redis.call('ZREM', KEYS[3], dead)
-  redis.call('ZREM', KEYS[4], dead)
-  redis.call('HDEL', KEYS[6], dead)
-end
+fair_drop_dead(KEYS[3], KEYS[4], KEYS[6], now)
 local holder = redis.call('GET', KEYS[1])
 -- A plain mutex's hand-over reservation binds plain waiters only: free.
 if reserved_for(holder) then
@@ -72,14 +68,7 @@ end
 if holder and KIND_MARKERS[holder] then
   return {-5, KIND_MARKERS[holder]}
 end
--- An entry without a deadline (its deadline key expired first, or was
--- changed by hand) could never expire: it is dropped as dead.
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-while head and not redis.call('ZSCORE', KEYS[4], head) do
-  redis.call('ZREM', KEYS[3], head)
-  redis.call('HDEL', KEYS[6], head)
-  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-end
+local head = fair_head(KEYS[3], KEYS[4], KEYS[6])
 if not holder and (head == nil or head == ARGV[1]) then
   local token, refused = fence_next(KEYS[2], t)
   if not token then

@@ -1,5 +1,6 @@
 -- Leave a distlock fair queue (a cancelled or timed-out waiter, or the undo
 -- of an attempt whose reply was lost), handing over if that frees the way.
+-- Prefixed with queue.lua (the fair purge).
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines,
 --         KEYS[4] holder record, KEYS[5] waiters' owners (hash),
 --         KEYS[6] (optional) leader record (elections)
@@ -32,17 +33,8 @@ redis.pcall('HDEL', KEYS[5], ARGV[1])
 if (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-    redis.call('ZREM', KEYS[2], dead)
-    redis.call('ZREM', KEYS[3], dead)
-    redis.pcall('HDEL', KEYS[5], dead)
-  end
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  while head and not redis.call('ZSCORE', KEYS[3], head) do
-    redis.call('ZREM', KEYS[2], head)
-    redis.pcall('HDEL', KEYS[5], head)
-    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  end
+  fair_drop_dead(KEYS[2], KEYS[3], KEYS[5], now)
+  local head = fair_head(KEYS[2], KEYS[3], KEYS[5])
   if head then
     redis.call('PUBLISH', ARGV[3], 'to:' .. head)
   elseif released == 1 then

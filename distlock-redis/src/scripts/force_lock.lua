@@ -11,7 +11,7 @@
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
 -- The counter is advanced as an acquisition takes a token (fence.lua, which
--- prefixes this script), so the next holder's token is above it. Then
+-- prefixes this script, with queue.lua for the fair purge), so the next holder's token is above it. Then
 -- exactly what a release publishes: 'to:<id>' of the first live fair waiter,
 -- or 'released' when nobody queues (nothing when nothing was held).
 local function typed(i, want)
@@ -38,17 +38,8 @@ end
 redis.call('DEL', KEYS[5])
 if KEYS[7] then redis.call('DEL', KEYS[7]) end
 if evicted == 1 then
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-    redis.call('ZREM', KEYS[3], dead)
-    redis.call('ZREM', KEYS[4], dead)
-    redis.call('HDEL', KEYS[6], dead)
-  end
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  while head and not redis.call('ZSCORE', KEYS[4], head) do
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[6], head)
-    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  end
+  fair_drop_dead(KEYS[3], KEYS[4], KEYS[6], now)
+  local head = fair_head(KEYS[3], KEYS[4], KEYS[6])
   if head then
     redis.call('PUBLISH', ARGV[1], 'to:' .. head)
   else

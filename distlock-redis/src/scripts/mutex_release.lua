@@ -1,6 +1,6 @@
 -- Release a distlock mutex (the plain one): compare-and-delete, then hand
 -- over to the next waiting provider, if anyone waits.
--- Prefixed with holds.lua and line_pop.lua.
+-- Prefixed with holds.lua, queue.lua (the fair purge) and line_pop.lua.
 -- KEYS[1] lock key, KEYS[2] fair queue, KEYS[3] fair queue deadlines,
 -- KEYS[4] holder record of earlier versions (unused: this version writes
 -- none; an earlier version's holder deletes its own), KEYS[5] fair
@@ -34,17 +34,8 @@ if redis.call('TYPE', KEYS[2])['ok'] == 'zset'
     and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-    redis.call('ZREM', KEYS[2], dead)
-    redis.call('ZREM', KEYS[3], dead)
-    redis.pcall('HDEL', KEYS[5], dead)
-  end
-  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  while head and not redis.call('ZSCORE', KEYS[3], head) do
-    redis.call('ZREM', KEYS[2], head)
-    redis.pcall('HDEL', KEYS[5], head)
-    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  end
+  fair_drop_dead(KEYS[2], KEYS[3], KEYS[5], now)
+  head = fair_head(KEYS[2], KEYS[3], KEYS[5])
 end
 if head then
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)

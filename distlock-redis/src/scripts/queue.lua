@@ -1,9 +1,36 @@
--- The queue library of the read-write lock and the semaphore (a prelude:
--- defines functions only, no server call until one is called), after their
--- admission rule (rw_admit.lua or sem_admit.lua, which define
--- admissible()). KEYS as rw_acquire.lua / sem_acquire.lua: KEYS[2] the
--- holders, KEYS[3] the queue, KEYS[4] its entries' expiry, KEYS[6] the
--- holder records, KEYS[7] the waiters' owners.
+-- The queue library (a prelude: defines functions only, no server call
+-- until one is called).
+-- First the fair queue's purge, for every script of the fair mutex and the
+-- election that reads the queue's head (fair_acquire.lua, release.lua,
+-- fair_leave.lua, mutex_release.lua, force_lock.lua); its keys are
+-- arguments: `queue` (zset waiter id -> arrival), `deadlines` (zset waiter
+-- id -> expiry in server ms), `owners` (hash waiter id -> owner identity).
+-- Drops the waiters whose entry was not refreshed by `now` (server ms): a
+-- dead waiter holds up the queue only until its own entry expires.
+local function fair_drop_dead(queue, deadlines, owners, now)
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', deadlines, '-inf', now)) do
+    redis.call('ZREM', queue, dead)
+    redis.call('ZREM', deadlines, dead)
+    redis.pcall('HDEL', owners, dead)
+  end
+end
+-- The first waiter of the queue, after dropping from its front the entries
+-- without a deadline (their deadline key expired first, or was changed by
+-- hand: they could never expire); nil when nobody queues.
+local function fair_head(queue, deadlines, owners)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  while head and not redis.call('ZSCORE', deadlines, head) do
+    redis.call('ZREM', queue, head)
+    redis.pcall('HDEL', owners, head)
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
+  end
+  return head
+end
+-- Then the read-write lock's and the semaphore's, after their admission
+-- rule (rw_admit.lua or sem_admit.lua, which define admissible()). KEYS as
+-- rw_acquire.lua / sem_acquire.lua: KEYS[2] the holders, KEYS[3] the queue,
+-- KEYS[4] its entries' expiry, KEYS[6] the holder records, KEYS[7] the
+-- waiters' owners.
 -- Publishes 'to:<id>' on the channel for every waiter in `after` that was not
 -- in `before` (nor `me`, the caller): one wake-up per waiter that this script
 -- let in, addressed to it, whichever provider it waits on.

@@ -1,5 +1,6 @@
 -- Release a distlock mutex: delete the lock key only if it still holds our
 -- token (redis-py's LUA_RELEASE_SCRIPT semantics), then hand over.
+-- Prefixed with queue.lua (the fair purge).
 -- KEYS[1] lock key, KEYS[2] fair queue ({…}:fair:queue, zset waiter id ->
 --         arrival), KEYS[3] fair queue deadlines ({…}:fair:timeouts, zset
 --         waiter id -> expiry in server ms), KEYS[4] the holder record of
@@ -33,17 +34,8 @@ if KEYS[3] and redis.call('EXISTS', KEYS[2]) == 1
     and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-    redis.call('ZREM', KEYS[2], dead)
-    redis.call('ZREM', KEYS[3], dead)
-    redis.pcall('HDEL', KEYS[5], dead)
-  end
-  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  while head and not redis.call('ZSCORE', KEYS[3], head) do
-    redis.call('ZREM', KEYS[2], head)
-    redis.pcall('HDEL', KEYS[5], head)
-    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  end
+  fair_drop_dead(KEYS[2], KEYS[3], KEYS[5], now)
+  head = fair_head(KEYS[2], KEYS[3], KEYS[5])
 end
 if head then
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)

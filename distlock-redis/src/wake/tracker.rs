@@ -1,29 +1,16 @@
 //! Wake-ups when a lock key held by a client that does not announce its
 //! release changes (redis-py's `Lock`, a key set by hand).
 //!
-//! A distlock holder publishes on release; redis-py's does not, so a waiter
-//! behind it would have to poll. Instead the provider keeps one extra
-//! connection (RESP3) with server-assisted client tracking on
-//! (`CLIENT TRACKING ON`, Redis 6 and later): after the connection reads a
-//! key (`EXISTS`), the server pushes one `invalidate` message the next time
-//! the key changes — deleted, set, expired, its TTL changed. A waiter that
-//! found a foreign holder reads the key on that connection and sleeps until
-//! the message (or its usual re-check timer), so it tries again within a
-//! round trip of the release instead of at its next poll.
-//!
-//! Tracking is one-shot per read: each wait reads the key again. Waiters of
-//! the same key in this provider share one read while no change has come
-//! since. Where tracking is not available — a server that refuses it (older
-//! than 6, or an ACL without `CLIENT`), Redis Cluster, Sentinel — the
-//! tracker answers `None` and waiters fall back to short, growing re-checks.
-//! A dropped tracking connection wakes every watcher (a change may have
-//! been missed) and is reopened by the next watch; one that does not answer
-//! within the response timeout is let go by the next watch the same way
-//! (its watchers are woken, and read again on a new connection). Only the
-//! current connection's end counts: the late end, failure or timeout of one
-//! already replaced leaves its successor alone. Only the response timeout
-//! judges the connection: a caller whose own deadline comes first just
-//! stops waiting.
+//! What the waiter gets and where tracking is not available is told once,
+//! in the crate docs' [mutex](crate#the-mutex) section ("Next to clients
+//! that do not publish"). Here: the one RESP3 connection with `CLIENT
+//! TRACKING ON`, opened at the first such wait; a read (`EXISTS`) per wait,
+//! since tracking is one-shot per read, shared by the waiters of one key
+//! while no change has come since; `None` where tracking is refused. Only
+//! the current connection's end counts: the late end, failure or timeout of
+//! one already replaced leaves its successor alone; and only the response
+//! timeout judges the connection: a caller whose own deadline comes first
+//! just stops waiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
