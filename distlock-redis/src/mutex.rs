@@ -137,7 +137,8 @@ impl RedisMutex {
                     .arg(if others { "1" } else { "0" })
                     .arg(if in_line { "1" } else { "0" })
                     .arg(alive_ms.to_string())
-                    .arg(listening_ms.to_string()),
+                    .arg(listening_ms.to_string())
+                    .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis())),
                 self.shared.options.wait,
             )
             .await?;

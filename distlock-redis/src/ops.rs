@@ -92,7 +92,7 @@ impl KindKeys {
         }
     }
 
-    fn force_invocation(&self) -> ScriptInvocation<'static> {
+    fn force_invocation(&self, fence_ttl_ms: u64) -> ScriptInvocation<'static> {
         match self {
             KindKeys::Lock(keys) => {
                 let mut invocation = FORCE_LOCK.prepare_invoke();
@@ -109,7 +109,7 @@ impl KindKeys {
                         invocation.key(marker);
                     }
                 }
-                invocation.arg(&keys.channel);
+                invocation.arg(&keys.channel).arg(fence_ttl_ms);
                 invocation
             }
             KindKeys::Queued(recipe) => {
@@ -123,7 +123,7 @@ impl KindKeys {
                     invocation.key(key);
                 }
                 invocation.key(&recipe.lock);
-                invocation.arg(&recipe.channel);
+                invocation.arg(&recipe.channel).arg(fence_ttl_ms);
                 invocation
             }
         }
@@ -344,7 +344,8 @@ pub(crate) async fn force_release(
     shared.lifecycle.check_open()?;
     let name = Name::new(name)?;
     let keys = keys_of(shared, &name, kind)?;
-    let reply = run(shared, "force_release", &keys.force_invocation()).await?;
+    let retention = shared.options.fence_retention_ms();
+    let reply = run(shared, "force_release", &keys.force_invocation(retention)).await?;
     let items = array(&reply)?;
     let [status, value] = items else {
         return Err(bad_reply());
@@ -360,6 +361,7 @@ pub(crate) async fn force_release(
             name: keys.fence_key().to_owned(),
         }),
         evicted if evicted >= 0 => {
+            // 0: nothing was held, and the script changed nothing.
             let fence = u64::try_from(value).map_err(|_| bad_reply())?;
             let evicted = usize::try_from(evicted).map_err(|_| bad_reply())?;
             tracing::warn!(
@@ -372,7 +374,7 @@ pub(crate) async fn force_release(
             );
             Ok(ForceReleased {
                 evicted,
-                fence: Some(fence),
+                fence: (fence > 0).then_some(fence),
             })
         }
         _ => Err(bad_reply()),
