@@ -59,7 +59,12 @@ Examples:
 The child sees DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN and DISTLOCK_OWNER. It runs in its own
 process group; every catchable signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
 SIGALRM, SIGWINCH, SIGCONT) goes to the whole group. If the lease is
-lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.")]
+lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.
+
+Ctrl-Z (SIGTSTP) stops the child's group, then distlock itself (as dumb-init), so the shell
+sees the job stopped; SIGCONT (fg, bg, kill -CONT) continues both. A stopped distlock
+renews nothing: a stop longer than the lease (--ttl; ZooKeeper's session) loses the lock,
+and when continued distlock stops the child as on any lost lease (exit 75).")]
     Exec(ExecArgs),
 
     /// Campaign for leadership and run CMD only while leader.

@@ -69,12 +69,39 @@ async fn connect(url: &str, signals: Option<&mut Signals>) -> Result<Arc<dyn Pro
         None => connecting.await,
     };
     result.map_err(|e| {
-        let mut f = Failure::from_error("", &e);
+        let mut f = if let distlock::Error::Timeout { after, .. } = &e {
+            // The library's "connect timed out after 5s" names neither the
+            // backend nor where it looked.
+            let (backend, servers) = servers_of(url);
+            Failure {
+                code: UNAVAILABLE,
+                message: format!(
+                    "connecting to {backend} at {servers}: no answer within {after:?} (the connect timeout: ?connect_timeout_ms= in the URL sets it)"
+                ),
+            }
+        } else {
+            Failure::from_error("", &e)
+        };
         if !e.is_invalid_input() {
             f.code = UNAVAILABLE;
         }
         f
     })
+}
+
+/// The backend of `url` and its servers (`host:port[,host:port…]`), with
+/// no credentials, for messages.
+fn servers_of(url: &str) -> (&'static str, &str) {
+    let backend = match Scheme::of(url) {
+        Ok(Scheme::ZooKeeper) => "zookeeper",
+        Ok(Scheme::Mem) => "mem",
+        _ => "redis",
+    };
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let authority = rest.split('/').next().unwrap_or("");
+    let servers = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    (backend, servers)
 }
 
 async fn close(provider: &dyn Provider) {
@@ -419,4 +446,25 @@ async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Res
         args.kind, done.evicted
     ))?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::servers_of;
+
+    #[test]
+    fn servers_are_named_without_credentials() {
+        assert_eq!(
+            servers_of("redis://u:s3cret@127.0.0.1:6379/2?x=1"),
+            ("redis", "127.0.0.1:6379")
+        );
+        assert_eq!(
+            servers_of("zk://a:1,b:2/chroot?connect_timeout_ms=5"),
+            ("zookeeper", "a:1,b:2")
+        );
+        assert_eq!(
+            servers_of("redis+cluster://h1:1,h2:2"),
+            ("redis", "h1:1,h2:2")
+        );
+    }
 }

@@ -587,6 +587,108 @@ fn unreachable(url: &str) {
     );
 }
 
+/// The state letter of `pid` in /proc (`T` stopped, `S` sleeping, ...).
+fn state(pid: i32) -> char {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next()?.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+// Ctrl-Z (issue 26 item 2): SIGTSTP to distlock stops the child's group
+// and then distlock itself (as dumb-init: a shell sees its job stopped);
+// SIGCONT continues both, and the child runs on to its own exit status. The
+// same when the group is stopped directly (the terminal sends Ctrl-Z's
+// SIGTSTP to the foreground group, the child's): distlock stops after it
+// instead of waiting blindly. (SIGTSTP was not caught before: the child ran
+// on while distlock stopped, or distlock ran on beside a stopped child.)
+fn ctrl_z_stops_the_group_then_distlock(url: &str) {
+    for direct in [false, true] {
+        let name = test_support::unique_name("tstp");
+        let dir = tempfile::tempdir().unwrap();
+        let mut holder = hold(
+            url,
+            &name,
+            &[],
+            "sleep 300 & echo $! > gc.pid; echo $$ > c.pid; touch ready;              while [ ! -e done ]; do sleep 0.05; done; kill $!; exit 7",
+            dir.path(),
+        );
+        let child = read_pid(&dir.path().join("c.pid")).unwrap();
+        let grandchild = read_pid(&dir.path().join("gc.pid")).unwrap();
+        let distlock = i32::try_from(holder.id()).unwrap();
+        if direct {
+            // SAFETY: the child's own group (it leads it).
+            unsafe {
+                libc::kill(-child, libc::SIGTSTP);
+            }
+        } else {
+            signal(&holder, libc::SIGTSTP);
+        }
+        wait_until(
+            Duration::from_secs(10),
+            "the group, then distlock, stopped",
+            || state(child) == 'T' && state(grandchild) == 'T' && state(distlock) == 'T',
+        );
+        // Nothing runs on while stopped: the child does not see `done`.
+        std::fs::write(dir.path().join("done"), "").unwrap();
+        thread::sleep(Duration::from_millis(300));
+        assert_eq!(state(child), 'T');
+        assert!(alive(child), "the child ended while stopped");
+        signal(&holder, libc::SIGCONT);
+        assert_eq!(
+            wait_exit(&mut holder, Duration::from_secs(20)),
+            7,
+            "direct: {direct}"
+        );
+        assert!(!alive(grandchild));
+        assert_eq!(inspect(url, &name, "mutex")["held"], false);
+    }
+}
+
+/// A listener that accepts connections and never says a word: a server
+/// that hangs.
+fn silent_listener() -> (u16, thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let keeper = thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().take(16) {
+            match conn {
+                Ok(c) => held.push(c),
+                Err(_) => return,
+            }
+        }
+    });
+    (port, keeper)
+}
+
+// A server that accepts and never answers (issue 26 item 5): the connect
+// timeout names the backend and the address ("connect timed out after 1s"
+// named neither on Redis, no address on ZooKeeper), exit 69, one line.
+fn connect_timeout_names_backend_and_address(url: &str) {
+    let (port, _keeper) = silent_listener();
+    let (dead, backend) = if url.starts_with("redis") {
+        (
+            format!("redis://127.0.0.1:{port}?connect_timeout_ms=1000"),
+            "redis",
+        )
+    } else {
+        (
+            format!("zk://127.0.0.1:{port}?connect_timeout_ms=1000"),
+            "zookeeper",
+        )
+    };
+    for args in [&["exec", "x", "--", "true"][..], &["id", "x"]] {
+        let out = run(&dead, args);
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(backend), "{err}");
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert!(err.contains("connect timeout"), "{err}");
+    }
+}
+
 // --semaphore N admits N holders, --read shares, --write excludes.
 fn other_primitives(url: &str) {
     let name = test_support::unique_name("prims");
@@ -767,6 +869,8 @@ on_both!(
     elect_after_losing,
     ids,
     unreachable,
+    ctrl_z_stops_the_group_then_distlock,
+    connect_timeout_names_backend_and_address,
 );
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
@@ -839,6 +943,38 @@ fn usage_errors_exit_64_with_one_line() {
             "unrecognized subcommand",
         ),
         ("", &["exec", "x", "--", "true"], "DISTLOCK_URL"),
+        // Which part of the URL is wrong (issue 26 item 5: "Redis URL did
+        // not parse" named none).
+        (
+            "redis://127.0.0.1:notaport",
+            &["id", "x"],
+            "port \"notaport\" is not a number",
+        ),
+        ("redis://127.0.0.1:0", &["id", "x"], "port \"0\""),
+        ("redis://:pw@/", &["id", "x"], "no host"),
+        (
+            "redis://127.0.0.1:6379/notadb",
+            &["id", "x"],
+            "database \"notadb\"",
+        ),
+        (
+            "redis://127.0.0.1:6379?bogus=1",
+            &["id", "x"],
+            "unknown option \"bogus\"",
+        ),
+        (
+            "redis://127.0.0.1:6379?connect_timeout_ms=soon",
+            &["id", "x"],
+            "connect_timeout_ms=\"soon\"",
+        ),
+        (
+            "zk://127.0.0.1:notaport",
+            &["id", "x"],
+            "port \"notaport\" of server",
+        ),
+        ("zk://127.0.0.1", &["id", "x"], "has no port"),
+        ("zk://:2181", &["id", "x"], "has no host"),
+        ("zk://h:1?bogus=1", &["id", "x"], "unknown option \"bogus\""),
     ];
     for (url, args, says) in cases {
         let out = run(url, args);
