@@ -80,8 +80,10 @@ pub(crate) struct WaitReplicas {
 pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// The bounds of [`RedisOptions::fence_retention`].
-pub(crate) const FENCE_RETENTION_RANGE: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_secs(365 * 24 * 3600));
+pub(crate) const FENCE_RETENTION_RANGE: (Duration, Duration) = (
+    Duration::from_millis(100),
+    Duration::from_secs(365 * 24 * 3600),
+);
 
 /// The replica acknowledgement timeout when only the number is given.
 const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(250);

@@ -113,7 +113,10 @@ async fn renewals_keep_the_counter_while_the_lease_lives() {
     let key = locks.lock_key(&name).unwrap();
     let fence = format!("{{{key}}}:fence");
     let guard = locks
-        .mutex_with(&name, LeaseOptions::new(Duration::from_millis(300)).unwrap())
+        .mutex_with(
+            &name,
+            LeaseOptions::new(Duration::from_millis(300)).unwrap(),
+        )
         .unwrap()
         .lock()
         .await

@@ -67,7 +67,10 @@ async fn an_unused_name_leaves_no_node() {
         let done = locks.force_release(&name, kind).await.unwrap();
         assert_eq!(done.evicted, 0, "{kind}");
         let dir = locks.path(&name).unwrap();
-        assert!(raw.check_stat(&dir).await.unwrap().is_none(), "{kind}: {dir}");
+        assert!(
+            raw.check_stat(&dir).await.unwrap().is_none(),
+            "{kind}: {dir}"
+        );
     }
 
     // Each kind used once and released: its directory goes.
