@@ -645,6 +645,111 @@ fn ctrl_z_stops_the_group_then_distlock(url: &str) {
     }
 }
 
+/// Runs `script` with `bash -c`, `DL` the distlock binary and
+/// `DISTLOCK_URL` set; its stdout, checked for exit 0.
+fn bash(url: &str, name: &str, script: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .env("DL", env!("CARGO_BIN_EXE_distlock"))
+        .env("DISTLOCK_URL", url)
+        .env("NAME", name)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {out}"))
+}
+
+// `distlock lock NAME` (issue 26 item 4, as `etcdctl lock NAME`): held
+// across part of a shell script, from the token it prints until its stdin
+// closes (exit 0) or a signal (released, 128 + N); --json prints the hold
+// as one object.
+fn hold_mode_from_a_shell_script(url: &str) {
+    let name = test_support::unique_name("hold");
+    let out = bash(
+        url,
+        &name,
+        r#"
+        coproc LOCK { "$DL" lock "$NAME"; }
+        read -r token <&"${LOCK[0]}"
+        echo "token=$token"
+        "$DL" exec -n "$NAME" -- true; echo "while=$?"
+        exec {LOCK[1]}>&-
+        wait "$LOCK_PID"; echo "rc=$?"
+        "$DL" exec -n "$NAME" -- true; echo "after=$?"
+        coproc J { "$DL" lock --json --fair "$NAME"; }
+        read -r record <&"${J[0]}"
+        echo "record=$record"
+        "$DL" exec -n --fair "$NAME" -- true; echo "while_json=$?"
+        kill -TERM "$J_PID"; wait "$J_PID"; echo "rc_json=$?"
+        "$DL" exec -n "$NAME" -- true; echo "after_json=$?"
+        "$DL" lock -n "$NAME" < /dev/null; echo "free_now=$?"
+        "#,
+    );
+    let token: u64 = field(&out, "token").parse().unwrap();
+    assert_eq!(field(&out, "while"), "1", "{out}");
+    assert_eq!(field(&out, "rc"), "0", "{out}");
+    assert_eq!(field(&out, "after"), "0", "{out}");
+    let record: Value = serde_json::from_str(field(&out, "record")).unwrap();
+    assert_eq!(record["name"], name.as_str(), "{record}");
+    assert_eq!(record["kind"], "fair", "{record}");
+    assert!(
+        record["fencing_token"].as_u64().unwrap() > token,
+        "{record}"
+    );
+    assert!(record["owner"].as_str().is_some(), "{record}");
+    assert_eq!(field(&out, "while_json"), "1", "{out}");
+    assert_eq!(field(&out, "rc_json"), "143", "{out}");
+    assert_eq!(field(&out, "after_json"), "0", "{out}");
+    // stdin at its end from the start: taken, printed, released.
+    assert_eq!(field(&out, "free_now"), "0", "{out}");
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
+// --json wherever output is data (issue 26 item 4): one object a line.
+fn json_output_is_one_object_a_line(url: &str) {
+    let name = test_support::unique_name("json");
+    let out = bash(
+        url,
+        &name,
+        r#"
+        "$DL" id "$NAME-ids" --json --count 3
+        "$DL" inspect "$NAME-lock" --json
+        timeout -s INT 2 "$DL" elect --observe --json "$NAME-election"; true
+        "#,
+    );
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(lines.len() >= 5, "{out}");
+    let ids: Vec<u64> = lines[..3]
+        .iter()
+        .map(|v| {
+            assert_eq!(v["name"], format!("{name}-ids"), "{v}");
+            v["id"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert_eq!(lines[3]["held"], false, "{out}");
+    assert_eq!(lines[3]["name"], format!("{name}-lock"), "{out}");
+    assert_eq!(lines[4]["name"], format!("{name}-election"), "{out}");
+    assert!(lines[4]["leader"].is_null(), "{out}");
+}
+
 /// A listener that accepts connections and never says a word: a server
 /// that hangs.
 fn silent_listener() -> (u16, thread::JoinHandle<()>) {
@@ -870,6 +975,8 @@ on_both!(
     ids,
     unreachable,
     ctrl_z_stops_the_group_then_distlock,
+    hold_mode_from_a_shell_script,
+    json_output_is_one_object_a_line,
     connect_timeout_names_backend_and_address,
 );
 
