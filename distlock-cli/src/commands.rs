@@ -49,7 +49,7 @@ fn check(url: &str, name: &str, ttl: Option<Duration>) -> Result<(), Failure> {
         ));
     }
     if let Some(ttl) = ttl {
-        LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e))?;
+        check_ttl(ttl)?;
     }
     if scheme == Scheme::ZooKeeper && ttl.is_some() {
         return Err(Failure::usage(
@@ -115,9 +115,20 @@ async fn close(provider: &dyn Provider) {
 
 fn lease(provider: &dyn Provider, ttl: Option<Duration>) -> Result<LeaseOptions, Failure> {
     match ttl {
-        Some(ttl) => LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e)),
+        Some(ttl) => check_ttl(ttl),
         None => Ok(provider.default_lease()),
     }
+}
+
+/// `--ttl` as lease options, refused in the flag's own terms (the
+/// library's "lease TTL 0ns is outside 10ms..=2592000s" spoke in neither).
+fn check_ttl(ttl: Duration) -> Result<LeaseOptions, Failure> {
+    LeaseOptions::new(ttl).map_err(|_| {
+        Failure::usage(format!(
+            "--ttl must be between 0.01 (10 ms) and 2592000 (30 days) seconds, got {}",
+            ttl.as_secs_f64()
+        ))
+    })
 }
 
 fn install_signals() -> Result<Signals, Failure> {

@@ -1003,6 +1003,52 @@ fn redis_killed_past_the_ttl_stops_the_child() {
     assert!(err.contains("lost"), "{err}");
 }
 
+// Messages that misled (issue 26 item 7), on Redis where they were seen.
+// A plain string without expiry under the lock's name: inspect and -v say
+// nobody will free it and what to do (it read as an ordinary holder with
+// "no expiry"); an evicted holder is not told "lease is held by someone
+// else" when nobody holds.
+#[test]
+fn redis_messages_say_what_is_there() {
+    let redis = test_support::redis::shared();
+    let url = redis.url();
+    let name = test_support::unique_name("plain");
+    assert_eq!(redis.cli(&["SET", &name, "by-hand"]), "OK");
+    let out = run(&url, &["inspect", &name]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        table.contains("never freed unless someone deletes it"),
+        "{table}"
+    );
+    assert!(table.contains("exec -w SECS"), "{table}");
+    assert_eq!(inspect(&url, &name, "mutex")["never_freed"], true);
+    let out = run(&url, &["-v", "exec", "-w", "1", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    assert!(
+        stderr_line(&out).contains("waits forever"),
+        "{}",
+        stderr_line(&out)
+    );
+    // A distlock holder has an expiry: no such note.
+    assert_eq!(redis.cli(&["DEL", &name]), "1");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        &url,
+        &name,
+        &["--ttl", "1", "--grace", "1"],
+        "touch ready; exec sleep 300",
+        dir.path(),
+    );
+    assert_eq!(inspect(&url, &name, "mutex")["never_freed"], false);
+    let force = ["unlock", "--force", "--yes", &name];
+    assert_eq!(run(&url, &force).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("held by someone else"), "{err}");
+    assert!(err.contains("no longer ours"), "{err}");
+}
+
 // Usage errors: 64, one clear line, no panic, before any connection.
 #[test]
 fn usage_errors_exit_64_with_one_line() {
@@ -1037,7 +1083,7 @@ fn usage_errors_exit_64_with_one_line() {
         (
             "redis://127.0.0.1:1",
             &["exec", "--ttl", "0", "x", "--", "true"],
-            "TTL",
+            "--ttl must be between 0.01 (10 ms) and 2592000 (30 days) seconds, got 0",
         ),
         (
             "redis://127.0.0.1:1",
