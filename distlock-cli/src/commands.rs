@@ -281,7 +281,30 @@ async fn acquire(
             tracing::info!("not acquired: {what} {name}");
             Ok(None)
         }
-        Err(e) => Err(Failure::from_error(&format!("acquiring {name}"), &e)),
+        Err(e) => {
+            let e = key_of_another_type(provider, name, kind, e).await;
+            Err(Failure::from_error(&format!("acquiring {name}"), &e))
+        }
+    }
+}
+
+/// A Redis key of another type under the name, as the acquisition reports
+/// it ("redis key \"x\" is not a distlock lock (a string key)", which read
+/// as if the key were a string), said with the type found: inspect reads
+/// it (`redis key "x" (a list) is not …`).
+async fn key_of_another_type(
+    provider: &dyn Provider,
+    name: &str,
+    kind: PrimitiveKind,
+    e: distlock::Error,
+) -> distlock::Error {
+    let on_a_key = |e: &distlock::Error| matches!(e, distlock::Error::Conflict { what, .. } if what.starts_with("redis key \""));
+    if !on_a_key(&e) {
+        return e;
+    }
+    match tokio::time::timeout(CLOSE_LIMIT, provider.inspect(name, kind)).await {
+        Ok(Err(typed)) if on_a_key(&typed) => typed,
+        _ => e,
     }
 }
 

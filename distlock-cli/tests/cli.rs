@@ -1012,6 +1012,28 @@ fn redis_killed_past_the_ttl_stops_the_child() {
 fn redis_messages_say_what_is_there() {
     let redis = test_support::redis::shared();
     let url = redis.url();
+    // A list under the lock's name: its type is said ("(a string key)"
+    // alone read as the type found).
+    let list = test_support::unique_name("list");
+    assert_eq!(redis.cli(&["RPUSH", &list, "x"]), "1");
+    for args in [
+        &["exec", &list, "--", "true"][..],
+        &["inspect", &list],
+        &["unlock", "--force", "--yes", &list],
+    ] {
+        let out = run(&url, args);
+        assert_eq!(
+            out.status.code(),
+            Some(65),
+            "{args:?}: {}",
+            stderr_line(&out)
+        );
+        assert!(
+            stderr_line(&out).contains(&format!("redis key {list:?} (a list) is not")),
+            "{args:?}: {}",
+            stderr_line(&out)
+        );
+    }
     let name = test_support::unique_name("plain");
     assert_eq!(redis.cli(&["SET", &name, "by-hand"]), "OK");
     let out = run(&url, &["inspect", &name]);

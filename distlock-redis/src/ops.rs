@@ -260,6 +260,46 @@ fn holder(value: &Value) -> Result<Holder> {
     })
 }
 
+/// `error` with the type of the key it names when it is a [`Error::Conflict`]
+/// on a Redis key: `redis key "x" (a list) is not a distlock lock (a string
+/// key)` (the expected type alone read as the one found). One `TYPE`, on
+/// this error path only; `error` as it was when the key cannot be read.
+pub(crate) async fn with_key_type(shared: &Context, error: Error) -> Error {
+    let Error::Conflict { what, expected } = &error else {
+        return error;
+    };
+    let Some(key) = what
+        .strip_prefix("redis key \"")
+        .and_then(|k| k.strip_suffix('"'))
+        .filter(|k| !k.contains('\\'))
+    else {
+        return error;
+    };
+    let timeout = shared.options.response_timeout;
+    let Ok(conn) = shared.conn() else {
+        return error;
+    };
+    let mut cmd = redis::cmd("TYPE");
+    cmd.arg(key);
+    let found = tokio::time::timeout(timeout, conn.query::<String>(timeout, &cmd)).await;
+    let noun = match found {
+        Ok(Ok(Ok(t))) => match t.as_str() {
+            "string" => "a string key",
+            "list" => "a list",
+            "set" => "a set",
+            "zset" => "a sorted set",
+            "hash" => "a hash",
+            "stream" => "a stream",
+            _ => return error,
+        },
+        _ => return error,
+    };
+    Error::Conflict {
+        what: format!("{what} ({noun})"),
+        expected,
+    }
+}
+
 /// Runs a script on the command connection within the response timeout.
 async fn run(
     shared: &Context,
@@ -291,7 +331,7 @@ pub(crate) async fn inspect(
     if status == -1 {
         let index = items.get(1).map(int).transpose()?.unwrap_or(1);
         let (key, expected) = keys.key_at(index);
-        return Err(conflict(&key, expected));
+        return Err(with_key_type(shared, conflict(&key, expected)).await);
     }
     let [_, holders, waiters, extra] = items else {
         return Err(bad_reply());
@@ -354,7 +394,7 @@ pub(crate) async fn force_release(
     match status {
         -1 => {
             let (key, expected) = keys.force_key_at(value);
-            Err(conflict(&key, expected))
+            Err(with_key_type(shared, conflict(&key, expected)).await)
         }
         -2 => Err(conflict(keys.fence_key(), "fencing counter")),
         -3 => Err(Error::Exhausted {
