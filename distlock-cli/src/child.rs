@@ -22,9 +22,12 @@ use crate::guardian::Guardian;
 /// SIGWINCH and SIGCONT, which a child may care about. SIGCHLD is
 /// distlock's own; SIGKILL and SIGSTOP cannot be caught; the synchronous
 /// ones (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS) are
-/// about distlock itself; the terminal's stop signals (SIGTSTP, SIGTTIN,
-/// SIGTTOU) go to the child's group directly while it has the terminal.
-const CAUGHT: [i32; 9] = [
+/// about distlock itself. SIGTSTP (Ctrl-Z, `kill -TSTP`) is caught too and
+/// handled as dumb-init does: forwarded to the child's group, then distlock
+/// stops itself (SIGSTOP), so that a shell sees its job stopped; SIGCONT
+/// continues both (see [`Running::supervise`]). SIGTTIN and SIGTTOU keep
+/// their default (they stop distlock).
+const CAUGHT: [i32; 10] = [
     libc::SIGINT,
     libc::SIGTERM,
     libc::SIGHUP,
@@ -34,6 +37,7 @@ const CAUGHT: [i32; 9] = [
     libc::SIGALRM,
     libc::SIGWINCH,
     libc::SIGCONT,
+    libc::SIGTSTP,
 ];
 
 /// The caught signals ([`CAUGHT`]).
@@ -52,12 +56,15 @@ impl Signals {
     }
 
     /// The next signal that would have ended distlock (every caught one
-    /// but SIGWINCH and SIGCONT, which are let pass): what ends a wait
+    /// but SIGWINCH and SIGCONT, which are let pass, and SIGTSTP, which
+    /// stops distlock as it would without a handler): what ends a wait
     /// (exit 128 + N).
     pub async fn recv(&mut self) -> i32 {
         loop {
             let n = self.next().await;
-            if n != libc::SIGWINCH && n != libc::SIGCONT {
+            if n == libc::SIGTSTP {
+                stop_self();
+            } else if n != libc::SIGWINCH && n != libc::SIGCONT {
                 return n;
             }
         }
@@ -76,6 +83,17 @@ impl Signals {
     }
 }
 
+/// Stops distlock as SIGTSTP's default action would (SIGSTOP cannot be
+/// caught): it runs on at the next SIGCONT. While stopped it renews nothing:
+/// a stop longer than the lease loses it (seen when continued).
+fn stop_self() {
+    tracing::info!("stopping (SIGTSTP); SIGCONT continues");
+    // SAFETY: raise(3) with a signal number.
+    unsafe {
+        libc::raise(libc::SIGSTOP);
+    }
+}
+
 /// What the child is told about its lease.
 pub struct ChildEnv<'a> {
     /// `DISTLOCK_NAME`.
@@ -90,6 +108,9 @@ pub struct ChildEnv<'a> {
 pub struct Running {
     child: Child,
     pgid: i32,
+    /// SIGCHLD, which also tells that the child stopped (Ctrl-Z at the
+    /// terminal stops the child's group, which has the terminal, directly).
+    sigchld: Signal,
     terminal: Option<Foreground>,
     /// Ends the group should distlock end first (see [`crate::guardian`]).
     guardian: Guardian,
@@ -139,6 +160,11 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<R
         .split_first()
         .ok_or_else(|| Failure::usage("missing command after `--`"))?;
     let mut guardian = Guardian::start(grace);
+    // Before the child exists, so that no stop of it goes unheard.
+    let sigchld = signal(SignalKind::child()).map_err(|e| Failure {
+        code: CANNOT_EXECUTE,
+        message: format!("cannot watch the child: {e}"),
+    })?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("DISTLOCK_NAME", env.name)
@@ -192,6 +218,7 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<R
     Ok(Running {
         child,
         pgid,
+        sigchld,
         terminal,
         guardian,
     })
@@ -234,7 +261,27 @@ impl Running {
                 }
                 sig = signals.next() => {
                     tracing::info!(signal = sig, "forwarding signal to the child's group");
+                    if sig == libc::SIGCONT {
+                        // Continued in the foreground (`fg`): the terminal
+                        // goes back to the child's group before it runs.
+                        self.give_terminal();
+                    }
                     self.signal_group(sig);
+                    if sig == libc::SIGTSTP {
+                        // As dumb-init: the group stops, then distlock,
+                        // so that a shell sees its job stopped.
+                        self.stop_after_the_group();
+                    }
+                }
+                _ = self.sigchld.recv() => {
+                    if self.leader_stopped() {
+                        // Ctrl-Z at the terminal stopped the child's group
+                        // (it has the terminal); distlock stops after it
+                        // instead of waiting blindly, and the shell gets
+                        // the terminal back.
+                        tracing::info!(pgid = self.pgid, "the child's group stopped");
+                        self.stop_after_the_group();
+                    }
                 }
                 reason = &mut lost => {
                     tracing::warn!(%reason, "lease lost: stopping the child");
@@ -276,6 +323,48 @@ impl Running {
         // SAFETY: kill(2) with a negative pid signals the process group.
         unsafe {
             libc::kill(-self.pgid, sig);
+        }
+    }
+
+    /// Stops distlock after its child's group stopped; once continued
+    /// (SIGCONT to distlock, as `fg` or `kill -CONT` send it), continues the
+    /// group at once, before anything else is looked at (a stop report
+    /// still pending would otherwise stop distlock again), with the
+    /// terminal if distlock has it. The SIGCONT distlock caught is then
+    /// forwarded as well: the group may see a second one.
+    fn stop_after_the_group(&self) {
+        stop_self();
+        self.give_terminal();
+        self.signal_group(libc::SIGCONT);
+    }
+
+    /// Whether the child (the group's leader) stopped since last asked:
+    /// `waitid(WSTOPPED | WNOHANG)` takes the stop's report only, never an
+    /// exit's (tokio reaps those).
+    fn leader_stopped(&self) -> bool {
+        let Some(pid) = self.child.id() else {
+            return false;
+        };
+        // SAFETY: waitid(2) on our own child with a zeroed siginfo_t.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let done = libc::waitid(libc::P_PID, pid, &mut info, libc::WSTOPPED | libc::WNOHANG);
+            done == 0 && info.si_pid() != 0 && info.si_code == libc::CLD_STOPPED
+        }
+    }
+
+    /// Hands the terminal to the child's group again when distlock's group
+    /// has it (continued by `fg`), not when it runs in the background.
+    fn give_terminal(&self) {
+        if let Some(terminal) = &self.terminal {
+            // SAFETY: plain libc terminal calls; SIGTTOU is ignored for the
+            // call as in `Foreground::drop`.
+            unsafe {
+                if libc::tcgetpgrp(0) == terminal.ours {
+                    libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                    libc::tcsetpgrp(0, self.pgid);
+                }
+            }
         }
     }
 

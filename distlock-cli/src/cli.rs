@@ -59,7 +59,12 @@ Examples:
 The child sees DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN and DISTLOCK_OWNER. It runs in its own
 process group; every catchable signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
 SIGALRM, SIGWINCH, SIGCONT) goes to the whole group. If the lease is
-lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.")]
+lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.
+
+Ctrl-Z (SIGTSTP) stops the child's group, then distlock itself (as dumb-init), so the shell
+sees the job stopped; SIGCONT (fg, bg, kill -CONT) continues both. A stopped distlock
+renews nothing: a stop longer than the lease (--ttl; ZooKeeper's session) loses the lock,
+and when continued distlock stops the child as on any lost lease (exit 75).")]
     Exec(ExecArgs),
 
     /// Campaign for leadership and run CMD only while leader.
@@ -68,17 +73,36 @@ Examples:
   distlock elect scheduler -- ./scheduler        # re-campaigns after losing leadership
   distlock elect --once scheduler -- ./scheduler # exits 75 when leadership is lost
   distlock elect --observe scheduler             # one line per leader change, until SIGINT
+  distlock elect --observe --json scheduler      # {\"name\",\"leader\":{\"id\",\"term\"} or null} a line
 
 CMD runs with DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_OWNER. When it
 exits, distlock resigns and exits with its status. When leadership is lost, CMD's group gets
 SIGTERM, then SIGKILL after --grace; then distlock campaigns again (or exits 75 with --once).")]
     Elect(ElectArgs),
 
+    /// Acquire a lock and hold it, with no command, until stdin closes or a
+    /// signal: for part of a shell script.
+    #[command(after_help = "\
+Examples:
+  # hold jobs/x across part of a script: the lock is held while the coprocess's stdin is open
+  coproc LOCK { distlock lock jobs/x; }
+  read -r token <&\"${LOCK[0]}\"            # the fencing token: acquired
+  ./step1.sh \"$token\"; ./step2.sh
+  exec {LOCK[1]}>&-; wait \"$LOCK_PID\"        # close its stdin: released, exit 0
+
+Prints the fencing token on a line of its own once acquired (with --json one object:
+name, kind, fencing_token, owner, backend), then holds: renewing the lease, until stdin
+reaches end of file (exit 0) or a signal arrives (released, exit 128 + N). Exit codes as
+exec: 1 or -E when not acquired (-n, -w), 75 when the lease was lost while held (the
+holder must stop: check the status), 64, 65, 69, 70 as in distlock --help.")]
+    Lock(LockArgs),
+
     /// Print unique, increasing ids, one a line.
     #[command(after_help = "\
 Examples:
   distlock id orders               # one id
-  distlock id orders --count 1000 --block 100")]
+  distlock id orders --count 1000 --block 100
+  distlock id orders --json        # {\"name\":\"orders\",\"id\":N} a line")]
     Id(IdArgs),
 
     /// Show who holds and who waits for a name.
@@ -176,6 +200,11 @@ pub struct ElectArgs {
     #[arg(long, conflicts_with_all = ["once", "command", "ttl", "on_lost"])]
     pub observe: bool,
 
+    /// With --observe: one JSON object a line, `{"name": NAME, "leader":
+    /// {"id": ID, "term": TERM}}` (`"leader": null` when there is none).
+    #[arg(long, requires = "observe")]
+    pub json: bool,
+
     /// Exit after leadership is lost once (exit 75) instead of campaigning again.
     #[arg(long)]
     pub once: bool,
@@ -202,6 +231,60 @@ pub struct IdArgs {
     /// Ids reserved per round trip.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub block: u64,
+
+    /// One JSON object a line: `{"name": NAME, "id": ID}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `distlock lock`: the lock of `exec`, held without a command.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock's name (`jobs/nightly`).
+    pub name: String,
+
+    /// Fail at once if the lock is held (exit 1 or -E).
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Wait at most SECS (fractions allowed), then fail (exit 1 or -E).
+    #[arg(
+        short = 'w',
+        long,
+        visible_alias = "timeout",
+        value_name = "SECS",
+        value_parser = parse_secs
+    )]
+    pub wait: Option<Duration>,
+
+    /// The exit code when the lock was not acquired (-n, -w).
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1)]
+    pub conflict_exit_code: u8,
+
+    /// A fair (first come, first served) mutex.
+    #[arg(long, conflicts_with_all = ["semaphore", "read", "write"])]
+    pub fair: bool,
+
+    /// Take one permit of a semaphore of N permits.
+    #[arg(long, value_name = "N", conflicts_with_all = ["read", "write"])]
+    pub semaphore: Option<u32>,
+
+    /// Take the read side of a read-write lock (shared).
+    #[arg(long, conflicts_with = "write")]
+    pub read: bool,
+
+    /// Take the write side of a read-write lock (exclusive).
+    #[arg(long)]
+    pub write: bool,
+
+    /// Lease TTL in seconds (Redis; ZooKeeper's lease is its session).
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub ttl: Option<Duration>,
+
+    /// Print the hold as one JSON object (name, kind, fencing_token, owner,
+    /// backend) instead of the token alone.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `distlock inspect`.
@@ -214,7 +297,10 @@ pub struct InspectArgs {
     #[arg(long, value_name = "KIND", default_value = "mutex", value_parser = parse_kind)]
     pub kind: PrimitiveKind,
 
-    /// One JSON object instead of a table.
+    /// One JSON object on one line instead of a table: name, kind, backend,
+    /// held, holders (role, owner, foreign, fencing_token, acquired_at,
+    /// acquired_at_unix_ms, lease: ttl | session | no_expiry, lease_left_ms,
+    /// session_id), waiters (count, owners), leader (id, term), permits.
     #[arg(long)]
     pub json: bool,
 }

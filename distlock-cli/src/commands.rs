@@ -10,7 +10,7 @@ use distlock::{
 use futures::StreamExt as _;
 
 use crate::child::{self, ChildEnv, Ended, Signals};
-use crate::cli::{Cli, Command, ElectArgs, ExecArgs, IdArgs, InspectArgs, RunArgs, UnlockArgs};
+use crate::cli::{Cli, Command, ElectArgs, ExecArgs, IdArgs, InspectArgs, LockArgs, UnlockArgs};
 use crate::failure::{chain, print_out, say, Failure, LEASE_LOST, SOFTWARE, UNAVAILABLE};
 use crate::{report, spinner};
 
@@ -28,6 +28,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Exec(args) => exec(&url?, &args).await,
         Command::Elect(args) => elect(&url?, &args).await,
+        Command::Lock(args) => hold(&url?, &args).await,
         Command::Id(args) => id(&url?, &args).await,
         Command::Inspect(args) => inspect(&url?, &args).await,
         Command::Unlock(args) => unlock(&url?, &args).await,
@@ -39,7 +40,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
 /// every command: its locks, ids and holders live in this one process and
 /// end with it, so a lock taken, an id drawn or a holder inspected there is
 /// nobody else's (`id` run twice printed 1 and 1).
-fn check(url: &str, name: &str, run: Option<&RunArgs>) -> Result<(), Failure> {
+fn check(url: &str, name: &str, ttl: Option<Duration>) -> Result<(), Failure> {
     Name::new(name).map_err(|e| Failure::from_error("", &e))?;
     let scheme = Scheme::of(url).map_err(|e| Failure::from_error("", &e))?;
     if scheme == Scheme::Mem {
@@ -47,10 +48,10 @@ fn check(url: &str, name: &str, run: Option<&RunArgs>) -> Result<(), Failure> {
             "mem:// lives and ends in one process, so the command cannot share it with anyone: use a redis:// or zk:// URL",
         ));
     }
-    if let Some(ttl) = run.and_then(|r| r.ttl) {
-        LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e))?;
+    if let Some(ttl) = ttl {
+        check_ttl(ttl)?;
     }
-    if scheme == Scheme::ZooKeeper && run.is_some_and(|r| r.ttl.is_some()) {
+    if scheme == Scheme::ZooKeeper && ttl.is_some() {
         return Err(Failure::usage(
             "--ttl does not apply to zk://: the ZooKeeper session is the lease (set ?session_timeout_ms= in the URL)",
         ));
@@ -69,12 +70,39 @@ async fn connect(url: &str, signals: Option<&mut Signals>) -> Result<Arc<dyn Pro
         None => connecting.await,
     };
     result.map_err(|e| {
-        let mut f = Failure::from_error("", &e);
+        let mut f = if let distlock::Error::Timeout { after, .. } = &e {
+            // The library's "connect timed out after 5s" names neither the
+            // backend nor where it looked.
+            let (backend, servers) = servers_of(url);
+            Failure {
+                code: UNAVAILABLE,
+                message: format!(
+                    "connecting to {backend} at {servers}: no answer within {after:?} (the connect timeout: ?connect_timeout_ms= in the URL sets it)"
+                ),
+            }
+        } else {
+            Failure::from_error("", &e)
+        };
         if !e.is_invalid_input() {
             f.code = UNAVAILABLE;
         }
         f
     })
+}
+
+/// The backend of `url` and its servers (`host:port[,host:port…]`), with
+/// no credentials, for messages.
+fn servers_of(url: &str) -> (&'static str, &str) {
+    let backend = match Scheme::of(url) {
+        Ok(Scheme::ZooKeeper) => "zookeeper",
+        Ok(Scheme::Mem) => "mem",
+        _ => "redis",
+    };
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let authority = rest.split('/').next().unwrap_or("");
+    let servers = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    (backend, servers)
 }
 
 async fn close(provider: &dyn Provider) {
@@ -87,9 +115,20 @@ async fn close(provider: &dyn Provider) {
 
 fn lease(provider: &dyn Provider, ttl: Option<Duration>) -> Result<LeaseOptions, Failure> {
     match ttl {
-        Some(ttl) => LeaseOptions::new(ttl).map_err(|e| Failure::from_error("--ttl", &e)),
+        Some(ttl) => check_ttl(ttl),
         None => Ok(provider.default_lease()),
     }
+}
+
+/// `--ttl` as lease options, refused in the flag's own terms (the
+/// library's "lease TTL 0ns is outside 10ms..=2592000s" spoke in neither).
+fn check_ttl(ttl: Duration) -> Result<LeaseOptions, Failure> {
+    LeaseOptions::new(ttl).map_err(|_| {
+        Failure::usage(format!(
+            "--ttl must be between 0.01 (10 ms) and 2592000 (30 days) seconds, got {}",
+            ttl.as_secs_f64()
+        ))
+    })
 }
 
 fn install_signals() -> Result<Signals, Failure> {
@@ -100,7 +139,7 @@ fn install_signals() -> Result<Signals, Failure> {
 }
 
 async fn exec(url: &str, args: &ExecArgs) -> Result<u8, Failure> {
-    check(url, &args.name, Some(&args.run))?;
+    check(url, &args.name, args.run.ttl)?;
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
     let result = exec_on(&*provider, args, &mut signals).await;
@@ -114,60 +153,20 @@ async fn exec_on(
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
     let name = args.name.as_str();
-    let lease = lease(provider, args.run.ttl)?;
-    let bad = |e: distlock::Error| Failure::from_error("", &e);
-    let (lock, kind): (Arc<dyn Lock>, PrimitiveKind) = if let Some(permits) = args.semaphore {
-        let semaphore = provider.semaphore_with(name, permits, lease).map_err(bad)?;
-        (semaphore, PrimitiveKind::Semaphore)
-    } else if args.read || args.write {
-        let rw = provider.rw_lock_with(name, lease).map_err(bad)?;
-        let side = if args.read { rw.read() } else { rw.write() };
-        (side, PrimitiveKind::ReadWrite)
-    } else if args.fair {
-        let fair = provider.fair_mutex_with(name, lease).map_err(bad)?;
-        (fair, PrimitiveKind::FairMutex)
-    } else {
-        (
-            provider.mutex_with(name, lease).map_err(bad)?,
-            PrimitiveKind::Mutex,
-        )
+    let choice = Choice {
+        name,
+        semaphore: args.semaphore,
+        read: args.read,
+        write: args.write,
+        fair: args.fair,
+        no_wait: args.no_wait,
+        wait: args.wait,
+        ttl: args.run.ttl,
     };
-    let wait = if args.no_wait {
-        Wait::No
-    } else {
-        args.wait.map_or(Wait::Forever, Wait::timeout)
+    let guard = match acquire(provider, &choice, signals).await? {
+        Some((guard, _)) => guard,
+        None => return Ok(args.conflict_exit_code),
     };
-    let acquired = {
-        let acquire = lock.acquire(wait);
-        let shown = spinner::waiting(provider, name, kind, wait);
-        tokio::pin!(acquire, shown);
-        tokio::select! {
-            r = &mut acquire => r,
-            // Dropping the acquisition withdraws it (cancellation safe).
-            sig = signals.recv() => return Err(Failure::signalled(sig)),
-            () = &mut shown => unreachable!("the spinner never ends"),
-        }
-    };
-    let what = if args.semaphore.is_some() {
-        "a permit of semaphore"
-    } else if args.read {
-        "the read side of"
-    } else if args.write {
-        "the write side of"
-    } else if args.fair {
-        "fair mutex"
-    } else {
-        "mutex"
-    };
-    let guard = match acquired {
-        Ok(Some(guard)) => guard,
-        Ok(None) => {
-            tracing::info!("not acquired: {what} {name}");
-            return Ok(args.conflict_exit_code);
-        }
-        Err(e) => return Err(Failure::from_error(&format!("acquiring {name}"), &e)),
-    };
-    tracing::info!("acquired {what} {name}, token {}", guard.fencing_token());
     let env = ChildEnv {
         name,
         fencing_token: guard.fencing_token(),
@@ -208,12 +207,184 @@ async fn exec_on(
     }
 }
 
+/// What `exec` and `lock` acquire.
+struct Choice<'a> {
+    name: &'a str,
+    semaphore: Option<u32>,
+    read: bool,
+    write: bool,
+    fair: bool,
+    no_wait: bool,
+    wait: Option<Duration>,
+    ttl: Option<Duration>,
+}
+
+/// Acquires what `choice` names, showing the wait; `None` when not
+/// acquired (-n, -w), a signal while waiting is `Failure::signalled`.
+async fn acquire(
+    provider: &dyn Provider,
+    choice: &Choice<'_>,
+    signals: &mut Signals,
+) -> Result<Option<(distlock::LockGuard, PrimitiveKind)>, Failure> {
+    let name = choice.name;
+    let lease = lease(provider, choice.ttl)?;
+    let bad = |e: distlock::Error| Failure::from_error("", &e);
+    let (lock, kind): (Arc<dyn Lock>, PrimitiveKind) = if let Some(permits) = choice.semaphore {
+        let semaphore = provider.semaphore_with(name, permits, lease).map_err(bad)?;
+        (semaphore, PrimitiveKind::Semaphore)
+    } else if choice.read || choice.write {
+        let rw = provider.rw_lock_with(name, lease).map_err(bad)?;
+        let side = if choice.read { rw.read() } else { rw.write() };
+        (side, PrimitiveKind::ReadWrite)
+    } else if choice.fair {
+        let fair = provider.fair_mutex_with(name, lease).map_err(bad)?;
+        (fair, PrimitiveKind::FairMutex)
+    } else {
+        (
+            provider.mutex_with(name, lease).map_err(bad)?,
+            PrimitiveKind::Mutex,
+        )
+    };
+    let wait = if choice.no_wait {
+        Wait::No
+    } else {
+        choice.wait.map_or(Wait::Forever, Wait::timeout)
+    };
+    let acquired = {
+        let acquire = lock.acquire(wait);
+        let shown = spinner::waiting(provider, name, kind, wait);
+        tokio::pin!(acquire, shown);
+        tokio::select! {
+            r = &mut acquire => r,
+            // Dropping the acquisition withdraws it (cancellation safe).
+            sig = signals.recv() => return Err(Failure::signalled(sig)),
+            () = &mut shown => unreachable!("the spinner never ends"),
+        }
+    };
+    let what = if choice.semaphore.is_some() {
+        "a permit of semaphore"
+    } else if choice.read {
+        "the read side of"
+    } else if choice.write {
+        "the write side of"
+    } else if choice.fair {
+        "fair mutex"
+    } else {
+        "mutex"
+    };
+    match acquired {
+        Ok(Some(guard)) => {
+            tracing::info!("acquired {what} {name}, token {}", guard.fencing_token());
+            Ok(Some((guard, kind)))
+        }
+        Ok(None) => {
+            tracing::info!("not acquired: {what} {name}");
+            Ok(None)
+        }
+        Err(e) => {
+            let e = key_of_another_type(provider, name, kind, e).await;
+            Err(Failure::from_error(&format!("acquiring {name}"), &e))
+        }
+    }
+}
+
+/// A Redis key of another type under the name, as the acquisition reports
+/// it ("redis key \"x\" is not a distlock lock (a string key)", which read
+/// as if the key were a string), said with the type found: inspect reads
+/// it (`redis key "x" (a list) is not …`).
+async fn key_of_another_type(
+    provider: &dyn Provider,
+    name: &str,
+    kind: PrimitiveKind,
+    e: distlock::Error,
+) -> distlock::Error {
+    let on_a_key = |e: &distlock::Error| matches!(e, distlock::Error::Conflict { what, .. } if what.starts_with("redis key \""));
+    if !on_a_key(&e) {
+        return e;
+    }
+    match tokio::time::timeout(CLOSE_LIMIT, provider.inspect(name, kind)).await {
+        Ok(Err(typed)) if on_a_key(&typed) => typed,
+        _ => e,
+    }
+}
+
+/// `distlock lock`: acquire, print the token (or the hold as JSON), hold
+/// until stdin ends or a signal, release.
+async fn hold(url: &str, args: &LockArgs) -> Result<u8, Failure> {
+    check(url, &args.name, args.ttl)?;
+    let mut signals = install_signals()?;
+    let provider = connect(url, Some(&mut signals)).await?;
+    let result = hold_on(&*provider, args, &mut signals).await;
+    close(&*provider).await;
+    result
+}
+
+async fn hold_on(
+    provider: &dyn Provider,
+    args: &LockArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    let choice = Choice {
+        name,
+        semaphore: args.semaphore,
+        read: args.read,
+        write: args.write,
+        fair: args.fair,
+        no_wait: args.no_wait,
+        wait: args.wait,
+        ttl: args.ttl,
+    };
+    let (guard, kind) = match acquire(provider, &choice, signals).await? {
+        Some(held) => held,
+        None => return Ok(args.conflict_exit_code),
+    };
+    let line = if args.json {
+        serde_json::json!({
+            "name": name,
+            "kind": kind.as_str(),
+            "fencing_token": guard.fencing_token(),
+            "owner": provider.owner(),
+            "backend": provider.backend(),
+        })
+        .to_string()
+    } else {
+        guard.fencing_token().to_string()
+    };
+    // A reader gone before it read the token: release and stop.
+    if !print_out(&format!("{line}\n"))? {
+        let _ = guard.release().await;
+        return Ok(0);
+    }
+    // stdin is read on a thread of its own: a read blocked there never
+    // holds up the exit (tokio's blocking pool would, at shutdown).
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 4096];
+        let mut stdin = std::io::stdin().lock();
+        while matches!(std::io::Read::read(&mut stdin, &mut sink), Ok(n) if n > 0) {}
+        let _ = eof_tx.send(());
+    });
+    let code = tokio::select! {
+        _ = eof_rx => 0,
+        sig = signals.recv() => Failure::signalled(sig).code,
+        reason = guard.lost() => {
+            say!("lease on {name} lost ({reason}): the lock is no longer held");
+            return Ok(LEASE_LOST);
+        }
+    };
+    if let Err(e) = guard.release().await {
+        say!("releasing {name}: {}", chain(&e));
+    }
+    Ok(code)
+}
+
 async fn elect(url: &str, args: &ElectArgs) -> Result<u8, Failure> {
-    check(url, &args.name, Some(&args.run))?;
+    check(url, &args.name, args.run.ttl)?;
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
     let result = if args.observe {
-        observe(&*provider, &args.name, &mut signals).await
+        observe(&*provider, &args.name, args.json, &mut signals).await
     } else {
         lead(&*provider, args, &mut signals).await
     };
@@ -224,6 +395,7 @@ async fn elect(url: &str, args: &ElectArgs) -> Result<u8, Failure> {
 async fn observe(
     provider: &dyn Provider,
     name: &str,
+    json: bool,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
     let election = provider
@@ -237,6 +409,13 @@ async fn observe(
                 Some(Ok(leader)) => {
                     if last.as_ref() != Some(&leader) {
                         let line = match &leader {
+                            _ if json => format!(
+                                "{}\n",
+                                serde_json::json!({
+                                    "name": name,
+                                    "leader": leader.as_ref().map(|l| serde_json::json!({ "id": l.id, "term": l.term })),
+                                })
+                            ),
                             Some(l) => format!("leader {} term {}\n", l.id, l.term),
                             None => "no leader\n".to_owned(),
                         };
@@ -343,7 +522,12 @@ async fn id(url: &str, args: &IdArgs) -> Result<u8, Failure> {
                 .next()
                 .await
                 .map_err(|e| Failure::from_error(&format!("next id of {}", args.name), &e))?;
-            if !print_out(&format!("{id}\n"))? {
+            let line = if args.json {
+                serde_json::json!({ "name": args.name, "id": id }).to_string()
+            } else {
+                id.to_string()
+            };
+            if !print_out(&format!("{line}\n"))? {
                 break;
             }
         }
@@ -419,4 +603,25 @@ async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Res
         args.kind, done.evicted
     ))?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::servers_of;
+
+    #[test]
+    fn servers_are_named_without_credentials() {
+        assert_eq!(
+            servers_of("redis://u:s3cret@127.0.0.1:6379/2?x=1"),
+            ("redis", "127.0.0.1:6379")
+        );
+        assert_eq!(
+            servers_of("zk://a:1,b:2/chroot?connect_timeout_ms=5"),
+            ("zookeeper", "a:1,b:2")
+        );
+        assert_eq!(
+            servers_of("redis+cluster://h1:1,h2:2"),
+            ("redis", "h1:1,h2:2")
+        );
+    }
 }

@@ -20,6 +20,7 @@ pub fn json(snapshot: &Snapshot) -> Value {
         },
         "leader": snapshot.leader.as_ref().map(|l| json!({ "id": l.id, "term": l.term })),
         "permits": snapshot.permits,
+        "never_freed": never_freed(snapshot).is_some(),
     })
 }
 
@@ -97,6 +98,9 @@ pub fn table(snapshot: &Snapshot) -> String {
             line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
         }
     }
+    if let Some(note) = never_freed(snapshot) {
+        let _ = writeln!(out, "note: {note}");
+    }
     let waiters = &snapshot.waiters;
     if waiters.owners.is_empty() {
         let _ = writeln!(out, "waiters: {}", waiters.count);
@@ -109,6 +113,21 @@ pub fn table(snapshot: &Snapshot) -> String {
         );
     }
     out
+}
+
+/// What to say when a holder is not distlock's and its key never expires:
+/// nobody will release it (a plain string set by hand or by another
+/// program), so `exec` would wait for it forever.
+pub fn never_freed(snapshot: &Snapshot) -> Option<String> {
+    let stuck = snapshot
+        .holders
+        .iter()
+        .find(|h| h.owner.is_none() && h.foreign.is_some() && h.lease == LeaseLeft::NoExpiry)?;
+    let what = stuck.foreign.as_deref().unwrap_or("?");
+    Some(format!(
+        "{} is held by a value that is not distlock's ({what}) and has no expiry: it is never freed unless someone deletes it, so a waiter waits forever (use exec -w SECS to bound the wait, or unlock --force)",
+        snapshot.name
+    ))
 }
 
 /// Who holds, in a few words (for the spinner).

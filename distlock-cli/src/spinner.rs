@@ -7,7 +7,7 @@ use std::time::Duration;
 use distlock::{PrimitiveKind, Provider, Wait};
 use tokio::time::Instant;
 
-use crate::report::holders_brief;
+use crate::report::{holders_brief, never_freed};
 
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 /// Quick acquisitions show nothing.
@@ -25,6 +25,9 @@ pub async fn waiting(provider: &dyn Provider, name: &str, kind: PrimitiveKind, w
         if let Ok(Ok(snapshot)) = tokio::time::timeout(REFRESH, provider.inspect(name, kind)).await
         {
             tracing::info!(name, holder = %holders_brief(&snapshot), "waiting");
+            if let Some(note) = never_freed(&snapshot) {
+                tracing::warn!("{note}");
+            }
         } else {
             tracing::info!(name, "waiting");
         }

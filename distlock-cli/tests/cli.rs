@@ -587,6 +587,213 @@ fn unreachable(url: &str) {
     );
 }
 
+/// The state letter of `pid` in /proc (`T` stopped, `S` sleeping, ...).
+fn state(pid: i32) -> char {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next()?.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+// Ctrl-Z (issue 26 item 2): SIGTSTP to distlock stops the child's group
+// and then distlock itself (as dumb-init: a shell sees its job stopped);
+// SIGCONT continues both, and the child runs on to its own exit status. The
+// same when the group is stopped directly (the terminal sends Ctrl-Z's
+// SIGTSTP to the foreground group, the child's): distlock stops after it
+// instead of waiting blindly. (SIGTSTP was not caught before: the child ran
+// on while distlock stopped, or distlock ran on beside a stopped child.)
+fn ctrl_z_stops_the_group_then_distlock(url: &str) {
+    for direct in [false, true] {
+        let name = test_support::unique_name("tstp");
+        let dir = tempfile::tempdir().unwrap();
+        let mut holder = hold(
+            url,
+            &name,
+            &[],
+            "sleep 300 & echo $! > gc.pid; echo $$ > c.pid; touch ready;              while [ ! -e done ]; do sleep 0.05; done; kill $!; exit 7",
+            dir.path(),
+        );
+        let child = read_pid(&dir.path().join("c.pid")).unwrap();
+        let grandchild = read_pid(&dir.path().join("gc.pid")).unwrap();
+        let distlock = i32::try_from(holder.id()).unwrap();
+        if direct {
+            // SAFETY: the child's own group (it leads it).
+            unsafe {
+                libc::kill(-child, libc::SIGTSTP);
+            }
+        } else {
+            signal(&holder, libc::SIGTSTP);
+        }
+        wait_until(
+            Duration::from_secs(10),
+            "the group, then distlock, stopped",
+            || state(child) == 'T' && state(grandchild) == 'T' && state(distlock) == 'T',
+        );
+        // Nothing runs on while stopped: the child does not see `done`.
+        std::fs::write(dir.path().join("done"), "").unwrap();
+        thread::sleep(Duration::from_millis(300));
+        assert_eq!(state(child), 'T');
+        assert!(alive(child), "the child ended while stopped");
+        signal(&holder, libc::SIGCONT);
+        assert_eq!(
+            wait_exit(&mut holder, Duration::from_secs(20)),
+            7,
+            "direct: {direct}"
+        );
+        assert!(!alive(grandchild));
+        assert_eq!(inspect(url, &name, "mutex")["held"], false);
+    }
+}
+
+/// Runs `script` with `bash -c`, `DL` the distlock binary and
+/// `DISTLOCK_URL` set; its stdout, checked for exit 0.
+fn bash(url: &str, name: &str, script: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .env("DL", env!("CARGO_BIN_EXE_distlock"))
+        .env("DISTLOCK_URL", url)
+        .env("NAME", name)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {out}"))
+}
+
+// `distlock lock NAME` (issue 26 item 4, as `etcdctl lock NAME`): held
+// across part of a shell script, from the token it prints until its stdin
+// closes (exit 0) or a signal (released, 128 + N); --json prints the hold
+// as one object.
+fn hold_mode_from_a_shell_script(url: &str) {
+    let name = test_support::unique_name("hold");
+    let out = bash(
+        url,
+        &name,
+        r#"
+        coproc LOCK { "$DL" lock "$NAME"; }
+        read -r token <&"${LOCK[0]}"
+        echo "token=$token"
+        "$DL" exec -n "$NAME" -- true; echo "while=$?"
+        exec {LOCK[1]}>&-
+        wait "$LOCK_PID"; echo "rc=$?"
+        "$DL" exec -n "$NAME" -- true; echo "after=$?"
+        coproc J { "$DL" lock --json --fair "$NAME"; }
+        read -r record <&"${J[0]}"
+        echo "record=$record"
+        "$DL" exec -n --fair "$NAME" -- true; echo "while_json=$?"
+        kill -TERM "$J_PID"; wait "$J_PID"; echo "rc_json=$?"
+        "$DL" exec -n "$NAME" -- true; echo "after_json=$?"
+        "$DL" lock -n "$NAME" < /dev/null; echo "free_now=$?"
+        "#,
+    );
+    let token: u64 = field(&out, "token").parse().unwrap();
+    assert_eq!(field(&out, "while"), "1", "{out}");
+    assert_eq!(field(&out, "rc"), "0", "{out}");
+    assert_eq!(field(&out, "after"), "0", "{out}");
+    let record: Value = serde_json::from_str(field(&out, "record")).unwrap();
+    assert_eq!(record["name"], name.as_str(), "{record}");
+    assert_eq!(record["kind"], "fair", "{record}");
+    assert!(
+        record["fencing_token"].as_u64().unwrap() > token,
+        "{record}"
+    );
+    assert!(record["owner"].as_str().is_some(), "{record}");
+    assert_eq!(field(&out, "while_json"), "1", "{out}");
+    assert_eq!(field(&out, "rc_json"), "143", "{out}");
+    assert_eq!(field(&out, "after_json"), "0", "{out}");
+    // stdin at its end from the start: taken, printed, released.
+    assert_eq!(field(&out, "free_now"), "0", "{out}");
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
+// --json wherever output is data (issue 26 item 4): one object a line.
+fn json_output_is_one_object_a_line(url: &str) {
+    let name = test_support::unique_name("json");
+    let out = bash(
+        url,
+        &name,
+        r#"
+        "$DL" id "$NAME-ids" --json --count 3
+        "$DL" inspect "$NAME-lock" --json
+        timeout -s INT 2 "$DL" elect --observe --json "$NAME-election"; true
+        "#,
+    );
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(lines.len() >= 5, "{out}");
+    let ids: Vec<u64> = lines[..3]
+        .iter()
+        .map(|v| {
+            assert_eq!(v["name"], format!("{name}-ids"), "{v}");
+            v["id"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert_eq!(lines[3]["held"], false, "{out}");
+    assert_eq!(lines[3]["name"], format!("{name}-lock"), "{out}");
+    assert_eq!(lines[4]["name"], format!("{name}-election"), "{out}");
+    assert!(lines[4]["leader"].is_null(), "{out}");
+}
+
+/// A listener that accepts connections and never says a word: a server
+/// that hangs.
+fn silent_listener() -> (u16, thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let keeper = thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().take(16) {
+            match conn {
+                Ok(c) => held.push(c),
+                Err(_) => return,
+            }
+        }
+    });
+    (port, keeper)
+}
+
+// A server that accepts and never answers (issue 26 item 5): the connect
+// timeout names the backend and the address ("connect timed out after 1s"
+// named neither on Redis, no address on ZooKeeper), exit 69, one line.
+fn connect_timeout_names_backend_and_address(url: &str) {
+    let (port, _keeper) = silent_listener();
+    let (dead, backend) = if url.starts_with("redis") {
+        (
+            format!("redis://127.0.0.1:{port}?connect_timeout_ms=1000"),
+            "redis",
+        )
+    } else {
+        (
+            format!("zk://127.0.0.1:{port}?connect_timeout_ms=1000"),
+            "zookeeper",
+        )
+    };
+    for args in [&["exec", "x", "--", "true"][..], &["id", "x"]] {
+        let out = run(&dead, args);
+        let err = stderr_line(&out);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(backend), "{err}");
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert!(err.contains("connect timeout"), "{err}");
+    }
+}
+
 // --semaphore N admits N holders, --read shares, --write excludes.
 fn other_primitives(url: &str) {
     let name = test_support::unique_name("prims");
@@ -767,6 +974,10 @@ on_both!(
     elect_after_losing,
     ids,
     unreachable,
+    ctrl_z_stops_the_group_then_distlock,
+    hold_mode_from_a_shell_script,
+    json_output_is_one_object_a_line,
+    connect_timeout_names_backend_and_address,
 );
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
@@ -790,6 +1001,74 @@ fn redis_killed_past_the_ttl_stops_the_child() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("lost"), "{err}");
+}
+
+// Messages that misled (issue 26 item 7), on Redis where they were seen.
+// A plain string without expiry under the lock's name: inspect and -v say
+// nobody will free it and what to do (it read as an ordinary holder with
+// "no expiry"); an evicted holder is not told "lease is held by someone
+// else" when nobody holds.
+#[test]
+fn redis_messages_say_what_is_there() {
+    let redis = test_support::redis::shared();
+    let url = redis.url();
+    // A list under the lock's name: its type is said ("(a string key)"
+    // alone read as the type found).
+    let list = test_support::unique_name("list");
+    assert_eq!(redis.cli(&["RPUSH", &list, "x"]), "1");
+    for args in [
+        &["exec", &list, "--", "true"][..],
+        &["inspect", &list],
+        &["unlock", "--force", "--yes", &list],
+    ] {
+        let out = run(&url, args);
+        assert_eq!(
+            out.status.code(),
+            Some(65),
+            "{args:?}: {}",
+            stderr_line(&out)
+        );
+        assert!(
+            stderr_line(&out).contains(&format!("redis key {list:?} (a list) is not")),
+            "{args:?}: {}",
+            stderr_line(&out)
+        );
+    }
+    let name = test_support::unique_name("plain");
+    assert_eq!(redis.cli(&["SET", &name, "by-hand"]), "OK");
+    let out = run(&url, &["inspect", &name]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        table.contains("never freed unless someone deletes it"),
+        "{table}"
+    );
+    assert!(table.contains("exec -w SECS"), "{table}");
+    assert_eq!(inspect(&url, &name, "mutex")["never_freed"], true);
+    let out = run(&url, &["-v", "exec", "-w", "1", &name, "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    assert!(
+        stderr_line(&out).contains("waits forever"),
+        "{}",
+        stderr_line(&out)
+    );
+    // A distlock holder has an expiry: no such note.
+    assert_eq!(redis.cli(&["DEL", &name]), "1");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        &url,
+        &name,
+        &["--ttl", "1", "--grace", "1"],
+        "touch ready; exec sleep 300",
+        dir.path(),
+    );
+    assert_eq!(inspect(&url, &name, "mutex")["never_freed"], false);
+    let force = ["unlock", "--force", "--yes", &name];
+    assert_eq!(run(&url, &force).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("held by someone else"), "{err}");
+    assert!(err.contains("no longer ours"), "{err}");
 }
 
 // Usage errors: 64, one clear line, no panic, before any connection.
@@ -826,7 +1105,7 @@ fn usage_errors_exit_64_with_one_line() {
         (
             "redis://127.0.0.1:1",
             &["exec", "--ttl", "0", "x", "--", "true"],
-            "TTL",
+            "--ttl must be between 0.01 (10 ms) and 2592000 (30 days) seconds, got 0",
         ),
         (
             "redis://127.0.0.1:1",
@@ -839,6 +1118,38 @@ fn usage_errors_exit_64_with_one_line() {
             "unrecognized subcommand",
         ),
         ("", &["exec", "x", "--", "true"], "DISTLOCK_URL"),
+        // Which part of the URL is wrong (issue 26 item 5: "Redis URL did
+        // not parse" named none).
+        (
+            "redis://127.0.0.1:notaport",
+            &["id", "x"],
+            "port \"notaport\" is not a number",
+        ),
+        ("redis://127.0.0.1:0", &["id", "x"], "port \"0\""),
+        ("redis://:pw@/", &["id", "x"], "no host"),
+        (
+            "redis://127.0.0.1:6379/notadb",
+            &["id", "x"],
+            "database \"notadb\"",
+        ),
+        (
+            "redis://127.0.0.1:6379?bogus=1",
+            &["id", "x"],
+            "unknown option \"bogus\"",
+        ),
+        (
+            "redis://127.0.0.1:6379?connect_timeout_ms=soon",
+            &["id", "x"],
+            "connect_timeout_ms=\"soon\"",
+        ),
+        (
+            "zk://127.0.0.1:notaport",
+            &["id", "x"],
+            "port \"notaport\" of server",
+        ),
+        ("zk://127.0.0.1", &["id", "x"], "has no port"),
+        ("zk://:2181", &["id", "x"], "has no host"),
+        ("zk://h:1?bogus=1", &["id", "x"], "unknown option \"bogus\""),
     ];
     for (url, args, says) in cases {
         let out = run(url, args);

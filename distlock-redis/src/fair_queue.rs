@@ -144,7 +144,8 @@ impl FairQueue {
             .arg(if queue { "1" } else { "0" })
             .arg(&keys.channel)
             .arg(candidate.unwrap_or(""))
-            .arg(&self.shared.owner);
+            .arg(&self.shared.owner)
+            .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis()));
         let (reply, acked): (Vec<i64>, _) = conn
             .script_acked("acquire", timeout, &invocation, self.shared.options.wait)
             .await?;

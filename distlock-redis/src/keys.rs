@@ -148,17 +148,22 @@ impl Keys {
     }
 
     /// The extend script with its keys: renews the hold of `token` for
-    /// `ms`.
-    pub(crate) fn extend<'a>(&'a self, token: &'a str, ms: u64) -> ScriptInvocation<'a> {
+    /// `ms`, and the fencing counter for `fence_ms`.
+    pub(crate) fn extend<'a>(
+        &'a self,
+        token: &'a str,
+        ms: u64,
+        fence_ms: u64,
+    ) -> ScriptInvocation<'a> {
         let mut invocation = EXTEND.key(&self.lock);
-        invocation.key(&self.holder);
+        invocation.key(&self.fence);
         if let Some(record) = &self.record {
             invocation.key(record);
             if let Some(marker) = &self.marker {
                 invocation.key(marker);
             }
         }
-        invocation.arg(token).arg(ms);
+        invocation.arg(token).arg(ms).arg(fence_ms);
         invocation
     }
 
@@ -433,10 +438,11 @@ impl Recipe {
         invocation
     }
 
-    /// The extend script: renews the hold of `token` for `ms`.
-    pub(crate) fn extend(&self, token: &str, ms: u64) -> ScriptInvocation<'static> {
+    /// The extend script: renews the hold of `token` for `ms`, and the
+    /// fencing counter for `fence_ms`.
+    pub(crate) fn extend(&self, token: &str, ms: u64, fence_ms: u64) -> ScriptInvocation<'static> {
         let mut invocation = self.invocation(self.scripts()[2]);
-        invocation.arg(token).arg(ms).arg(&self.mode);
+        invocation.arg(token).arg(ms).arg(&self.mode).arg(fence_ms);
         invocation
     }
 

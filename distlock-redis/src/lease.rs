@@ -187,9 +187,10 @@ impl RedisLease {
 impl LeaseBackend for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let fence_ms = self.shared.options.fence_ttl_ms(ms);
         let invocation = match &self.keys {
-            LeaseKeys::Lock(keys) => keys.extend(&self.token, ms),
-            LeaseKeys::Queued(recipe) => recipe.extend(&self.token, ms),
+            LeaseKeys::Lock(keys) => keys.extend(&self.token, ms, fence_ms),
+            LeaseKeys::Queued(recipe) => recipe.extend(&self.token, ms, fence_ms),
         };
         let (reply, acked): (i64, _) = self
             .conn

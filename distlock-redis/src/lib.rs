@@ -203,7 +203,7 @@
 //! | key | what |
 //! |---|---|
 //! | `PREFIX NAME` | the lock (plain and fair mutex): value = `<token>\|<owner identity>`, TTL = lease; for 50 ms after a hand-over, `distlock:handoff:<provider id>` (free, reserved); while another kind holds the name, its marker (see [One name is one lock](#one-name-is-one-lock)) |
-//! | `{PREFIX NAME}:fence` | fencing counter (an integer string: `max(previous + 1, server TIME in µs)`) |
+//! | `{PREFIX NAME}:fence` | fencing counter (an integer string: `max(previous + 1, server TIME in µs)`), TTL = lease + [fence retention](RedisOptions::fence_retention), set again at every acquisition and renewal (see [Fencing tokens](#fencing-tokens)) |
 //! | `{PREFIX NAME}:released` | pub/sub channel of release and hand-over messages |
 //! | `{PREFIX NAME}:fair:queue` | fair waiters: zset waiter id → arrival number |
 //! | `{PREFIX NAME}:fair:timeouts` | fair waiters' entry expiry: zset waiter id → server ms |
@@ -315,8 +315,9 @@
 //!   fails with `PermitsMismatch` and changes nothing. Extend re-scores the
 //!   token only while it is a member (the writer: compare-and-`PEXPIRE`);
 //!   release removes it. The zsets carry a `PEXPIREAT` at their last score,
-//!   so nothing outlives its holders and waiters (only the fence counter
-//!   stays, as for the mutex).
+//!   so nothing outlives its holders and waiters (the fence counter stays
+//!   for the [fence retention](RedisOptions::fence_retention) more, as the
+//!   mutex's).
 //! * **Cancellation**: as every acquisition's ([Cancellation](#cancellation)).
 //! * **Wake-ups**: every acquire and release script compares the queued
 //!   waiters an attempt would admit (none while a writer holds; the head
@@ -451,7 +452,9 @@
 //! per kind (`force_lock`, `rw_force`, `sem_force`) deletes every hold
 //! (distlock's or foreign) and its records, advances the fencing counter
 //! with the acquire scripts' rule ([Fencing tokens](#fencing-tokens), so
-//! the next holder's token is above it; returned as `fence`), and publishes exactly
+//! the next holder's token is above it; returned as `fence`; a name nobody
+//! holds is left exactly as it is, no counter is created, and `fence` is
+//! `None`), and publishes exactly
 //! what a release would: the next fair waiter's `to:<id>` (or `released`),
 //! the read-write lock's and semaphore's addressed wake-ups of the waiters
 //! now admitted. The evicted holders are not told: each learns at its next
@@ -529,11 +532,12 @@
 //!
 //! A fencing token is `max({…}:fence + 1, server TIME in microseconds)`,
 //! taken inside the acquire script and stored in the counter (`TIME`, then
-//! `SET {…}:fence <TIME µs> KEEPTTL GET`, and `SET <previous + 1>` only when
+//! `SET {…}:fence <TIME µs> PX <ttl> GET`, and `SET <previous + 1>` only when
 //! the counter is ahead of the clock; GET + SET before Redis 6.2). It is
 //! the rule `INCR` raised to `TIME` of earlier versions, so both take
 //! increasing tokens from one counter during a rolling upgrade. A counter
-//! that is not an integer is left exactly as it was (`Error::Conflict`). **Tokens never go below the Redis server's `TIME` in
+//! that is not an integer keeps its value (`Error::Conflict`; its TTL
+//! becomes the counter's, the write having replaced it). **Tokens never go below the Redis server's `TIME` in
 //! microseconds**, so they keep increasing even when the counter is lost (a
 //! restart without persistence, an eviction, a failover to a replica that
 //! had not received the last `INCR`), as long as the server's clock does not
@@ -541,6 +545,41 @@
 //! moment the last token was handed out). Tokens are therefore large numbers
 //! (microseconds since 1970, about 1.8 × 10¹⁵ at the time of writing), not
 //! 1, 2, 3: compare them as `u64`, never assume they are dense.
+//!
+//! ## The counter's retention
+//!
+//! A counter per name ever locked would stay forever (a lock per order id
+//! leaves millions). So the counter expires: its TTL is the lease's TTL
+//! plus the **fence retention** ([`RedisOptions::fence_retention`], URL
+//! `fence_retention_ms`; default 24 hours, between 100 ms and 365 days),
+//! set by every acquisition (the `SET … PX` above) and every renewal, so it
+//! outlives every lease on the name by the retention; a force-release of a
+//! held name sets the retention alone (no lease is left), and one of a name
+//! nobody holds creates nothing. The counter is not needed for the order:
+//! it guards only against the server's clock stepping back.
+//!
+//! *Why tokens stay increasing across the expiry.* Let `T` be the last
+//! token taken before the counter expires, when the server's clock read
+//! `c`. Then `T ≤ c + e`, where `e` is how far the counter had run ahead of
+//! the clock: 0, unless the clock was set back while the counter lived
+//! (then at most that step). The counter expires when the clock reads at
+//! least `c + retention` (Redis expires by its own clock, the one `TIME`
+//! reads; a step back while the key lives delays the expiry by as much).
+//! The next token is then at least the clock, `c + retention − s`, `s` being
+//! how far the clock was set back after the expiry. So it is above `T`
+//! whenever `e + s < retention`: **tokens increase across an expiry unless
+//! the server's clock was set back, in all between the last token and the
+//! next one, by more than the retention.** NTP steps (fractions of a
+//! second), a leap second and a clock set to a wrong time zone (at most a
+//! day) are within the default.
+//!
+//! *A larger step back* makes the next token of an unused name lower than
+//! its last one, as losing the counter (a restart without persistence)
+//! would under the same step: a store that checks tokens refuses the new
+//! holder's writes (it has seen a higher one) until the clock passes the
+//! old token. The old holder's lease ended at least the retention before,
+//! so two live holders never share an order; what is at stake is the new
+//! holder's progress, not exclusion.
 //!
 //! # Running Redis for distlock
 //!

@@ -143,7 +143,8 @@ impl RedisMutex {
                     .arg(if others { "1" } else { "0" })
                     .arg(if in_line { "1" } else { "0" })
                     .arg(alive_ms)
-                    .arg(listening_ms),
+                    .arg(listening_ms)
+                    .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis())),
                 self.shared.options.wait,
             )
             .await?;

@@ -92,7 +92,7 @@ impl KindKeys {
         }
     }
 
-    fn force_invocation(&self) -> ScriptInvocation<'static> {
+    fn force_invocation(&self, fence_ttl_ms: u64) -> ScriptInvocation<'static> {
         match self {
             KindKeys::Lock(keys) => {
                 let mut invocation = FORCE_LOCK.prepare_invoke();
@@ -109,7 +109,7 @@ impl KindKeys {
                         invocation.key(marker);
                     }
                 }
-                invocation.arg(&keys.channel);
+                invocation.arg(&keys.channel).arg(fence_ttl_ms);
                 invocation
             }
             KindKeys::Queued(recipe) => {
@@ -123,7 +123,7 @@ impl KindKeys {
                     invocation.key(key);
                 }
                 invocation.key(&recipe.lock);
-                invocation.arg(&recipe.channel);
+                invocation.arg(&recipe.channel).arg(fence_ttl_ms);
                 invocation
             }
         }
@@ -260,6 +260,46 @@ fn holder(value: &Value) -> Result<Holder> {
     })
 }
 
+/// `error` with the type of the key it names when it is a [`Error::Conflict`]
+/// on a Redis key: `redis key "x" (a list) is not a distlock lock (a string
+/// key)` (the expected type alone read as the one found). One `TYPE`, on
+/// this error path only; `error` as it was when the key cannot be read.
+pub(crate) async fn with_key_type(shared: &Context, error: Error) -> Error {
+    let Error::Conflict { what, expected } = &error else {
+        return error;
+    };
+    let Some(key) = what
+        .strip_prefix("redis key \"")
+        .and_then(|k| k.strip_suffix('"'))
+        .filter(|k| !k.contains('\\'))
+    else {
+        return error;
+    };
+    let timeout = shared.options.response_timeout;
+    let Ok(conn) = shared.conn() else {
+        return error;
+    };
+    let mut cmd = redis::cmd("TYPE");
+    cmd.arg(key);
+    let found = tokio::time::timeout(timeout, conn.query::<String>(timeout, &cmd)).await;
+    let noun = match found {
+        Ok(Ok(Ok(t))) => match t.as_str() {
+            "string" => "a string key",
+            "list" => "a list",
+            "set" => "a set",
+            "zset" => "a sorted set",
+            "hash" => "a hash",
+            "stream" => "a stream",
+            _ => return error,
+        },
+        _ => return error,
+    };
+    Error::Conflict {
+        what: format!("{what} ({noun})"),
+        expected,
+    }
+}
+
 /// Runs a script on the command connection within the response timeout.
 async fn run(
     shared: &Context,
@@ -291,7 +331,7 @@ pub(crate) async fn inspect(
     if status == -1 {
         let index = items.get(1).map(int).transpose()?.unwrap_or(1);
         let (key, expected) = keys.key_at(index);
-        return Err(conflict(&key, expected));
+        return Err(with_key_type(shared, conflict(&key, expected)).await);
     }
     let [_, holders, waiters, extra] = items else {
         return Err(bad_reply());
@@ -344,7 +384,8 @@ pub(crate) async fn force_release(
     shared.lifecycle.check_open()?;
     let name = Name::new(name)?;
     let keys = keys_of(shared, &name, kind)?;
-    let reply = run(shared, "force_release", &keys.force_invocation()).await?;
+    let retention = shared.options.fence_retention_ms();
+    let reply = run(shared, "force_release", &keys.force_invocation(retention)).await?;
     let items = array(&reply)?;
     let [status, value] = items else {
         return Err(bad_reply());
@@ -353,13 +394,14 @@ pub(crate) async fn force_release(
     match status {
         -1 => {
             let (key, expected) = keys.force_key_at(value);
-            Err(conflict(&key, expected))
+            Err(with_key_type(shared, conflict(&key, expected)).await)
         }
         -2 => Err(conflict(keys.fence_key(), "fencing counter")),
         -3 => Err(Error::Exhausted {
             name: keys.fence_key().to_owned(),
         }),
         evicted if evicted >= 0 => {
+            // 0: nothing was held, and the script changed nothing.
             let fence = u64::try_from(value).map_err(|_| bad_reply())?;
             let evicted = usize::try_from(evicted).map_err(|_| bad_reply())?;
             tracing::warn!(
@@ -372,7 +414,7 @@ pub(crate) async fn force_release(
             );
             Ok(ForceReleased {
                 evicted,
-                fence: Some(fence),
+                fence: (fence > 0).then_some(fence),
             })
         }
         _ => Err(bad_reply()),

@@ -6,7 +6,7 @@ use distlock_core::backend::url::{millis, number, parse_query};
 use distlock_core::{Error, LeaseOptions, Result};
 
 /// distlock's own query keys, removed before the client sees the URL.
-const OPTION_KEYS: [&str; 9] = [
+const OPTION_KEYS: [&str; 10] = [
     "prefix",
     "pool_size",
     "response_timeout_ms",
@@ -16,6 +16,7 @@ const OPTION_KEYS: [&str; 9] = [
     "wait_replicas",
     "wait_timeout_ms",
     "owner",
+    "fence_retention_ms",
 ];
 
 /// The query keys the `redis` crate (1.8) reads from a TCP URL (`redis://`,
@@ -42,6 +43,7 @@ const CLIENT_KEYS_UNIX: &[&str] = &["protocol", "db", "user", "pass"];
 /// | `wait_replicas` | [`RedisOptions::wait_for_replicas`]: the number of replicas |
 /// | `wait_timeout_ms` | [`RedisOptions::wait_for_replicas`]: the timeout (default 250 ms) |
 /// | `owner` | [`RedisOptions::owner_label`] |
+/// | `fence_retention_ms` | [`RedisOptions::fence_retention`] |
 ///
 /// The keys the `redis` crate itself reads from the query go through to it
 /// unchanged: `protocol` (`resp2`/`resp3`), and on `redis+unix://` also
@@ -60,6 +62,7 @@ pub struct RedisOptions {
     pub(crate) pool_size: Option<usize>,
     pub(crate) wait: Option<WaitReplicas>,
     pub(crate) owner_label: Option<String>,
+    pub(crate) fence_retention: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsOptions,
 }
@@ -71,6 +74,16 @@ pub(crate) struct WaitReplicas {
     pub(crate) replicas: u32,
     pub(crate) timeout: Duration,
 }
+
+/// How long a fencing counter outlives the last lease taken or renewed on
+/// its name (see [`RedisOptions::fence_retention`]).
+pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// The bounds of [`RedisOptions::fence_retention`].
+pub(crate) const FENCE_RETENTION_RANGE: (Duration, Duration) = (
+    Duration::from_millis(100),
+    Duration::from_secs(365 * 24 * 3600),
+);
 
 /// The replica acknowledgement timeout when only the number is given.
 const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -112,6 +125,7 @@ impl Default for RedisOptions {
             pool_size: None,
             wait: None,
             owner_label: None,
+            fence_retention: DEFAULT_FENCE_RETENTION,
             #[cfg(feature = "tls")]
             tls: TlsOptions::default(),
         }
@@ -163,6 +177,36 @@ impl RedisOptions {
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
+    }
+
+    /// How long a name's fencing counter (`{name}:fence`, and the
+    /// read-write lock's and semaphore's own) is kept once no lease on the
+    /// name can be alive: its TTL is the lease's TTL plus this, set at every
+    /// acquisition and renewal, so a name unused for that long leaves no
+    /// key behind. Default 24 hours, between 100 ms and 365 days.
+    ///
+    /// Tokens stay increasing across the counter's expiry: a token is at
+    /// least the server's `TIME` in microseconds, so the next one after the
+    /// expiry is above every earlier one unless the server's clock was set
+    /// back, between the two, by more than the retention (see
+    /// [Fencing tokens](crate#fencing-tokens)).
+    #[must_use]
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
+    /// The TTL of a fencing counter beside a lease of `lease_ms`: the lease
+    /// and the retention, in milliseconds.
+    pub(crate) fn fence_ttl_ms(&self, lease_ms: u64) -> u64 {
+        let retention = u64::try_from(self.fence_retention.as_millis()).unwrap_or(u64::MAX);
+        lease_ms.saturating_add(retention)
+    }
+
+    /// The TTL of a fencing counter a force-release advances (no lease is
+    /// left alive): the retention, in milliseconds.
+    pub(crate) fn fence_retention_ms(&self) -> u64 {
+        self.fence_ttl_ms(0)
     }
 
     /// How long opening a connection may take. Default 5 s.
@@ -289,6 +333,13 @@ impl RedisOptions {
         ] {
             distlock_core::lease::check_setting(what, d)?;
         }
+        let (least, most) = FENCE_RETENTION_RANGE;
+        if self.fence_retention < least || self.fence_retention > most {
+            return Err(Error::InvalidOptions(format!(
+                "fence retention must be between 100 ms and 365 days, got {:?}",
+                self.fence_retention
+            )));
+        }
         if self.pool_size == Some(0) {
             return Err(Error::InvalidOptions("pool size must be at least 1".into()));
         }
@@ -362,6 +413,7 @@ impl RedisOptions {
                 "wait_replicas" => wait_replicas = Some(number(url, key, value)?),
                 "wait_timeout_ms" => wait_timeout = Some(millis(url, key, value)?),
                 "owner" => self.owner_label = Some(value.to_owned()),
+                "fence_retention_ms" => self.fence_retention = millis(url, key, value)?,
                 _ => rest.push(format!("{key}={value}")),
             }
         }
@@ -468,7 +520,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, wait_replicas, wait_timeout_ms, owner, protocol"),
+            e.contains("known: prefix, pool_size, response_timeout_ms, connect_timeout_ms, recheck_ms, lease_ttl_ms, wait_replicas, wait_timeout_ms, owner, fence_retention_ms, protocol"),
             "{e}"
         );
     }

@@ -65,7 +65,8 @@ impl Queued {
             .arg(u64::try_from(self.entry_ttl().as_millis()).unwrap_or(u64::MAX))
             .arg(&recipe.mode)
             .arg(&recipe.channel)
-            .arg(&self.shared.owner);
+            .arg(&self.shared.owner)
+            .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis()));
         let ((status, value), acked): ((i64, i64), _) = conn
             .script_acked(
                 "acquire",

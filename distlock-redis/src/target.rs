@@ -75,9 +75,60 @@ impl Server {
         {
             return sentinel_url(url, options).map(Server::Sentinel);
         }
+        check_tcp_url(url)?;
         let (url, options) = options.from_url(url)?;
         Ok(Server::Single { url, options })
     }
+}
+
+/// Says which part of a one-server TCP URL (`redis://`, `rediss://`,
+/// `valkey://`, `valkeys://`) is wrong: the host, the port or the database
+/// (the path). The client's own verdict, "Redis URL did not parse", names
+/// none. Other schemes are left to the client.
+fn check_tcp_url(url: &str) -> Result<()> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(());
+    };
+    if !matches!(
+        scheme.to_ascii_lowercase().as_str(),
+        "redis" | "rediss" | "valkey" | "valkeys"
+    ) {
+        return Ok(());
+    }
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, tail)) => (host, Some(tail.strip_prefix(':').unwrap_or(tail))),
+            None => return Err(invalid_url(url, "the IPv6 host has no closing ']'")),
+        }
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(invalid_url(url, "no host (redis://HOST:PORT/DB)"));
+    }
+    if let Some(port) = port {
+        if !port.parse::<u16>().is_ok_and(|p| p > 0) {
+            return Err(invalid_url(
+                url,
+                format_args!("port {port:?} is not a number from 1 to 65535"),
+            ));
+        }
+    }
+    let db = path.trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u32>().is_err() {
+        return Err(invalid_url(
+            url,
+            format_args!("database {db:?} (the URL's path) is not a number"),
+        ));
+    }
+    Ok(())
 }
 
 /// Splits `redis+cluster://[user:password@]host:port,host:port[?options]`
@@ -449,6 +500,41 @@ mod redlock_url_tests {
             let text = e.to_string();
             assert!(text.contains(says), "{url}: {text}");
             assert!(!text.contains("s3cret"), "{url}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_bad_part_of_a_server_url_is_named() {
+        for (url, says) in [
+            ("redis://127.0.0.1:notaport", "port \"notaport\""),
+            ("redis://127.0.0.1:99999", "port \"99999\""),
+            ("redis://127.0.0.1:0", "port \"0\""),
+            ("rediss://u:s3cret@h:x/0", "port \"x\""),
+            ("redis://:s3cret@/", "no host"),
+            ("redis://", "no host"),
+            ("redis://h:6379/notadb", "database \"notadb\""),
+            ("valkey://[::1/0", "closing ']'"),
+        ] {
+            let Err(e) = Server::parse(url, RedisOptions::new()) else {
+                panic!("{url} was accepted");
+            };
+            assert!(
+                matches!(e, distlock_core::Error::InvalidUrl(_)),
+                "{url}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("s3cret"), "{url}: {text}");
+        }
+        for good in [
+            "redis://h",
+            "redis://h:6379",
+            "redis://u:p@h:6379/3?protocol=resp3",
+            "redis://[::1]:6379/0",
+            "rediss://h/",
+            "redis+unix:///tmp/r.sock?db=1",
+        ] {
+            Server::parse(good, RedisOptions::new()).unwrap();
         }
     }
 }

@@ -27,7 +27,15 @@
 //!
 //! Every primitive named `NAME` lives at `ROOT/NAME`, where `ROOT` is the
 //! chroot of the URL followed by the base path (`/distlock` by default, the
-//! query key `base` changes it). Parents are created as container nodes.
+//! query key `base` changes it). Parents are created as container nodes,
+//! and every node of a hold or a wait is ephemeral, so a name no longer used
+//! leaves no node: the server deletes a container once its last child is
+//! gone (ZooKeeper 3.5+, every `znode.container.checkIntervalMs`, a minute
+//! by default), `ROOT/NAME` and a semaphore's `locks` and `leases` alike.
+//! Curator's recipes create their parents as containers too
+//! (`creatingParentContainersIfNeeded`). A force-release or an inspect of a
+//! name nobody used creates nothing. Only an id generator's node stays: it
+//! is the counter.
 //!
 //! | primitive | nodes under `ROOT/NAME` |
 //! |---|---|

@@ -83,13 +83,24 @@ impl ZkOptions {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        if hosts.is_empty()
-            || hosts.split(',').any(|h| {
-                h.rsplit_once(':')
-                    .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-            })
-        {
-            return Err(bad("hosts must be host:port[,host:port…]"));
+        if hosts.is_empty() {
+            return Err(bad("no host: hosts must be host:port[,host:port…]"));
+        }
+        // Which part of which server is wrong, not only that one is.
+        for h in hosts.split(',') {
+            let Some((host, port)) = h.rsplit_once(':') else {
+                return Err(bad(&format!(
+                    "server {h:?} has no port: hosts must be host:port[,host:port…]"
+                )));
+            };
+            if host.is_empty() {
+                return Err(bad(&format!("server {h:?} has no host")));
+            }
+            if !port.parse::<u16>().is_ok_and(|p| p > 0) {
+                return Err(bad(&format!(
+                    "port {port:?} of server {h:?} is not a number from 1 to 65535"
+                )));
+            }
         }
         let mut options = ZkOptions::new(hosts);
         let chroot = chroot.trim_end_matches('/');

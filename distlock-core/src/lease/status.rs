@@ -28,7 +28,12 @@ impl fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::Expired => "lease expired without renewal",
             LostReason::MaxHold => "lease held for its max_hold",
-            LostReason::Taken => "lease is held by someone else",
+            // A renewal cannot tell which: it finds only that the hold is
+            // not its own ("held by someone else" misled when it was
+            // force-released and nobody held it).
+            LostReason::Taken => {
+                "lease is no longer ours (taken by another holder, or by none: force-released or expired)"
+            }
             LostReason::SessionExpired => "session expired",
             LostReason::SessionClosed => "session closed",
             LostReason::Deleted => "lease was deleted",

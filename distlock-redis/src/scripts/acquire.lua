@@ -29,7 +29,8 @@
 -- (this provider may be in line), ARGV[8] how long from now (ms) this
 -- provider can be counted on to hear a hand-over ('0': its pub/sub
 -- connection is not known to deliver: it is taken off the line rather than
--- queued, and marks KEYS[7] instead), ARGV[9] how long (ms) that mark lasts
+-- queued, and marks KEYS[7] instead), ARGV[9] how long (ms) that mark lasts,
+-- ARGV[10] the fencing counter's TTL in ms (the lease's and the fence retention)
 -- (until the waiter's next look, at the latest)
 -- (A handed-over lock: the provider was taken off the line by the release
 -- that reserved it, and off the listeners by the attempt that queued it.)
@@ -108,7 +109,7 @@ end
 -- there is nothing to take off.
 local function take(handed)
   if not t then t = redis.call('TIME') end
-  local token, refused = fence_next(KEYS[2], t)
+  local token, refused = fence_next(KEYS[2], t, ARGV[10])
   if not token then
     redis.call('DEL', KEYS[1])
     return {refused, 0, 0}

@@ -16,7 +16,8 @@
 -- ARGV[4] queue entry TTL in ms, ARGV[5] '1' to queue when not acquired
 --         ('0': try once, leave no entry), ARGV[6] channel (with KEYS[5]:
 --         'elected' is published there on success), ARGV[7] candidate id,
--- ARGV[8] owner identity
+-- ARGV[8] owner identity, ARGV[9] the fencing counter's TTL in ms (the
+-- lease's and the fence retention)
 -- Returns {1, fencing token} when acquired (our queue entry is gone),
 --         {0, wait ms, position, queued} when not: wait ms is the holder's
 --                 PTTL (-1: no TTL), or when the lock is free but a waiter
@@ -70,7 +71,7 @@ if holder and KIND_MARKERS[holder] then
 end
 local head = fair_head(KEYS[3], KEYS[4], KEYS[6])
 if not holder and (head == nil or head == ARGV[1]) then
-  local token, refused = fence_next(KEYS[2], t)
+  local token, refused = fence_next(KEYS[2], t, ARGV[9])
   if not token then
     return {refused, 0}
   end

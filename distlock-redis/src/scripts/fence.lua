@@ -2,10 +2,17 @@
 -- until one is called). Every distlock token of a single-master provider
 -- (mutex, fair mutex, election, read-write lock, semaphore, and their
 -- force-releases) is taken here.
--- fence_next(counter, t) takes the next token of the fencing counter
+-- fence_next(counter, t, px) takes the next token of the fencing counter
 -- `counter` (a string key holding an integer, as INCR keeps it), t being a
 -- TIME reply: token = max(counter + 1, t in microseconds), stored in the
--- counter. So tokens keep increasing when the counter is lost (restart
+-- counter with the TTL px (ms: the lease's TTL and the fence retention,
+-- RedisOptions::fence_retention), so a name left unused leaves no key; the
+-- renewals (extend.lua, rw_extend.lua, sem_extend.lua) set it again. The
+-- counter's expiry cannot make a token go back: the next token is then the
+-- server's TIME, past every earlier token unless the clock was set back by
+-- more than the retention in between (the crate docs, Fencing tokens).
+-- Without px (Redlock's force-release, whose counter takes no TTL) the
+-- counter keeps the TTL it has. So tokens keep increasing when the counter is lost (restart
 -- without persistence, eviction, failover to a replica that missed the last
 -- write), as long as the server's clock does not step back; and a client
 -- that INCRs the same counter (a distlock of an earlier version during a
@@ -16,7 +23,7 @@
 -- nil and -3 when it is exhausted (the next token would be 2^53 or more:
 -- Lua numbers are doubles, exact only below it; the counter is unchanged).
 -- Two calls in the steady state: TIME (the caller's) and SET counter floor
--- KEEPTTL GET (Redis 6.2+; the old value comes back with the write); a
+-- PX px GET (Redis 6.2+; the old value comes back with the write); a
 -- third, SET old + 1, only when the counter is ahead of the clock. Before
 -- 6.2 SET … GET is refused and GET + SET are used instead.
 local FENCE_LIMIT = 9007199254740992
@@ -35,9 +42,17 @@ local function fence_integer(v)
   end
   return tonumber(v)
 end
-local function fence_next(counter, t)
+-- SET counter value with the TTL px, or keeping the TTL without px; GET
+-- returns the old value (SET … GET).
+local function fence_set(counter, value, px, get)
+  if px and get then return redis.pcall('SET', counter, value, 'PX', px, 'GET') end
+  if px then return redis.call('SET', counter, value, 'PX', px) end
+  if get then return redis.pcall('SET', counter, value, 'KEEPTTL', 'GET') end
+  return redis.call('SET', counter, value, 'KEEPTTL')
+end
+local function fence_next(counter, t, px)
   local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local old = redis.pcall('SET', counter, string.format('%.0f', floor), 'KEEPTTL', 'GET')
+  local old = fence_set(counter, string.format('%.0f', floor), px, true)
   local written = true
   if type(old) == 'table' then
     if string.find(old['err'] or '', 'WRONGTYPE', 1, true) then return nil, -2 end
@@ -56,6 +71,8 @@ local function fence_next(counter, t)
       refused = -3
     end
     if refused then
+      -- The value as it was; its TTL is the one just written (SET … GET
+      -- replaced the old one with it).
       if written then redis.call('SET', counter, old, 'KEEPTTL') end
       return nil, refused
     end
@@ -68,9 +85,14 @@ local function fence_next(counter, t)
     return nil, -3
   end
   if not written then
-    redis.call('SET', counter, string.format('%.0f', token))
+    -- Before Redis 6.2 (no SET … GET; before 6.0 no KEEPTTL either).
+    if px then
+      redis.call('SET', counter, string.format('%.0f', token), 'PX', px)
+    else
+      redis.call('SET', counter, string.format('%.0f', token))
+    end
   elseif token ~= floor then
-    redis.call('SET', counter, string.format('%.0f', token), 'KEEPTTL')
+    fence_set(counter, string.format('%.0f', token), px, false)
   end
   return token
 end

@@ -6,12 +6,16 @@
 -- KEYS[7]) the election's kind marker (kind.lua), deleted with the leader
 -- A mutex's force-release leaves another kind's marker in the lock key
 -- alone (it is no mutex hold): nothing is evicted.
--- ARGV[1] the release channel
--- Returns {holds removed (0 or 1), fencing counter after it was advanced},
+-- ARGV[1] the release channel, ARGV[2] the fencing counter's TTL in ms (the
+-- fence retention)
+-- Returns {holds removed (0 or 1), fencing counter after it was advanced
+--         (0: nothing was held, nothing changed)},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
 -- The counter is advanced as an acquisition takes a token (fence.lua, which
--- prefixes this script, with queue.lua for the fair purge), so the next holder's token is above it. Then
+-- prefixes this script, with queue.lua for the fair purge), so the next
+-- holder's token is above it; only when there is a hold to evict: a name
+-- nobody holds is left as it is (no counter is created for it). Then
 -- exactly what a release publishes: 'to:<id>' of the first live fair waiter,
 -- or 'released' when nobody queues (nothing when nothing was held).
 local function typed(i, want)
@@ -25,11 +29,16 @@ for i, want in ipairs(wants) do
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local token, refused = fence_next(KEYS[2], t)
-if not token then return {refused, 0} end
-local evicted = 0
 local value = redis.call('GET', KEYS[1])
-if not (value and string.sub(value, 1, 9) == 'distlock:' and not KEYS[7]) then
+local evictable = value and not (string.sub(value, 1, 9) == 'distlock:' and not KEYS[7])
+local token = 0
+if evictable then
+  local refused
+  token, refused = fence_next(KEYS[2], t, ARGV[2])
+  if not token then return {refused, 0} end
+end
+local evicted = 0
+if evictable then
   evicted = redis.call('DEL', KEYS[1])
 end
 if KEYS[8] and redis.pcall('GET', KEYS[8]) == 'distlock:election' then

@@ -13,7 +13,8 @@
 -- ARGV[1] attempt token, ARGV[2] lease TTL ms, ARGV[3] waiter ("r:…"/"w:…"),
 -- ARGV[4] '1' to queue up when not admitted, ARGV[5] queue entry TTL ms,
 -- ARGV[6] 'r' or 'w', ARGV[7] the release channel ({lock}:rw:released),
--- ARGV[8] owner identity
+-- ARGV[8] owner identity, ARGV[9] the fencing counter's TTL in ms (the
+-- lease's and the fence retention)
 -- KEYS[8] the mutex's lock key (prefix + name): the kind check (kind.lua)
 -- Admission: a writer when no writer holds, no reader holds and no live
 -- waiter is queued ahead of it; a reader when no writer holds and no live
@@ -87,7 +88,7 @@ local function attempt()
     end
   end
   if admit then
-    local token, refused = fence_next(KEYS[5], t)
+    local token, refused = fence_next(KEYS[5], t, ARGV[9])
     if not token then return {refused, 0} end
     local record = string.format('%.0f', token) .. ' ' .. string.format('%.0f', now) .. ' ' .. ARGV[8]
     if ARGV[6] == 'w' then

@@ -1,6 +1,7 @@
 -- Extend a read-write lock hold: only if the token still holds.
 -- KEYS as rw_acquire.lua (KEYS[8]: the kind marker, kept as long as the
--- holds); ARGV[1] token, ARGV[2] new TTL ms, ARGV[3] 'r'/'w'
+-- holds); ARGV[1] token, ARGV[2] new TTL ms, ARGV[3] 'r'/'w', ARGV[4] the
+-- fencing counter's TTL in ms (KEYS[5]; the lease's and the fence retention)
 -- Returns 1 when extended, 0 when the hold is not ours (nothing changed).
 -- The holder records (KEYS[6]) are kept at least as long as the hold.
 local t = redis.call('TIME')
@@ -16,6 +17,7 @@ if ARGV[3] == 'w' then
   if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
   stretch(KEYS[6], now + tonumber(ARGV[2]))
   local extended = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[5], ARGV[4])
   kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
   return extended
 end
@@ -29,5 +31,6 @@ redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(top[2]) + 1))
 stretch(KEYS[6], now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[5], ARGV[4])
 kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
 return 1

@@ -13,7 +13,8 @@
 -- ARGV[1] attempt token, ARGV[2] lease TTL ms, ARGV[3] waiter,
 -- ARGV[4] '1' to queue up when not admitted, ARGV[5] queue entry TTL ms,
 -- ARGV[6] permits asked, ARGV[7] the release channel ({lock}:sem:released),
--- ARGV[8] owner identity
+-- ARGV[8] owner identity, ARGV[9] the fencing counter's TTL in ms (the
+-- lease's and the fence retention)
 -- KEYS[8] the mutex's lock key (prefix + name): the kind check (kind.lua)
 -- Admission: holders + live waiters queued ahead < permits (a waiter not
 -- queued counts every queued waiter as ahead).
@@ -77,7 +78,7 @@ local function attempt()
   local ahead = rank
   if rank == false then ahead = redis.call('ZCARD', KEYS[3]) end
   if held + ahead < permits then
-    local token, refused = fence_next(KEYS[5], t)
+    local token, refused = fence_next(KEYS[5], t, ARGV[9])
     if not token then return {refused, 0} end
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
     redis.call('SET', KEYS[1], ARGV[6])

@@ -1,6 +1,8 @@
 -- Extend a semaphore permit: only if the token still holds it.
 -- KEYS as sem_acquire.lua (KEYS[8]: the kind marker, kept as long as the
--- permits); ARGV[1] token, ARGV[2] new TTL ms
+-- permits); ARGV[1] token, ARGV[2] new TTL ms, ARGV[3] (unused, the
+-- read-write lock's side), ARGV[4] the fencing counter's TTL in ms (KEYS[5];
+-- the lease's and the fence retention)
 -- Returns 1 when extended, 0 when the permit is not ours (nothing changed).
 -- The permits key and the holder records expire with the last holder.
 local t = redis.call('TIME')
@@ -17,5 +19,6 @@ local at = string.format('%.0f', tonumber(top[2]) + 1)
 redis.call('PEXPIREAT', KEYS[2], at)
 redis.call('PEXPIREAT', KEYS[1], at)
 redis.pcall('PEXPIREAT', KEYS[6], at)
+redis.call('PEXPIRE', KEYS[5], ARGV[4])
 kind_keep(KEYS[8], 'distlock:semaphore', kind_latest(now, KEYS[2]))
 return 1

@@ -1,7 +1,9 @@
 -- Force-release every permit of a semaphore, whoever holds them: for
 -- operators. Prefixed with sem_admit.lua and queue.lua. KEYS as sem_acquire.lua;
--- ARGV[1] the release channel; KEYS[8] the kind marker (deleted).
--- Returns {holds removed, fencing counter after it was advanced},
+-- ARGV[1] the release channel, ARGV[2] the fencing counter's TTL in ms (the
+-- fence retention); KEYS[8] the kind marker (deleted).
+-- Returns {holds removed, fencing counter after it was advanced (0: nothing
+--         was held; no counter is created for a name nobody holds)},
 --         {-1, index} a key of the wrong type, {-2, 0} the fencing counter
 --         is not an integer, {-3, 0} it is exhausted (2^53).
 -- The counter is advanced as an acquisition takes a token; the waiters the
@@ -16,9 +18,13 @@ local under = tonumber(redis.call('GET', KEYS[1]) or '1') or 1
 local before = admissible(under)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local token, refused = fence_next(KEYS[5], t)
-if not token then return {refused, 0} end
 local evicted = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+local token = 0
+if evicted > 0 then
+  local refused
+  token, refused = fence_next(KEYS[5], t, ARGV[2])
+  if not token then return {refused, 0} end
+end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
 purge_dead(now)
 if KEYS[8] then kind_keep(KEYS[8], 'distlock:semaphore', nil) end
