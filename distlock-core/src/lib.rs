@@ -118,12 +118,20 @@
 //! | the lease was lost while held | [`LockGuard::lost`] resolves with a [`LostReason`]; `extend` and `release` give `Err(Error::NotHeld)` | [`Error::is_not_held`] |
 //! | the provider was closed | `Err(Error::Closed)` | the variant |
 //! | a counter ran out (fencing tokens, ids) | `Err(Error::Exhausted)` | the variant |
+//! | a fenced resource refused a write: a newer holder wrote first | `Err(Error::Stale { token, highest })`; nothing written | [`Error::is_stale`] |
 //!
 //! Waiting acquisitions (`lock`, `lock_timeout`) ride out retryable errors
 //! until their deadline and then return the last one, so a deadline passed
 //! while the backend was down is an error, not `Ok(None)`.
 //!
 //! Backends implement the traits of [`backend`]; users never need it.
+//!
+//! # Fencing at the resource
+//!
+//! [`fence`] states the rule the protected store checks (a write with
+//! token `t` only if `t` is at least the highest it admitted, atomically
+//! with the write), with [`MemFence`] in process; `distlock_redis`
+//! implements it in Redis.
 //!
 //! # Supported Rust versions
 //!
@@ -143,6 +151,7 @@
 pub mod backend;
 pub mod election;
 pub mod error;
+pub mod fence;
 pub mod guard;
 pub mod ids;
 pub mod inspect;
@@ -158,6 +167,7 @@ mod watchdog;
 
 pub use election::{Election, LeaderInfo, LeaderStream, Leadership};
 pub use error::{BoxError, Error, Result};
+pub use fence::{Fence, FenceToken, Highest, MemFence};
 pub use guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
 pub use ids::IdGenerator;
 pub use inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapshot, Waiters};
