@@ -8,50 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::fence::{FenceToken, Highest};
-use distlock_core::{Error, Provider, Result};
+use distlock_core::{Error, Provider};
 use distlock_redis::redis::{self, AsyncCommands};
 use distlock_redis::{GuardedScript, RedisFence, RedisOptions, RedisProvider};
 use futures::future::BoxFuture;
 use test_support::fence_conformance::{FenceFixture, FencedStore};
+
+mod fenced_store;
+use fenced_store::{Reader, Store};
 use test_support::unique_name;
-
-/// How the suite reads values back: its own connection, beside the fence's.
-enum Reader {
-    Single(redis::aio::MultiplexedConnection),
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-struct Store {
-    fence: RedisFence,
-    reader: Reader,
-}
-
-impl FencedStore for Store {
-    fn write<'a>(
-        &'a self,
-        resource: &'a str,
-        token: FenceToken,
-        value: u64,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.fence.set(resource, value, token))
-    }
-
-    fn read<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<u64>>> {
-        Box::pin(async move {
-            let v: Option<u64> = match &self.reader {
-                Reader::Single(c) => c.clone().get(resource).await.unwrap(),
-                #[cfg(feature = "cluster")]
-                Reader::Cluster(c) => c.clone().get(resource).await.unwrap(),
-            };
-            Ok(v)
-        })
-    }
-
-    fn highest<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Highest>> {
-        Box::pin(self.fence.highest(resource))
-    }
-}
 
 struct Single {
     options: RedisOptions,
@@ -98,7 +63,7 @@ mod cluster {
     use test_support::fence_conformance::{FenceFixture, FencedStore};
     use test_support::redis::RedisCluster;
 
-    use super::{Reader, Store};
+    use super::fenced_store::{Reader, Store};
 
     fn cluster() -> &'static RedisCluster {
         static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();

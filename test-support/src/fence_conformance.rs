@@ -30,6 +30,14 @@ pub trait FencedStore: Send + Sync {
         value: u64,
     ) -> BoxFuture<'a, Result<()>>;
 
+    /// Admits `token` on `resource` and reads its value, in one atomic
+    /// step (a fenced read: from then on every lower token is refused).
+    fn admit_read<'a>(
+        &'a self,
+        resource: &'a str,
+        token: FenceToken,
+    ) -> BoxFuture<'a, Result<Option<u64>>>;
+
     /// The value of `resource` (`None`: never written).
     fn read<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<u64>>>;
 
@@ -138,6 +146,27 @@ pub async fn shared_tokens<F: FenceFixture>(fx: &F) {
         Highest {
             token: 8,
             exclusive: 8
+        }
+    );
+}
+
+/// A fenced read admits its token: a lower write is refused after it, and
+/// a lower fenced read too.
+pub async fn a_fenced_read_admits<F: FenceFixture>(fx: &F) {
+    let store = fx.store().await;
+    let r = unique_name("fenced_read");
+    assert_eq!(store.admit_read(&r, x(2)).await.unwrap(), None);
+    store.write(&r, x(2), 20).await.unwrap();
+    assert_eq!(store.admit_read(&r, x(4)).await.unwrap(), Some(20));
+    assert_stale(store.write(&r, x(3), 30).await, 3, 4);
+    assert_stale(store.admit_read(&r, x(3)).await.map(drop), 3, 4);
+    assert_eq!(store.admit_read(&r, s(5)).await.unwrap(), Some(20));
+    assert_eq!(store.read(&r).await.unwrap(), Some(20));
+    assert_eq!(
+        store.highest(&r).await.unwrap(),
+        Highest {
+            token: 5,
+            exclusive: 4
         }
     );
 }
@@ -254,7 +283,7 @@ macro_rules! fence_conformance_suite {
     ($fixture:expr) => {
         $crate::fence_conformance_suite!(@tests $fixture;
             admits_higher, admits_equal, refuses_lower_and_changes_nothing,
-            shared_tokens, resources_are_independent,
+            shared_tokens, a_fenced_read_admits, resources_are_independent,
             concurrent_admits_never_go_down, bad_input);
     };
     (@tests $fixture:expr; $($check:ident),+) => {
@@ -283,6 +312,14 @@ impl FencedStore for distlock_core::MemFence<u64> {
         Box::pin(async move {
             distlock_core::MemFence::write(self, resource, token, |v| *v = Some(value))
         })
+    }
+
+    fn admit_read<'a>(
+        &'a self,
+        resource: &'a str,
+        token: FenceToken,
+    ) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(async move { distlock_core::MemFence::write(self, resource, token, |v| *v) })
     }
 
     fn read<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<u64>>> {
