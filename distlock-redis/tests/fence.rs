@@ -29,11 +29,7 @@ impl FenceFixture for Single {
             let provider = RedisProvider::connect_with(&url, self.options.clone())
                 .await
                 .unwrap();
-            let reader = redis::Client::open(url.as_str())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
+            let reader = Box::new(redis::Client::open(url.as_str()).unwrap());
             Arc::new(Store {
                 fence: RedisFence::new(&provider),
                 reader: Reader::Single(reader),

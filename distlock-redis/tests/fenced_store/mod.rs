@@ -16,9 +16,10 @@ static GET: LazyLock<GuardedScript> =
     LazyLock::new(|| GuardedScript::new("return redis.call('GET', KEYS[1])"));
 
 /// How a suite reads values back: its own connection, beside the fence's.
+#[allow(dead_code)] // The safety suite reads one server only.
 pub enum Reader {
-    /// A connection to one server.
-    Single(redis::aio::MultiplexedConnection),
+    /// One server's client.
+    Single(Box<redis::Client>),
     #[cfg(feature = "cluster")]
     /// A Cluster connection.
     Cluster(redis::cluster_async::ClusterConnection),
@@ -55,12 +56,17 @@ impl FencedStore for Store {
 
     fn read<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<u64>>> {
         Box::pin(async move {
-            let v: Option<u64> = match &self.reader {
-                Reader::Single(c) => c.clone().get(resource).await.unwrap(),
+            // A connection of its own per read: one cut by a fault is gone
+            // (a retryable error), the next read connects again.
+            let got: redis::RedisResult<Option<u64>> = match &self.reader {
+                Reader::Single(client) => match client.get_multiplexed_async_connection().await {
+                    Ok(mut c) => c.get(resource).await,
+                    Err(e) => Err(e),
+                },
                 #[cfg(feature = "cluster")]
-                Reader::Cluster(c) => c.clone().get(resource).await.unwrap(),
+                Reader::Cluster(c) => c.clone().get(resource).await,
             };
-            Ok(v)
+            got.map_err(|e| distlock_core::Error::connection("redis", e))
         })
     }
 
@@ -80,11 +86,7 @@ impl Store {
         let provider = distlock_redis::RedisProvider::connect_with(url, options)
             .await
             .expect("connect the fenced store");
-        let reader = redis::Client::open(url)
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect the reader");
+        let reader = Box::new(redis::Client::open(url).expect("url"));
         Store {
             fence: RedisFence::new(&provider),
             reader: Reader::Single(reader),
