@@ -70,7 +70,7 @@ fn main() {
                     fence
                         .set("bench/fenced", "v", token)
                         .await
-                        .expect("fenced set")
+                        .expect("fenced set");
                 })
                 .await,
             );
