@@ -14,6 +14,7 @@
 //! | the lease was lost while held | [`LockGuard::lost`](crate::LockGuard::lost) resolves with a [`LostReason`](crate::LostReason); `extend` and `release` give `Err(Error::NotHeld)` | [`Error::is_not_held`] |
 //! | the provider was closed | `Err(Error::Closed)` | the variant |
 //! | a counter ran out (fencing tokens, ids) | `Err(Error::Exhausted)` | the variant |
+//! | a fenced resource refused a write: a newer holder wrote first | `Err(Error::Stale { token, highest })`; nothing written | [`Error::is_stale`] |
 //!
 //! Waiting acquisitions (`lock`, `lock_timeout`) ride out retryable errors
 //! until their deadline and then return the last one, so a deadline passed
@@ -170,6 +171,19 @@ pub enum Error {
         name: String,
     },
 
+    /// A fenced resource refused a write: its fencing token `token` is below
+    /// `highest`, the token of a newer holder the resource already admitted
+    /// (see [`fence`](crate::fence)). Nothing was written. Not retryable:
+    /// the caller's lease was superseded.
+    #[error("fencing token {token} is stale: the resource admitted {highest}")]
+    Stale {
+        /// The refused token.
+        token: u64,
+        /// The token it was compared with: the highest admitted (of an
+        /// exclusive holder, for a shared token).
+        highest: u64,
+    },
+
     /// The provider was closed, or the runtime it needs is shutting down.
     #[error("provider is closed")]
     Closed,
@@ -227,6 +241,13 @@ impl Error {
     #[must_use]
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Conflict { .. })
+    }
+
+    /// A fenced resource refused the write for its stale token
+    /// ([`Error::Stale`]).
+    #[must_use]
+    pub fn is_stale(&self) -> bool {
+        matches!(self, Error::Stale { .. })
     }
 
     /// The [`Error::Conflict`] of one name taken as two kinds of primitive:
@@ -303,6 +324,20 @@ mod tests {
             expected: "lock"
         }
         .is_conflict());
+    }
+
+    #[test]
+    fn stale_is_its_own_class() {
+        let e = Error::Stale {
+            token: 3,
+            highest: 5,
+        };
+        assert!(e.is_stale() && !e.is_retryable() && !e.is_invalid_input());
+        assert_eq!(
+            e.to_string(),
+            "fencing token 3 is stale: the resource admitted 5"
+        );
+        assert!(!Error::Closed.is_stale());
     }
 
     #[test]

@@ -115,6 +115,13 @@
 //!
 //! Backends implement the traits of [`backend`]; users never need it.
 //!
+//! # Fencing at the resource
+//!
+//! [`fence`] states the rule the protected store checks (a write with
+//! token `t` only if `t` is at least the highest it admitted, atomically
+//! with the write), with [`MemFence`] in process; `distlock_redis`
+//! implements it in Redis.
+//!
 //! # Supported Rust versions
 //!
 //! Rust 1.89 or later.
@@ -133,6 +140,7 @@
 pub mod backend;
 pub mod election;
 pub mod error;
+pub mod fence;
 pub mod guard;
 pub mod ids;
 pub mod inspect;
@@ -148,6 +156,7 @@ mod watchdog;
 
 pub use election::{Election, LeaderInfo, LeaderStream, Leadership};
 pub use error::{BoxError, Error, Result};
+pub use fence::{Fence, FenceToken, Highest, MemFence};
 pub use guard::{LeaseStatus, LeaseWatch, LockGuard, LostReason};
 pub use ids::IdGenerator;
 pub use inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapshot, Waiters};

@@ -581,6 +581,40 @@
 //! so two live holders never share an order; what is at stake is the new
 //! holder's progress, not exclusion.
 //!
+//! # Fencing Redis keys
+//!
+//! A token is only worth what the resource checks. [`RedisFence`] does the
+//! check for data kept in Redis, by the rule of [`distlock_core::fence`]: a
+//! write with token `t` lands only if `t` is at least the highest token the
+//! key admitted (for a shared token, a read guard's or a permit's: the
+//! highest exclusive one), atomically with the write; a refused write is
+//! [`Error::Stale`](distlock_core::Error::Stale) and changes nothing.
+//! Fenced `SET`, `HSET`, `DEL`, `INCRBY`, and any script of yours
+//! ([`GuardedScript`], [`RedisFence::eval`]), each one Lua script
+//! (`scripts/guarded_*.lua`). A key's fence is the hash
+//! `{KEY}:distlock:highest` (`token`, `exclusive`), or
+//! `{TAG}:distlock:highest:KEY` for a key with a hash tag: in the key's
+//! Cluster slot. A lost reply is a retryable error, never "admitted" or
+//! "stale": retry with the same token (see [`RedisFence`]).
+//!
+//! ```no_run
+//! use distlock_redis::distlock_core::fence::FenceToken;
+//! use distlock_redis::distlock_core::Provider;
+//! use distlock_redis::{RedisFence, RedisProvider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! let locks = RedisProvider::connect("redis://127.0.0.1:6379").await?;
+//! let data = RedisFence::new(&RedisProvider::connect("redis://127.0.0.1:6380").await?);
+//! let guard = locks.mutex("orders/42")?.lock().await?;
+//! match data.set("orders:42", "paid", FenceToken::of(&guard)).await {
+//!     Ok(()) => {}
+//!     Err(e) if e.is_stale() => { /* a newer holder wrote: stop */ }
+//!     Err(e) => return Err(e), // retryable: try again with the same token
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Running Redis for distlock
 //!
 //! * **`maxmemory-policy noeviction`.** An `allkeys-*` policy can evict the
@@ -654,6 +688,7 @@ mod election;
 mod error;
 mod fair_mutex;
 mod fair_queue;
+mod fence;
 mod ids;
 mod keys;
 mod lease;
@@ -677,6 +712,7 @@ pub use deadpool_redis;
 pub use distlock_core;
 pub use redis;
 
+pub use fence::{GuardedScript, RedisFence};
 pub use net::sentinel::SentinelAuth;
 pub use options::RedisOptions;
 pub use provider::RedisProvider;

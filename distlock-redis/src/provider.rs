@@ -34,7 +34,7 @@ use crate::wake::tracker::Tracker;
 /// clients.
 #[derive(Clone)]
 pub struct RedisProvider {
-    shared: Arc<Context>,
+    pub(crate) shared: Arc<Context>,
 }
 
 impl fmt::Debug for RedisProvider {

@@ -10,8 +10,18 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{LeaseOptions, Provider};
 use distlock_redis::{RedisOptions, RedisProvider};
+use test_support::fence_conformance::FencedStore;
 use test_support::safety::{self, LiveFault, LivePlan, LiveShape, Member, Shape, Workload};
 use test_support::{unique_name, Proxy, RedisServer};
+
+mod fenced_store;
+
+/// The fenced resource of a scenario: a `RedisFence` on `url`, a server
+/// the scenario does not fault (the store a user protects is its own).
+async fn store(url: &str) -> Option<Arc<dyn FencedStore>> {
+    let store = fenced_store::Store::single(url, options()).await;
+    Some(Arc::new(store) as Arc<dyn FencedStore>)
+}
 
 const CI: Duration = Duration::from_secs(8);
 
@@ -47,11 +57,12 @@ async fn kill_and_restart_with_persistence(shape: Shape) {
     let name = unique_name("safety-kill");
     let lease = LeaseOptions::new(Duration::from_secs(1)).unwrap();
     let clients = clients(&vec![url; 4], &options()).await;
-    let report = safety::run_with(
+    let report = safety::run_fenced(
         &shape.scenario("redis: kill -9 and restart (appendonly)"),
         &clients,
         2,
         shape.maker(&name, Some(lease)),
+        store(&test_support::redis::shared().url()).await,
         // Critical sections long enough for faults to land inside them.
         Workload {
             work: Duration::from_millis(600),
@@ -86,11 +97,12 @@ async fn server_paused_past_the_ttl(shape: Shape) {
     let name = unique_name("safety-pause");
     let lease = LeaseOptions::new(Duration::from_millis(800)).unwrap();
     let clients = clients(&vec![url; 4], &options()).await;
-    let report = safety::run_with(
+    let report = safety::run_fenced(
         &shape.scenario("redis: SIGSTOP past the TTL, SIGCONT"),
         &clients,
         2,
         shape.maker(&name, Some(lease)),
+        store(&test_support::redis::shared().url()).await,
         // Longer than the TTL: only the watchdog keeps the lease, so a
         // pause inside a critical section loses it before the write.
         Workload {
@@ -136,11 +148,18 @@ async fn connection_cuts_and_delays_through_the_proxy(shape: Shape) {
         acquire_timeout: Duration::from_millis(400),
         ..Workload::default()
     };
-    let report = safety::run_with(
+    // The store's connection goes through a proxy of its own, cut too:
+    // fenced writes whose outcome is unknown are retried with their token.
+    let store_proxy = Proxy::start(test_support::redis::shared().addr());
+    let store = store(&format!("redis://{}", store_proxy.addr())).await;
+    // Borrowed by the faults: the proxy outlives them, for the final read.
+    let store_proxy = &store_proxy;
+    let report = safety::run_fenced(
         &shape.scenario("redis: connection cuts, delays up to 400 ms, random cancellation"),
         &clients,
         2,
         shape.maker(&name, Some(lease)),
+        store,
         workload,
         safety::scenario_duration(CI),
         |until| async move {
@@ -148,7 +167,13 @@ async fn connection_cuts_and_delays_through_the_proxy(shape: Shape) {
             let mut rng = fastrand_seed(11);
             while Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                let proxy = &proxies[usize::try_from(rng() % 4).unwrap()];
+                let pick = usize::try_from(rng() % 5).unwrap();
+                if pick == 4 {
+                    store_proxy.cut();
+                    faults += 1;
+                    continue;
+                }
+                let proxy = &proxies[pick];
                 if rng().is_multiple_of(2) {
                     proxy.cut();
                 } else {
@@ -180,11 +205,12 @@ async fn holder_stalled_past_its_ttl_with_the_watchdog_starved(shape: Shape) {
         stall: Some(Duration::from_millis(1200)),
         ..Workload::default()
     };
-    let report = safety::run_with(
+    let report = safety::run_fenced(
         &shape.scenario("redis: holder stalled 1.2 s past a 0.5 s TTL, watchdog starved"),
         &clients,
         2,
         shape.maker(&name, Some(lease)),
+        store(&redis.url()).await,
         workload,
         safety::scenario_duration(CI),
         |until| async move {

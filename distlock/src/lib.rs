@@ -51,6 +51,38 @@
 //!
 //! The in-process backend (`mem://`) is always there.
 //!
+//! # Fencing at the resource
+//!
+//! A holder paused past its lease (a GC pause, a starved watchdog, a
+//! partition) can still write after the next holder did; only the resource
+//! can refuse it, by the guard's fencing token. [`fence`] has the rule and
+//! the in-process fence ([`MemFence`]); with `redis`,
+//! `distlock::redis::RedisFence` fences Redis keys with scripts that check
+//! and write in one step.
+//!
+//! ```
+//! use distlock::fence::{FenceToken, MemFence};
+//! use distlock::{mem::MemProvider, Provider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+//! let locks = MemProvider::new();
+//! let orders: MemFence<u64> = MemFence::new();
+//!
+//! let old = locks.mutex("orders/42")?.lock().await?;
+//! let stale = FenceToken::of(&old);
+//! old.release().await?; // say its lease ran out while it was paused
+//!
+//! let new = locks.mutex("orders/42")?.lock().await?;
+//! orders.write("orders/42", FenceToken::of(&new), |v| *v = Some(7))?;
+//!
+//! // The paused holder wakes up and writes: refused, nothing changed.
+//! let err = orders.write("orders/42", stale, |v| *v = Some(1)).unwrap_err();
+//! assert!(err.is_stale());
+//! assert_eq!(orders.read("orders/42"), Some(7));
+//! new.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Supported Rust versions
 //!
 //! Rust 1.89 or later.
@@ -60,11 +92,11 @@ use std::sync::Arc;
 // An explicit list: what users call. What backends implement
 // (`distlock_core::backend`) is not re-exported.
 pub use distlock_core::{
-    election, error, guard, ids, inspect, lease, lock, mem, metrics, name, provider, rwlock,
-    semaphore, BoxError, Election, Error, ForceReleased, HoldRole, Holder, IdGenerator, LeaderInfo,
-    LeaderStream, Leadership, LeaseLeft, LeaseOptions, LeaseStatus, LeaseWatch, Lock, LockGuard,
-    LostReason, Name, PrimitiveKind, Provider, ReadWriteLock, Renewal, Result, Semaphore, Snapshot,
-    Wait, Waiters,
+    election, error, fence, guard, ids, inspect, lease, lock, mem, metrics, name, provider, rwlock,
+    semaphore, BoxError, Election, Error, Fence, FenceToken, ForceReleased, Highest, HoldRole,
+    Holder, IdGenerator, LeaderInfo, LeaderStream, Leadership, LeaseLeft, LeaseOptions,
+    LeaseStatus, LeaseWatch, Lock, LockGuard, LostReason, MemFence, Name, PrimitiveKind, Provider,
+    ReadWriteLock, Renewal, Result, Semaphore, Snapshot, Wait, Waiters,
 };
 
 /// The Redis backend crate.

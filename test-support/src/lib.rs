@@ -12,6 +12,7 @@
 
 pub mod conformance;
 pub mod curator;
+pub mod fence_conformance;
 pub mod kinds;
 pub mod masters;
 pub mod metrics;

@@ -31,12 +31,14 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use distlock_core::fence::FenceToken;
 use distlock_core::{
-    Election, Leadership, LeaseOptions, LeaseWatch, Lock, LockGuard, Provider, ReadWriteLock,
-    Semaphore,
+    Election, Error, Leadership, LeaseOptions, LeaseWatch, Lock, LockGuard, MemFence, Provider,
+    ReadWriteLock, Semaphore,
 };
 
-use crate::resources::{Claim, RwStore, SlotStore};
+use crate::fence_conformance::FencedStore as ProductStore;
+use crate::resources::{Claim, SlotStore};
 use crate::Proxy;
 
 /// A resource that rejects any access with a fencing token lower than the
@@ -131,6 +133,15 @@ pub struct Report {
     /// Reads of a read-write lock's resource that saw the value change
     /// under them: must be 0.
     pub torn_reads: u64,
+    /// Write histories checked (one per fenced resource of the run; 0 for
+    /// a semaphore's slots, which no token rule fences: see
+    /// [`SlotStore`]).
+    pub histories: u64,
+    /// Fenced accesses (admitted or refused) in those histories.
+    pub history_attempts: u64,
+    /// Violations the history check found (see [`history_violations`]):
+    /// must be 0.
+    pub history_violations: u64,
     /// Lost leases the holder learned of (`is_held()` false) before its
     /// write.
     pub lost_noticed: u64,
@@ -175,7 +186,7 @@ impl Report {
     /// The Markdown table header matching [`Report`]'s `Display`.
     #[must_use]
     pub fn header() -> &'static str {
-        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates, torn reads | lost leases noticed before the write | lost() before next holder | longest free with a live waiter |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| scenario | operations | acquisitions | faults | overlaps | stale rejected | lost updates, torn reads | histories: accesses, violations | lost leases noticed before the write | lost() before next holder | longest free with a live waiter |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     }
 }
 
@@ -221,9 +232,17 @@ impl fmt::Display for Report {
         if self.starved_takeovers > 0 {
             before_next.push_str(&format!("; starved: {}", self.starved_takeovers));
         }
+        let history = if self.histories == 0 {
+            "-".to_owned()
+        } else {
+            format!(
+                "{}: {}, {}",
+                self.histories, self.history_attempts, self.history_violations
+            )
+        };
         write!(
             f,
-            "| {} | {} | {} | {} | {} | {} | {}, {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {}, {} | {} | {} | {} | {} |",
             self.scenario,
             self.operations,
             self.acquisitions,
@@ -232,6 +251,7 @@ impl fmt::Display for Report {
             self.stale_rejected,
             self.lost_updates,
             self.torn_reads,
+            history,
             noticed,
             before_next,
             self.free_stalls
@@ -460,10 +480,20 @@ impl Subject {
         }
     }
 
-    fn resource(&self) -> Resource {
+    /// The run's resource: a mutex's value or a read-write lock's on
+    /// `store` (the product's fence; the in-process [`MemFence`] when
+    /// `None`), a semaphore's slots.
+    fn resource(&self, store: Option<&Arc<dyn ProductStore>>) -> Resource {
+        let fenced = || {
+            Fenced::new(
+                store
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(MemFence::<u64>::new()) as Arc<dyn ProductStore>),
+            )
+        };
         match self {
-            Subject::Mutex(_) => Resource::Value(FencedStore::default()),
-            Subject::ReadWrite { .. } => Resource::ReadWrite(RwStore::default()),
+            Subject::Mutex(_) => Resource::Value(fenced()),
+            Subject::ReadWrite { .. } => Resource::ReadWrite(fenced()),
             Subject::Semaphore(s) => {
                 Resource::Slots(SlotStore::new(usize::try_from(s.permits()).unwrap_or(1)))
             }
@@ -471,10 +501,220 @@ impl Subject {
     }
 }
 
+/// One fenced access as the history records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// The worker (its holder at the time).
+    pub worker: u64,
+    /// The token it carried.
+    pub token: u64,
+    /// Whether the token was an exclusive holder's.
+    pub exclusive: bool,
+    /// `None`: admitted; `Some(h)`: refused as stale, `h` the highest the
+    /// store compared it with.
+    pub refused: Option<u64>,
+    /// When the access was sent (its first try).
+    pub start: Instant,
+    /// When its answer came.
+    pub end: Instant,
+}
+
+/// The history check, the property Kleppmann states, over one resource's
+/// fenced accesses (real-time order: an access "after" another started
+/// after the other's answer came):
+///
+/// * admitted tokens never go down: no access is admitted after an access
+///   with a higher token was, where either is exclusive (shared tokens,
+///   readers', interleave among themselves by design), so no write of a
+///   holder is admitted after a newer holder's write was;
+/// * every refusal was of a token below the highest admitted: the refused
+///   token is below the `highest` the store named, and that token was
+///   admitted (by an exclusive access, for a shared refusal) by an access
+///   sent before the refusal came.
+///
+/// Returns a description of every violation.
+#[must_use]
+pub fn history_violations(attempts: &[Attempt]) -> Vec<String> {
+    use std::collections::HashMap;
+    let mut violations = Vec::new();
+    let mut admitted: Vec<&Attempt> = attempts.iter().filter(|a| a.refused.is_none()).collect();
+    admitted.sort_by_key(|a| a.end);
+    let mut earliest_any: HashMap<u64, Instant> = HashMap::new();
+    let mut earliest_exclusive: HashMap<u64, Instant> = HashMap::new();
+    for a in &admitted {
+        let e = earliest_any.entry(a.token).or_insert(a.start);
+        *e = (*e).min(a.start);
+        if a.exclusive {
+            let e = earliest_exclusive.entry(a.token).or_insert(a.start);
+            *e = (*e).min(a.start);
+        }
+    }
+    let mut by_start: Vec<&Attempt> = attempts.iter().collect();
+    by_start.sort_by_key(|a| a.start);
+    let (mut next, mut max_any, mut max_exclusive) = (0, 0u64, 0u64);
+    for b in by_start {
+        while next < admitted.len() && admitted[next].end < b.start {
+            max_any = max_any.max(admitted[next].token);
+            if admitted[next].exclusive {
+                max_exclusive = max_exclusive.max(admitted[next].token);
+            }
+            next += 1;
+        }
+        match b.refused {
+            None => {
+                let bar = if b.exclusive { max_any } else { max_exclusive };
+                if b.token < bar {
+                    violations.push(format!(
+                        "worker {} admitted with token {} after {bar} was: {b:?}",
+                        b.worker, b.token
+                    ));
+                }
+            }
+            Some(highest) => {
+                let named = if b.exclusive {
+                    earliest_any.get(&highest)
+                } else {
+                    earliest_exclusive.get(&highest)
+                };
+                if b.token >= highest || named.is_none_or(|start| *start >= b.end) {
+                    violations.push(format!(
+                        "worker {} refused with token {} for {highest}, not an admitted higher token: {b:?}",
+                        b.worker, b.token
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
+/// A value on the product's fence, with its history.
+struct Fenced {
+    store: Arc<dyn ProductStore>,
+    name: String,
+    accepted: AtomicU64,
+    /// Writes refused after an unknown outcome: the first try may have
+    /// landed (the retry was then refused for a newer holder's token).
+    uncertain: AtomicU64,
+    torn: AtomicU64,
+    history: Mutex<Vec<Attempt>>,
+}
+
+/// Retries a fenced access whose outcome is unknown (a retryable error: a
+/// cut, a timeout) with the same token until it is admitted or refused:
+/// the retry of an access that landed is admitted as the same holder's.
+/// Also says whether an outcome was unknown on the way.
+async fn settle<T, Fut>(mut access: impl FnMut() -> Fut) -> (distlock_core::Result<T>, bool)
+where
+    Fut: Future<Output = distlock_core::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut retried = false;
+    loop {
+        match access().await {
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                retried = true;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return (other, retried),
+        }
+    }
+}
+
+impl Fenced {
+    fn new(store: Arc<dyn ProductStore>) -> Self {
+        Fenced {
+            store,
+            name: format!("safety/{:016x}", fastrand::u64(..)),
+            accepted: AtomicU64::new(0),
+            uncertain: AtomicU64::new(0),
+            torn: AtomicU64::new(0),
+            history: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn record<T>(
+        &self,
+        worker: u64,
+        token: FenceToken,
+        start: Instant,
+        outcome: &distlock_core::Result<T>,
+    ) -> Result<(), Stale> {
+        let refused = match outcome {
+            Ok(_) => None,
+            Err(Error::Stale { highest, .. }) => Some(*highest),
+            Err(e) => panic!("the fenced store failed: {e:?}"),
+        };
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Attempt {
+                worker,
+                token: token.token(),
+                exclusive: token.is_exclusive(),
+                refused,
+                start,
+                end: Instant::now(),
+            });
+        if refused.is_some() {
+            Err(Stale)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A fenced read: admits `token` and reads, in one step.
+    async fn read(&self, worker: u64, token: FenceToken) -> Result<u64, Stale> {
+        let start = Instant::now();
+        let (out, _) = settle(|| self.store.admit_read(&self.name, token)).await;
+        self.record(worker, token, start, &out)?;
+        Ok(out.ok().flatten().unwrap_or(0))
+    }
+
+    /// A fenced write of `value`.
+    async fn write(&self, worker: u64, token: FenceToken, value: u64) -> Result<(), Stale> {
+        let start = Instant::now();
+        let (out, retried) = settle(|| self.store.write(&self.name, token, value)).await;
+        if retried && out.is_err() {
+            self.uncertain.fetch_add(1, Ordering::Relaxed);
+        }
+        self.record(worker, token, start, &out)?;
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The value, the accepted writes (those refused after an unknown
+    /// outcome whose first try the value shows count too) and the torn
+    /// reads.
+    async fn snapshot(&self) -> (u64, u64, u64) {
+        let value = settle(|| self.store.read(&self.name))
+            .await
+            .0
+            .expect("read the fenced value")
+            .unwrap_or(0);
+        let accepted = self.accepted.load(Ordering::Relaxed);
+        let uncertain = self.uncertain.load(Ordering::Relaxed);
+        // Each uncertain write landed at most once (its retries carry the
+        // same value): the value is at most that many above.
+        let accepted = if value > accepted && value <= accepted + uncertain {
+            value
+        } else {
+            accepted
+        };
+        (value, accepted, self.torn.load(Ordering::Relaxed))
+    }
+}
+
 /// The fenced resource of a run, and who is inside it.
 enum Resource {
-    Value(FencedStore),
-    ReadWrite(RwStore),
+    /// A mutex's value: a fenced read, then a fenced write of the value
+    /// read plus one.
+    Value(Fenced),
+    /// A read-write lock's value: writers as [`Resource::Value`], readers
+    /// read twice (fenced, with shared tokens); a second read that finds
+    /// another value is a torn read.
+    ReadWrite(Fenced),
+    /// A semaphore's slots.
     Slots(SlotStore),
 }
 
@@ -486,51 +726,81 @@ enum Entered {
 
 impl Resource {
     /// The fenced first access of a hold.
-    fn enter(&self, role: Role, token: u64) -> Result<Entered, Stale> {
+    async fn enter(&self, worker: u64, role: Role, token: u64) -> Result<Entered, Stale> {
         match self {
-            Resource::Value(store) => store.read(token).map(Entered::Value),
-            Resource::ReadWrite(store) if role == Role::Read => {
-                store.read(token).map(Entered::Value)
-            }
-            Resource::ReadWrite(store) => store.begin_write(token).map(Entered::Value),
+            Resource::Value(f) => f
+                .read(worker, FenceToken::exclusive(token))
+                .await
+                .map(Entered::Value),
+            Resource::ReadWrite(f) if role == Role::Read => f
+                .read(worker, FenceToken::shared(token))
+                .await
+                .map(Entered::Value),
+            Resource::ReadWrite(f) => f
+                .read(worker, FenceToken::exclusive(token))
+                .await
+                .map(Entered::Value),
             Resource::Slots(slots) => slots.claim(token).map(Entered::Claim),
         }
     }
 
     /// The fenced last access of a hold that still believed its lease held.
-    fn finish(&self, role: Role, token: u64, entered: Entered) -> Result<(), Stale> {
+    async fn finish(
+        &self,
+        worker: u64,
+        role: Role,
+        token: u64,
+        entered: Entered,
+    ) -> Result<(), Stale> {
         match (self, entered) {
-            (Resource::Value(store), Entered::Value(v)) => store.write(token, v + 1),
-            (Resource::ReadWrite(store), Entered::Value(v)) if role == Role::Read => {
-                store.reread(token, v)
+            (Resource::Value(f), Entered::Value(v)) => {
+                f.write(worker, FenceToken::exclusive(token), v + 1).await
             }
-            (Resource::ReadWrite(store), Entered::Value(v)) => store.commit(token, v + 1),
+            (Resource::ReadWrite(f), Entered::Value(v)) if role == Role::Read => {
+                let again = f.read(worker, FenceToken::shared(token)).await?;
+                if again != v {
+                    f.torn.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            (Resource::ReadWrite(f), Entered::Value(v)) => {
+                f.write(worker, FenceToken::exclusive(token), v + 1).await
+            }
             (Resource::Slots(slots), Entered::Claim(c)) => slots.write(token, c),
             _ => Err(Stale),
         }
     }
 
     /// A hold that saw its lease lost leaves without its last access.
-    fn abandon(&self, role: Role, token: u64, entered: Entered) {
-        match (self, entered) {
-            (Resource::ReadWrite(store), _) if role == Role::Write => store.abort(token),
-            (Resource::Slots(slots), Entered::Claim(c)) => slots.give_back(token, c),
-            _ => {}
+    fn abandon(&self, token: u64, entered: Entered) {
+        if let (Resource::Slots(slots), Entered::Claim(c)) = (self, entered) {
+            slots.give_back(token, c);
         }
     }
 
     /// The final value, accepted writes and torn reads.
-    fn snapshot(&self) -> (u64, u64, u64) {
+    async fn snapshot(&self) -> (u64, u64, u64) {
         match self {
-            Resource::Value(store) => {
-                let (v, w) = store.snapshot();
-                (v, w, 0)
-            }
-            Resource::ReadWrite(store) => store.snapshot(),
+            Resource::Value(f) | Resource::ReadWrite(f) => f.snapshot().await,
             Resource::Slots(slots) => {
                 let (v, w) = slots.snapshot();
                 (v, w, 0)
             }
+        }
+    }
+
+    /// The histories checked (0 or 1), their accesses and violations.
+    fn check_history(&self, scenario: &str) -> (u64, u64, u64) {
+        match self {
+            Resource::Value(f) | Resource::ReadWrite(f) => {
+                let history = f.history.lock().unwrap_or_else(PoisonError::into_inner);
+                let violations = history_violations(&history);
+                for v in violations.iter().take(5) {
+                    eprintln!("{scenario}: history violation: {v}");
+                }
+                (1, history.len() as u64, violations.len() as u64)
+            }
+            Resource::Slots(_) => (0, 0, 0),
         }
     }
 }
@@ -627,7 +897,7 @@ async fn worker(
         if counters.occupy(role, permits) {
             counters.overlaps.fetch_add(1, Ordering::Relaxed);
         }
-        match resource.enter(role, token) {
+        match resource.enter(seed, role, token).await {
             Ok(entered) => {
                 // The stalled worker pauses either before it checks its
                 // lease (it then sees the lease gone: the guard compares
@@ -644,13 +914,13 @@ async fn worker(
                     if let (true, Some(stall)) = (stall_after_check, stall) {
                         std::thread::sleep(stall);
                     }
-                    if resource.finish(role, token, entered).is_err() {
+                    if resource.finish(seed, role, token, entered).await.is_err() {
                         counters.stale.fetch_add(1, Ordering::Relaxed);
                         counters.unnoticed.fetch_add(1, Ordering::Relaxed);
                     }
                 } else {
                     counters.noticed.fetch_add(1, Ordering::Relaxed);
-                    resource.abandon(role, token, entered);
+                    resource.abandon(token, entered);
                 }
             }
             Err(Stale) => {
@@ -714,7 +984,38 @@ where
     F: FnOnce(Instant) -> Fut,
     Fut: Future<Output = u64>,
 {
-    let resource = Arc::new(make(clients[0].as_ref()).resource());
+    run_fenced(
+        scenario, clients, workers, make, None, workload, duration, faults,
+    )
+    .await
+}
+
+/// As [`run_with`], with the mutex's or read-write lock's value kept on
+/// `store` (a product fence: `RedisFence` in distlock-redis's safety
+/// tests) instead of the in-process [`MemFence`] (`None`). Every fenced
+/// access is recorded and the history checked ([`history_violations`]).
+///
+/// # Panics
+///
+/// When the resource lost an update, a read was torn or the history check
+/// found a violation (the invariants), the store failed other than by a
+/// retryable error or a refusal, or a worker panicked.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_fenced<F, Fut>(
+    scenario: &str,
+    clients: &[Arc<dyn Provider>],
+    workers: usize,
+    make: impl Fn(&dyn Provider) -> Subject,
+    store: Option<Arc<dyn ProductStore>>,
+    workload: Workload,
+    duration: Duration,
+    faults: F,
+) -> Report
+where
+    F: FnOnce(Instant) -> Fut,
+    Fut: Future<Output = u64>,
+{
+    let resource = Arc::new(make(clients[0].as_ref()).resource(store.as_ref()));
     let counters = Arc::new(Counters::default());
     let until = Instant::now() + duration;
     let mut tasks = Vec::new();
@@ -761,7 +1062,8 @@ where
     if let Some(staller) = staller {
         staller.join().expect("staller panicked");
     }
-    let (value, accepted_writes, torn_reads) = resource.snapshot();
+    let (value, accepted_writes, torn_reads) = resource.snapshot().await;
+    let (histories, history_attempts, history_violations) = resource.check_history(scenario);
     let report = Report {
         scenario: scenario.to_owned(),
         operations: counters.operations.load(Ordering::Relaxed),
@@ -772,6 +1074,9 @@ where
         accepted_writes,
         lost_updates: accepted_writes.saturating_sub(value),
         torn_reads,
+        histories,
+        history_attempts,
+        history_violations,
         lost_noticed: counters.noticed.load(Ordering::Relaxed),
         lost_unnoticed: counters.unnoticed.load(Ordering::Relaxed),
         lost_before_next: counters.lost_before_next.load(Ordering::Relaxed),
@@ -784,6 +1089,10 @@ where
         "lost update in {scenario}: {report:?}"
     );
     assert_eq!(torn_reads, 0, "torn read in {scenario}: {report:?}");
+    assert_eq!(
+        history_violations, 0,
+        "the history check failed in {scenario}: {report:?}"
+    );
     report
 }
 
@@ -1412,6 +1721,48 @@ mod tests {
         for g in [expired, held, stalled, released, lost_then_released, last] {
             let _ = g.release().await;
         }
+    }
+
+    #[test]
+    fn the_history_check_finds_each_violation() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = |worker, token, exclusive, refused, start, end| Attempt {
+            worker,
+            token,
+            exclusive,
+            refused,
+            start: at(start),
+            end: at(end),
+        };
+        let good = [
+            a(1, 5, true, None, 0, 1),
+            a(2, 7, true, None, 2, 3),
+            a(1, 5, true, Some(7), 4, 5),
+            // Readers interleave; a reader below a writer is refused.
+            a(3, 9, false, None, 6, 7),
+            a(4, 8, false, None, 8, 9),
+            a(5, 6, false, Some(7), 10, 11),
+            // Overlapping in time: either order may have happened.
+            a(6, 11, true, None, 12, 20),
+            a(7, 10, true, None, 13, 14),
+        ];
+        assert_eq!(history_violations(&good), Vec::<String>::new());
+        // A lower token admitted after a higher one's answer came.
+        let mut bad = good.to_vec();
+        bad.push(a(1, 10, true, None, 21, 22));
+        assert_eq!(history_violations(&bad).len(), 1, "{bad:?}");
+        // A reader admitted below a writer that was.
+        let mut bad = good.to_vec();
+        bad.push(a(3, 9, false, None, 21, 22));
+        assert_eq!(history_violations(&bad).len(), 1);
+        // A refusal naming a token nobody had admitted, or not higher.
+        let mut bad = good.to_vec();
+        bad.push(a(8, 3, true, Some(4), 21, 22));
+        bad.push(a(8, 12, true, Some(11), 21, 22));
+        // A shared refusal named for a reader's token.
+        bad.push(a(9, 8, false, Some(9), 21, 22));
+        assert_eq!(history_violations(&bad).len(), 3);
     }
 
     #[test]
