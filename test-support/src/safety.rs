@@ -378,8 +378,8 @@ pub enum Subject {
     /// A mutex (or any primitive acting as one): a fenced read-modify-write
     /// on one value.
     Mutex(Arc<dyn Lock>),
-    /// A read-write lock: writers do a two-step fenced write
-    /// ([`RwStore`]), readers read twice; `reads_percent` of the
+    /// A read-write lock: writers do a two-step fenced write (through the
+    /// run's fence), readers read twice; `reads_percent` of the
     /// acquisitions read.
     ReadWrite {
         /// The lock.
