@@ -140,9 +140,9 @@ pub struct RunArgs {
     pub on_lost: Option<String>,
 }
 
-/// `distlock exec`.
+/// The lock `exec` and `lock` take, and how they wait for it.
 #[derive(Debug, Args)]
-pub struct ExecArgs {
+pub struct LockChoice {
     /// The lock's name (`jobs/nightly`).
     pub name: String,
 
@@ -180,6 +180,14 @@ pub struct ExecArgs {
     /// Take the write side of a read-write lock (exclusive).
     #[arg(long)]
     pub write: bool,
+}
+
+/// `distlock exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The lock and how to wait for it.
+    #[command(flatten)]
+    pub lock: LockChoice,
 
     /// Lease, grace and lost-lease options.
     #[command(flatten)]
@@ -240,42 +248,9 @@ pub struct IdArgs {
 /// `distlock lock`: the lock of `exec`, held without a command.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// The lock's name (`jobs/nightly`).
-    pub name: String,
-
-    /// Fail at once if the lock is held (exit 1 or -E).
-    #[arg(short = 'n', long, conflicts_with = "wait")]
-    pub no_wait: bool,
-
-    /// Wait at most SECS (fractions allowed), then fail (exit 1 or -E).
-    #[arg(
-        short = 'w',
-        long,
-        visible_alias = "timeout",
-        value_name = "SECS",
-        value_parser = parse_secs
-    )]
-    pub wait: Option<Duration>,
-
-    /// The exit code when the lock was not acquired (-n, -w).
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1)]
-    pub conflict_exit_code: u8,
-
-    /// A fair (first come, first served) mutex.
-    #[arg(long, conflicts_with_all = ["semaphore", "read", "write"])]
-    pub fair: bool,
-
-    /// Take one permit of a semaphore of N permits.
-    #[arg(long, value_name = "N", conflicts_with_all = ["read", "write"])]
-    pub semaphore: Option<u32>,
-
-    /// Take the read side of a read-write lock (shared).
-    #[arg(long, conflicts_with = "write")]
-    pub read: bool,
-
-    /// Take the write side of a read-write lock (exclusive).
-    #[arg(long)]
-    pub write: bool,
+    /// The lock and how to wait for it.
+    #[command(flatten)]
+    pub lock: LockChoice,
 
     /// Lease TTL in seconds (Redis; ZooKeeper's lease is its session).
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]

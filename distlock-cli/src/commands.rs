@@ -10,7 +10,9 @@ use distlock::{
 use futures::StreamExt as _;
 
 use crate::child::{self, ChildEnv, Ended, Signals};
-use crate::cli::{Cli, Command, ElectArgs, ExecArgs, IdArgs, InspectArgs, LockArgs, UnlockArgs};
+use crate::cli::{
+    Cli, Command, ElectArgs, ExecArgs, IdArgs, InspectArgs, LockArgs, LockChoice, UnlockArgs,
+};
 use crate::failure::{chain, print_out, say, Failure, LEASE_LOST, SOFTWARE, UNAVAILABLE};
 use crate::{report, spinner};
 
@@ -139,7 +141,7 @@ fn install_signals() -> Result<Signals, Failure> {
 }
 
 async fn exec(url: &str, args: &ExecArgs) -> Result<u8, Failure> {
-    check(url, &args.name, args.run.ttl)?;
+    check(url, &args.lock.name, args.run.ttl)?;
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
     let result = exec_on(&*provider, args, &mut signals).await;
@@ -152,20 +154,11 @@ async fn exec_on(
     args: &ExecArgs,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let name = args.name.as_str();
-    let choice = Choice {
-        name,
-        semaphore: args.semaphore,
-        read: args.read,
-        write: args.write,
-        fair: args.fair,
-        no_wait: args.no_wait,
-        wait: args.wait,
-        ttl: args.run.ttl,
-    };
+    let name = args.lock.name.as_str();
+    let choice = Choice::of(&args.lock, args.run.ttl);
     let guard = match acquire(provider, &choice, signals).await? {
         Some((guard, _)) => guard,
-        None => return Ok(args.conflict_exit_code),
+        None => return Ok(args.lock.conflict_exit_code),
     };
     let env = ChildEnv {
         name,
@@ -217,6 +210,22 @@ struct Choice<'a> {
     no_wait: bool,
     wait: Option<Duration>,
     ttl: Option<Duration>,
+}
+
+impl<'a> Choice<'a> {
+    /// The lock `lock` names, with lease `ttl`.
+    fn of(lock: &'a LockChoice, ttl: Option<Duration>) -> Self {
+        Choice {
+            name: &lock.name,
+            semaphore: lock.semaphore,
+            read: lock.read,
+            write: lock.write,
+            fair: lock.fair,
+            no_wait: lock.no_wait,
+            wait: lock.wait,
+            ttl,
+        }
+    }
 }
 
 /// Acquires what `choice` names, showing the wait; `None` when not
@@ -311,7 +320,7 @@ async fn key_of_another_type(
 /// `distlock lock`: acquire, print the token (or the hold as JSON), hold
 /// until stdin ends or a signal, release.
 async fn hold(url: &str, args: &LockArgs) -> Result<u8, Failure> {
-    check(url, &args.name, args.ttl)?;
+    check(url, &args.lock.name, args.ttl)?;
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
     let result = hold_on(&*provider, args, &mut signals).await;
@@ -324,20 +333,11 @@ async fn hold_on(
     args: &LockArgs,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let name = args.name.as_str();
-    let choice = Choice {
-        name,
-        semaphore: args.semaphore,
-        read: args.read,
-        write: args.write,
-        fair: args.fair,
-        no_wait: args.no_wait,
-        wait: args.wait,
-        ttl: args.ttl,
-    };
+    let name = args.lock.name.as_str();
+    let choice = Choice::of(&args.lock, args.ttl);
     let (guard, kind) = match acquire(provider, &choice, signals).await? {
         Some(held) => held,
-        None => return Ok(args.conflict_exit_code),
+        None => return Ok(args.lock.conflict_exit_code),
     };
     let line = if args.json {
         serde_json::json!({
