@@ -598,11 +598,15 @@
 //! "stale": retry with the same token (see [`RedisFence`]).
 //!
 //! ```no_run
-//! use distlock_redis::distlock_core::fence::FenceToken;
-//! use distlock_redis::distlock_core::Provider;
-//! use distlock_redis::{RedisFence, RedisProvider};
+//! # mod distlock {
+//! #     pub use distlock_core::*;
+//! #     pub mod redis { pub use distlock_redis::*; }
+//! # }
+//! use distlock::fence::FenceToken;
+//! use distlock::redis::{RedisFence, RedisProvider};
+//! use distlock::Provider;
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 //! let locks = RedisProvider::connect("redis://127.0.0.1:6379").await?;
 //! let data = RedisFence::new(&RedisProvider::connect("redis://127.0.0.1:6380").await?);
 //! let guard = locks.mutex("orders/42")?.lock().await?;
