@@ -272,6 +272,9 @@ struct Counters {
     lost_before_next: AtomicU64,
     lost_after_next: AtomicU64,
     starved_takeovers: AtomicU64,
+    /// Writes the resource accepted (reads not counted), so a run that
+    /// ends with none can go on until one lands ([`WRITE_CAP`]).
+    writes: AtomicU64,
     /// The latest holder, replaced by each acquisition under this lock.
     holder: Mutex<Option<Holder>>,
 }
@@ -844,8 +847,19 @@ impl Occupancy {
     }
 }
 
+/// How long a run goes on past its duration, with no more faults, while
+/// no write has been accepted yet. A run of faults can leave none (the
+/// read-write lock's workers may all pick reads while a server restarts,
+/// on a loaded machine), and a run with no write proves nothing: it goes
+/// on until one lands. Reaching this cap is a failure of liveness (no
+/// write in that time on a healthy server), which the scenario's
+/// `accepted_writes > 0` check then reports.
+const WRITE_CAP: Duration = Duration::from_secs(30);
+
 /// One worker's loop: acquire, read, work (or stall), check, write,
-/// release. `seed` is also the worker's id, unique within a run.
+/// release, until `until`, then on while no write has been accepted yet
+/// (up to [`WRITE_CAP`] more). `seed` is also the worker's id, unique
+/// within a run.
 #[allow(clippy::too_many_arguments)]
 async fn worker(
     subject: Subject,
@@ -861,7 +875,11 @@ async fn worker(
         Subject::Semaphore(s) => u64::from(s.permits()),
         _ => 1,
     };
-    while Instant::now() < until {
+    let running = || {
+        let now = Instant::now();
+        now < until || (counters.writes.load(Ordering::Relaxed) == 0 && now < until + WRITE_CAP)
+    };
+    while running() {
         counters.operations.fetch_add(1, Ordering::Relaxed);
         let limit =
             if workload.cancel_randomly {
@@ -917,6 +935,8 @@ async fn worker(
                     if resource.finish(seed, role, token, entered).await.is_err() {
                         counters.stale.fetch_add(1, Ordering::Relaxed);
                         counters.unnoticed.fetch_add(1, Ordering::Relaxed);
+                    } else if role != Role::Read {
+                        counters.writes.fetch_add(1, Ordering::Relaxed);
                     }
                 } else {
                     counters.noticed.fetch_add(1, Ordering::Relaxed);
