@@ -238,21 +238,19 @@ async fn acquire(
     let name = choice.name;
     let lease = lease(provider, choice.ttl)?;
     let bad = |e: distlock::Error| Failure::from_error("", &e);
+    let view = provider.with_lease(lease).map_err(bad)?;
     let (lock, kind): (Arc<dyn Lock>, PrimitiveKind) = if let Some(permits) = choice.semaphore {
-        let semaphore = provider.semaphore_with(name, permits, lease).map_err(bad)?;
+        let semaphore = view.semaphore(name, permits).map_err(bad)?;
         (semaphore, PrimitiveKind::Semaphore)
     } else if choice.read || choice.write {
-        let rw = provider.rw_lock_with(name, lease).map_err(bad)?;
+        let rw = view.rw_lock(name).map_err(bad)?;
         let side = if choice.read { rw.read() } else { rw.write() };
         (side, PrimitiveKind::ReadWrite)
     } else if choice.fair {
-        let fair = provider.fair_mutex_with(name, lease).map_err(bad)?;
+        let fair = view.fair_mutex(name).map_err(bad)?;
         (fair, PrimitiveKind::FairMutex)
     } else {
-        (
-            provider.mutex_with(name, lease).map_err(bad)?,
-            PrimitiveKind::Mutex,
-        )
+        (view.mutex(name).map_err(bad)?, PrimitiveKind::Mutex)
     };
     let wait = if choice.no_wait {
         Wait::No
@@ -444,7 +442,8 @@ async fn lead(
     let name = args.name.as_str();
     let lease = lease(provider, args.run.ttl)?;
     let election: Arc<dyn Election> = provider
-        .election_with(name, lease)
+        .with_lease(lease)
+        .and_then(|view| view.election(name))
         .map_err(|e| Failure::from_error("", &e))?;
     let candidate = provider.owner();
     let mut round = 0u64;

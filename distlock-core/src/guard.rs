@@ -123,7 +123,7 @@ impl Cleanup for Release {
 ///
 /// // A manual lease: no watchdog, the holder extends it while it works.
 /// let lease = LeaseOptions::manual(Duration::from_secs(10))?;
-/// let guard = locks.mutex_with("batch/7", lease)?.lock().await?;
+/// let guard = locks.with_lease(lease)?.mutex("batch/7")?.lock().await?;
 /// guard.extend(Duration::from_secs(10)).await?;
 /// assert!(guard.is_held());
 /// guard.release().await?;

@@ -43,12 +43,41 @@
 //!   fires for a lease released normally.
 //! * TTL-based leases are renewed by a [watchdog](LeaseOptions) at TTL/3 by
 //!   default, or extended by hand in [`Renewal::Manual`] mode.
+//! * A provider's primitives use its lease options
+//!   ([`Provider::default_lease`]); [`Provider::with_lease`] is the one way
+//!   to others: a view of the same client whose primitives use them (see
+//!   "Lease options" below).
 //! * Every acquire future can be dropped at any await point without leaving
 //!   anything held.
 //! * Locks are not reentrant.
 //! * [`Provider::close`] releases what a provider holds and closes its
 //!   connections or session; later calls get [`Error::Closed`].
 //! * One name is one lock: see below.
+//!
+//! # Lease options
+//!
+//! ```
+//! # use distlock_core as distlock;
+//! use std::time::Duration;
+//! use distlock::{mem::MemProvider, LeaseOptions, Provider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+//! let locks = MemProvider::new();
+//! let short = locks.with_lease(LeaseOptions::new(Duration::from_secs(5))?)?;
+//! let m = short.mutex("jobs/hourly")?;
+//! let guard = m.lock().await?;
+//! assert_eq!(guard.ttl(), Some(Duration::from_secs(5)));
+//! // One client: the original is excluded while the view holds.
+//! assert!(locks.mutex("jobs/hourly")?.try_lock().await?.is_none());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The view shares everything with the original (connections or session,
+//! owner, held leases): closing either closes both. A backend refuses lease
+//! options it cannot honour there, in `with_lease`, with
+//! [`Error::InvalidOptions`] (ZooKeeper: any TTL or renewal but its
+//! default; it honours [`LeaseOptions::max_hold`]).
 //!
 //! # One name is one lock
 //!

@@ -17,9 +17,11 @@ use crate::semaphore::Semaphore;
 /// A connected backend that hands out named primitives.
 ///
 /// Names are validated by [`Name`](crate::Name)'s rule; handing out a
-/// primitive does no I/O. Session-based backends (ZooKeeper) accept only
-/// their default lease options (the session is the lease) and refuse others
-/// with [`Error::InvalidOptions`].
+/// primitive does no I/O. Its primitives use its lease options
+/// ([`Provider::default_lease`]); [`Provider::with_lease`] gives a view of
+/// the same client with others. Session-based backends (ZooKeeper) accept
+/// only their default lease options (the session is the lease) and refuse
+/// others with [`Error::InvalidOptions`].
 ///
 /// Dropping the last handle of a provider (the provider, its clones, the
 /// primitives and guards it handed out) closes its connections or session in
@@ -46,7 +48,8 @@ use crate::semaphore::Semaphore;
 /// let pool = locks.semaphore("db-connections", 8)?; // at most 8 holders
 /// let scheduler = locks.election("scheduler")?;
 /// let ids = locks.id_generator("orders", 100)?; // 100 ids per round trip
-/// let hourly = locks.mutex_with("jobs/hourly", LeaseOptions::new(Duration::from_secs(5))?)?;
+/// let short = locks.with_lease(LeaseOptions::new(Duration::from_secs(5))?)?; // same client
+/// let hourly = short.mutex("jobs/hourly")?; // its lease: 5 s
 ///
 /// let guard = nightly.lock().await?;
 /// println!("order id {}", ids.next().await?);
@@ -60,51 +63,86 @@ pub trait Provider: Send + Sync + Debug {
     /// The backend's short name: `"mem"`, `"redis"`, `"zookeeper"`.
     fn backend(&self) -> &'static str;
 
-    /// The lease options used by the methods without `_with`.
+    /// The lease options of the primitives this provider hands out: the
+    /// backend's default, or the one given to [`Provider::with_lease`].
     fn default_lease(&self) -> LeaseOptions;
 
-    /// An unfair mutex (whoever asks first after a release wins) with the
-    /// given lease options.
+    /// A view of this provider whose primitives use `lease`: the same
+    /// connections (or session), owner identity and held leases, only
+    /// [`Provider::default_lease`] differs. This is the one way to give a
+    /// primitive other lease options:
+    ///
+    /// ```
+    /// # mod distlock {
+    /// #     pub use distlock_core::*;
+    /// #     pub async fn connect(_url: &str) -> Result<std::sync::Arc<dyn Provider>> {
+    /// #         Ok(std::sync::Arc::new(mem::MemProvider::new()))
+    /// #     }
+    /// # }
+    /// use std::time::Duration;
+    /// use distlock::LeaseOptions;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// let locks = distlock::connect("mem://").await?;
+    /// let short = locks.with_lease(LeaseOptions::new(Duration::from_secs(5))?)?;
+    /// let m = short.mutex("jobs/hourly")?;
+    /// let guard = m.lock().await?;
+    /// // The view is the same client: the original cannot take it meanwhile.
+    /// assert!(locks.mutex("jobs/hourly")?.try_lock().await?.is_none());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The view and the original are one client: closing either
+    /// ([`Provider::close`]) closes the shared connections or session and
+    /// ends the leases held through both; dropping the view alone closes
+    /// nothing while another handle lives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for lease options the backend cannot
+    /// honour: a session-based backend (ZooKeeper) accepts only its default
+    /// TTL and renewal (plus a [`LeaseOptions::max_hold`]), and says what
+    /// to do instead; [`Error::Closed`] once the provider is closed.
+    fn with_lease(&self, lease: LeaseOptions) -> Result<Arc<dyn Provider>>;
+
+    /// An unfair mutex (whoever asks first after a release wins) with this
+    /// provider's lease ([`Provider::default_lease`]).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad name.
-    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>>;
+    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>>;
 
-    /// A fair (first come, first served) mutex with the given lease options.
+    /// A fair (first come, first served) mutex with this provider's lease.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad name.
-    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>>;
+    fn fair_mutex(&self, name: &str) -> Result<Arc<dyn Lock>>;
 
-    /// A leader election whose leadership lease has the given options.
+    /// A leader election whose leadership lease is this provider's.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad name.
-    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>>;
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>>;
 
-    /// A read-write lock whose read and write leases have the given options.
+    /// A read-write lock whose read and write leases are this provider's.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad name.
-    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>>;
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>>;
 
-    /// A counting semaphore of `permits` whose permits' leases have the
-    /// given options.
+    /// A counting semaphore of `permits` whose permits' leases are this
+    /// provider's.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad name,
     /// [`Error::InvalidOptions`] for 0 permits.
-    fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        lease: LeaseOptions,
-    ) -> Result<Arc<dyn Semaphore>>;
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>>;
 
     /// An id generator reserving `block_size` ids per round trip.
     ///
@@ -185,51 +223,6 @@ pub trait Provider: Send + Sync + Debug {
             backend: self.backend(),
             what: "force_release",
         })
-    }
-
-    /// An unfair mutex with the default lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Provider::mutex_with`].
-    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-        self.mutex_with(name, self.default_lease())
-    }
-
-    /// A fair mutex with the default lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Provider::fair_mutex_with`].
-    fn fair_mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-        self.fair_mutex_with(name, self.default_lease())
-    }
-
-    /// A leader election with the default lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Provider::election_with`].
-    fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
-        self.election_with(name, self.default_lease())
-    }
-
-    /// A read-write lock with the default lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Provider::rw_lock_with`].
-    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
-        self.rw_lock_with(name, self.default_lease())
-    }
-
-    /// A counting semaphore of `permits` with the default lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Provider::semaphore_with`].
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
-        self.semaphore_with(name, permits, self.default_lease())
     }
 }
 

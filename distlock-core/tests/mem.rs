@@ -160,7 +160,11 @@ async fn election_has_one_leader_at_a_time_and_hands_over() {
 async fn leadership_is_lost_when_its_lease_runs_out_and_observers_see_it() {
     let locks = MemProvider::new();
     let lease = LeaseOptions::manual(Duration::from_millis(300)).unwrap();
-    let election = locks.election_with("expiring", lease).unwrap();
+    let election = locks
+        .with_lease(lease)
+        .unwrap()
+        .election("expiring")
+        .unwrap();
     let mut observed = election.observe();
     let leader = election.campaign("short").await.unwrap();
     assert_eq!(

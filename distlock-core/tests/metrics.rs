@@ -20,10 +20,9 @@ async fn acquisitions_holds_renewals_and_losses_are_recorded() {
     let outcome = |o: &'static str| [("backend", "mem"), ("primitive", "mutex"), ("outcome", o)];
 
     let lock_a = a
-        .mutex_with(
-            "m/one",
-            LeaseOptions::new(Duration::from_millis(300)).unwrap(),
-        )
+        .with_lease(LeaseOptions::new(Duration::from_millis(300)).unwrap())
+        .unwrap()
+        .mutex("m/one")
         .unwrap();
     let lock_b = b.mutex("m/one").unwrap();
     let held = lock_a.try_lock().await.unwrap().unwrap();
@@ -59,11 +58,9 @@ async fn acquisitions_holds_renewals_and_losses_are_recorded() {
     // has its own labels.
     let sem = [("backend", "mem"), ("primitive", "semaphore")];
     let s = a
-        .semaphore_with(
-            "m/sem",
-            2,
-            LeaseOptions::manual(Duration::from_millis(100)).unwrap(),
-        )
+        .with_lease(LeaseOptions::manual(Duration::from_millis(100)).unwrap())
+        .unwrap()
+        .semaphore("m/sem", 2)
         .unwrap();
     let permit = s.try_lock().await.unwrap().unwrap();
     assert_eq!(permit.lost().await, LostReason::Expired);

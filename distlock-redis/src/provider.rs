@@ -31,10 +31,13 @@ use crate::wake::tracker::Tracker;
 ///
 /// Cheap to clone: clones share the connection (or pool) and the pub/sub
 /// subscriber. Two providers made by separate `connect` calls are separate
-/// clients.
+/// clients. [`Provider::with_lease`] gives a clone with other lease options.
 #[derive(Clone)]
 pub struct RedisProvider {
     pub(crate) shared: Arc<Context>,
+    /// The lease of the primitives it hands out: the options' default
+    /// lease, or the one given to `with_lease`.
+    lease: LeaseOptions,
 }
 
 impl fmt::Debug for RedisProvider {
@@ -331,7 +334,10 @@ impl RedisProvider {
                 tokio::spawn(refresh_places(Arc::downgrade(&shared), refreshes));
             }
         }
-        RedisProvider { shared }
+        RedisProvider {
+            lease: shared.options.lease,
+            shared,
+        }
     }
 
     /// The options in force.
@@ -421,7 +427,17 @@ impl Provider for RedisProvider {
     }
 
     fn default_lease(&self) -> LeaseOptions {
-        self.shared.options.lease
+        self.lease
+    }
+
+    /// A clone sharing the connection (or pool), subscriber and held
+    /// leases, with `lease`; any TTL lease is accepted.
+    fn with_lease(&self, lease: LeaseOptions) -> Result<Arc<dyn Provider>> {
+        self.shared.lifecycle.check_open()?;
+        Ok(Arc::new(RedisProvider {
+            shared: Arc::clone(&self.shared),
+            lease,
+        }))
     }
 
     fn owner(&self) -> &str {
@@ -445,41 +461,36 @@ impl Provider for RedisProvider {
         crate::ops::force_release(&self.shared, name, kind).await
     }
 
-    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
         self.shared.lifecycle.check_open()?;
         let name = Name::new(name)?;
         Ok(Arc::new(RedisMutex {
             shared: Arc::clone(&self.shared),
             keys: Arc::new(Keys::plain_mutex(&self.shared.options.prefix, &name)),
             name,
-            lease,
+            lease: self.lease,
         }))
     }
 
-    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+    fn fair_mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
         self.shared.lifecycle.check_open()?;
-        crate::fair_mutex::fair_mutex(&self.shared, Name::new(name)?, lease)
+        crate::fair_mutex::fair_mutex(&self.shared, Name::new(name)?, self.lease)
     }
 
-    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
         self.shared.lifecycle.check_open()?;
-        crate::election::election(&self.shared, Name::new(name)?, lease)
+        crate::election::election(&self.shared, Name::new(name)?, self.lease)
     }
 
-    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
         self.shared.lifecycle.check_open()?;
-        crate::rw_lock::rw_lock(&self.shared, Name::new(name)?, lease)
+        crate::rw_lock::rw_lock(&self.shared, Name::new(name)?, self.lease)
     }
 
-    fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        lease: LeaseOptions,
-    ) -> Result<Arc<dyn Semaphore>> {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
         self.shared.lifecycle.check_open()?;
         let name = Name::new(name)?;
-        crate::semaphore::semaphore(&self.shared, name, check_permits(permits)?, lease)
+        crate::semaphore::semaphore(&self.shared, name, check_permits(permits)?, self.lease)
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {

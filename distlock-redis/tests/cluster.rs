@@ -37,7 +37,7 @@ impl Fixture for Cluster {
         name: &str,
         lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>> {
-        client.mutex_with(name, lease)
+        client.with_lease(lease).and_then(|p| p.mutex(name))
     }
 }
 
@@ -110,12 +110,14 @@ async fn release_messages_reach_waiters_across_masters() {
     for i in 0..6 {
         let name = unique_name(&format!("wake{i}"));
         let guard = holder
-            .mutex_with(&name, long)
+            .with_lease(long)
+            .unwrap()
+            .mutex(&name)
             .unwrap()
             .lock()
             .await
             .unwrap();
-        let lock = waiter.mutex_with(&name, long).unwrap();
+        let lock = waiter.with_lease(long).unwrap().mutex(&name).unwrap();
         let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
         tokio::time::sleep(Duration::from_millis(200)).await;
         let released = Instant::now();
@@ -168,7 +170,9 @@ async fn fair_waiters_take_turns_in_arrival_order_across_masters() {
             assert_eq!(c.cli(&["CLUSTER", "KEYSLOT", &aux_key]), slot, "{aux_key}");
         }
         let holder = a
-            .fair_mutex_with(&name, long)
+            .with_lease(long)
+            .unwrap()
+            .fair_mutex(&name)
             .unwrap()
             .lock()
             .await
@@ -176,7 +180,11 @@ async fn fair_waiters_take_turns_in_arrival_order_across_masters() {
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for w in 0..4 {
-            let lock = [&a, &b][w % 2].fair_mutex_with(&name, long).unwrap();
+            let lock = [&a, &b][w % 2]
+                .with_lease(long)
+                .unwrap()
+                .fair_mutex(&name)
+                .unwrap();
             let order = Arc::clone(&order);
             tasks.push(tokio::spawn(async move {
                 let g = lock.lock().await.unwrap();
@@ -285,8 +293,8 @@ async fn the_subscriber_moves_to_another_seed_when_its_node_goes_silent() {
         .unwrap();
     let lease = LeaseOptions::new(Duration::from_secs(30)).unwrap();
     let name = unique_name("seed-moves");
-    let lock = waiting.mutex_with(&name, lease).unwrap();
-    let holder = holding.mutex_with(&name, lease).unwrap();
+    let lock = waiting.with_lease(lease).unwrap().mutex(&name).unwrap();
+    let holder = holding.with_lease(lease).unwrap().mutex(&name).unwrap();
 
     // A first wait subscribes, through the proxy (the first seed).
     let held = holder.lock().await.unwrap();

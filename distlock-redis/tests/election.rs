@@ -55,7 +55,7 @@ async fn one_leader_at_a_time_with_increasing_terms() {
     let mut elections: Vec<Arc<dyn Election>> = Vec::new();
     for _ in 0..3 {
         let p = connect(&redis.url()).await;
-        elections.push(p.election_with(&name, long()).unwrap());
+        elections.push(p.with_lease(long()).unwrap().election(&name).unwrap());
     }
     assert_eq!(elections[0].leader().await.unwrap(), None);
     let first = elections[0].campaign("alpha").await.unwrap();
@@ -109,7 +109,7 @@ async fn observers_see_wins_resignations_and_expiries() {
     let p = connect(&redis.url()).await;
     let watcher = connect(&redis.url()).await;
     let manual = LeaseOptions::manual(Duration::from_millis(700)).unwrap();
-    let election = p.election_with(&name, manual).unwrap();
+    let election = p.with_lease(manual).unwrap().election(&name).unwrap();
     let mut seen = watcher.election(&name).unwrap().observe();
     assert_eq!(next(&mut seen).await, None);
     // A win.
@@ -149,7 +149,7 @@ async fn a_cancelled_campaign_withdraws() {
     let redis = test_support::redis::shared();
     let name = unique_name("withdraw");
     let p = connect(&redis.url()).await;
-    let election = p.election_with(&name, long()).unwrap();
+    let election = p.with_lease(long()).unwrap().election(&name).unwrap();
     let leader = election.campaign("leader").await.unwrap();
     let e = Arc::clone(&election);
     let r = tokio::time::timeout(Duration::from_millis(300), async move {

@@ -133,7 +133,11 @@ async fn sentinel_experiment(
     // Scripts loaded on the master (and replicated) before the fault. With
     // a short `WAIT` a replica still catching up may not acknowledge in
     // time: warm up until one acquisition is acknowledged.
-    let warm = a.mutex_with(&unique_name("warm"), lease()).unwrap();
+    let warm = a
+        .with_lease(lease())
+        .unwrap()
+        .mutex(&unique_name("warm"))
+        .unwrap();
     let warming = Instant::now() + Duration::from_secs(30);
     loop {
         match warm.try_lock().await {
@@ -156,7 +160,14 @@ async fn sentinel_experiment(
         mode,
         ..Outcome::default()
     };
-    let first: Option<LockGuard> = match a.mutex_with(&name, lease()).unwrap().try_lock().await {
+    let first: Option<LockGuard> = match a
+        .with_lease(lease())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+    {
         Ok(guard) => {
             outcome.first = "acquired".into();
             Some(guard.expect("free"))
@@ -183,7 +194,7 @@ async fn sentinel_experiment(
         group.resume(held_back);
         let _ = group.wait_for_failover(old_port, FAILOVER);
     });
-    let second_lock = b.mutex_with(&name, lease()).unwrap();
+    let second_lock = b.with_lease(lease()).unwrap().mutex(&name).unwrap();
     let mut second = None;
     let mut refused = 0;
     let mut restarted = false;
@@ -428,7 +439,9 @@ async fn redlock_over_five_with_a_minority_killed_never_gives_two_holders() {
     let ttl = Duration::from_secs(3);
     let lease = LeaseOptions::new(ttl).unwrap();
     let first = a
-        .mutex_with(&name, lease)
+        .with_lease(lease)
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .try_lock()
         .await
@@ -446,7 +459,7 @@ async fn redlock_over_five_with_a_minority_killed_never_gives_two_holders() {
         masters.node_mut(0).kill();
         masters.node_mut(1).kill();
     });
-    let second_lock = b.mutex_with(&name, lease).unwrap();
+    let second_lock = b.with_lease(lease).unwrap().mutex(&name).unwrap();
     // Three masters left: the first holds at least one of them, so nobody
     // else can reach three.
     let during = second_lock.lock_timeout(Duration::from_secs(2)).await;

@@ -74,7 +74,9 @@ async fn waiters_over_several_providers_get_the_lock_in_arrival_order() {
     let name = unique_name("fifo");
     let key = clients[0].lock_key(&name).unwrap();
     let holder = clients[0]
-        .fair_mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -82,7 +84,11 @@ async fn waiters_over_several_providers_get_the_lock_in_arrival_order() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..10 {
-        let lock = clients[i % 4].fair_mutex_with(&name, long()).unwrap();
+        let lock = clients[i % 4]
+            .with_lease(long())
+            .unwrap()
+            .fair_mutex(&name)
+            .unwrap();
         let order = Arc::clone(&order);
         tasks.push(tokio::spawn(async move {
             let g = lock.lock().await.unwrap();
@@ -112,7 +118,9 @@ async fn each_hand_over_wakes_exactly_one_waiter_across_providers() {
     let key = clients[0].lock_key(&name).unwrap();
     let lease = LeaseOptions::new(Duration::from_secs(60)).unwrap();
     let holder = clients[0]
-        .fair_mutex_with(&name, lease)
+        .with_lease(lease)
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -121,7 +129,11 @@ async fn each_hand_over_wakes_exactly_one_waiter_across_providers() {
     let mut tasks = Vec::new();
     const WAITERS: usize = 64;
     for i in 0..WAITERS {
-        let lock = clients[i % 4].fair_mutex_with(&name, lease).unwrap();
+        let lock = clients[i % 4]
+            .with_lease(lease)
+            .unwrap()
+            .fair_mutex(&name)
+            .unwrap();
         let handed = Arc::clone(&handed);
         tasks.push(tokio::spawn(async move {
             let g = lock.lock().await.unwrap();
@@ -160,7 +172,9 @@ async fn a_stalled_waiter_does_not_block_the_queue_beyond_its_entry() {
     let a = connect(&url, RedisOptions::new()).await;
     let key = a.lock_key(&name).unwrap();
     let holder = a
-        .fair_mutex_with(&name, lease)
+        .with_lease(lease)
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -176,7 +190,11 @@ async fn a_stalled_waiter_does_not_block_the_queue_beyond_its_entry() {
             .unwrap();
         rt.block_on(async move {
             let p = connect(&stall_url, RedisOptions::new()).await;
-            let lock = p.fair_mutex_with(&stall_name, lease).unwrap();
+            let lock = p
+                .with_lease(lease)
+                .unwrap()
+                .fair_mutex(&stall_name)
+                .unwrap();
             let task = tokio::spawn(async move {
                 let g = lock.lock().await.unwrap();
                 g.release().await.unwrap();
@@ -195,7 +213,7 @@ async fn a_stalled_waiter_does_not_block_the_queue_beyond_its_entry() {
     });
     queued_rx.recv().unwrap();
     let b = connect(&url, RedisOptions::new()).await;
-    let behind = b.fair_mutex_with(&name, lease).unwrap();
+    let behind = b.with_lease(lease).unwrap().fair_mutex(&name).unwrap();
     let waiter = tokio::spawn(async move {
         let g = behind.lock().await.unwrap();
         let at = Instant::now();
@@ -237,7 +255,9 @@ async fn a_waiter_left_behind_by_a_dropped_runtime_expires() {
     let a = connect(&url, RedisOptions::new()).await;
     let key = a.lock_key(&name).unwrap();
     let holder = a
-        .fair_mutex_with(&name, lease)
+        .with_lease(lease)
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -251,7 +271,7 @@ async fn a_waiter_left_behind_by_a_dropped_runtime_expires() {
             .unwrap();
         rt.block_on(async move {
             let p = connect(&dead_url, RedisOptions::new()).await;
-            let lock = p.fair_mutex_with(&dead_name, lease).unwrap();
+            let lock = p.with_lease(lease).unwrap().fair_mutex(&dead_name).unwrap();
             drop(tokio::spawn(async move { lock.lock().await }));
             while queue_len(test_support::redis::shared(), &dead_key) != 1 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -262,7 +282,7 @@ async fn a_waiter_left_behind_by_a_dropped_runtime_expires() {
     .join()
     .unwrap();
     let behind = connect(&url, RedisOptions::new()).await;
-    let lock = behind.fair_mutex_with(&name, lease).unwrap();
+    let lock = behind.with_lease(lease).unwrap().fair_mutex(&name).unwrap();
     let waiter = tokio::spawn(async move { lock.lock_timeout(SLACK).await });
     until_queued(redis, &key, 2).await;
     holder.release().await.unwrap();
@@ -282,8 +302,8 @@ async fn plain_fair_and_raw_set_exclude_each_other_and_share_fencing() {
     let p = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("mixed");
     let key = p.lock_key(&name).unwrap();
-    let plain = p.mutex_with(&name, long()).unwrap();
-    let fair = p.fair_mutex_with(&name, long()).unwrap();
+    let plain = p.with_lease(long()).unwrap().mutex(&name).unwrap();
+    let fair = p.with_lease(long()).unwrap().fair_mutex(&name).unwrap();
     // Raw SET holds: neither gets in.
     assert_eq!(redis.cli(&["SET", &key, "py", "NX", "PX", "30000"]), "OK");
     assert!(fair.try_lock().await.unwrap().is_none());
@@ -318,7 +338,7 @@ async fn the_head_gets_in_after_a_silent_release_an_expiry_and_a_plain_release()
     let p = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("silent");
     let key = p.lock_key(&name).unwrap();
-    let fair = p.fair_mutex_with(&name, long()).unwrap();
+    let fair = p.with_lease(long()).unwrap().fair_mutex(&name).unwrap();
     // Raw holder released with a DEL.
     let _ = redis.cli(&["SET", &key, "py", "PX", "30000"]);
     let f = Arc::clone(&fair);
@@ -348,7 +368,9 @@ async fn the_head_gets_in_after_a_silent_release_an_expiry_and_a_plain_release()
     // A plain holder's release wakes the fair head by id.
     let other = connect(&redis.url(), RedisOptions::new()).await;
     let plain = other
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -378,7 +400,7 @@ async fn cancelled_and_timed_out_waiters_leave_no_entry() {
     let p = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("cancel");
     let key = p.lock_key(&name).unwrap();
-    let fair = p.fair_mutex_with(&name, long()).unwrap();
+    let fair = p.with_lease(long()).unwrap().fair_mutex(&name).unwrap();
     let holder = fair.lock().await.unwrap();
     // Timed out.
     assert!(fair
@@ -435,7 +457,11 @@ async fn a_lost_fair_acquire_reply_then_partition_leaves_nothing() {
     // Load the scripts first: the EVALSHA below must run, not meet NOSCRIPT.
     let warm = victim.fair_mutex(&unique_name("warm-up")).unwrap();
     warm.lock().await.unwrap().release().await.unwrap();
-    let lock = victim.fair_mutex_with(&name, long()).unwrap();
+    let lock = victim
+        .with_lease(long())
+        .unwrap()
+        .fair_mutex(&name)
+        .unwrap();
     proxy.lose_reply_to(b"EVALSHA");
     let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(2)).await });
     let deadline = Instant::now() + SLACK;
@@ -461,7 +487,9 @@ async fn a_lost_fair_acquire_reply_then_partition_leaves_nothing() {
         Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
     }
     let g = other
-        .fair_mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock_timeout(SLACK * 2)
         .await
@@ -490,12 +518,18 @@ async fn a_lost_enqueue_reply_then_partition_leaves_no_entry() {
     let warm = victim.fair_mutex(&unique_name("warm-up")).unwrap();
     warm.lock().await.unwrap().release().await.unwrap();
     let holder = other
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = victim.fair_mutex_with(&name, long()).unwrap();
+    let lock = victim
+        .with_lease(long())
+        .unwrap()
+        .fair_mutex(&name)
+        .unwrap();
     proxy.lose_reply_to(b"EVALSHA");
     let attempt = tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(2)).await });
     until_queued(redis, &key, 1).await;
@@ -529,7 +563,7 @@ async fn an_entry_without_a_deadline_does_not_block_the_queue() {
     let name = unique_name("orphan-entry");
     let key = p.lock_key(&name).unwrap();
     let _ = redis.cli(&["ZADD", &queue_key(&key), "0", "ghost"]);
-    let lock = p.fair_mutex_with(&name, long()).unwrap();
+    let lock = p.with_lease(long()).unwrap().fair_mutex(&name).unwrap();
     let g = lock
         .lock_timeout(Duration::from_secs(2))
         .await
@@ -539,7 +573,7 @@ async fn an_entry_without_a_deadline_does_not_block_the_queue() {
     // dropped by the release, whose hand-over goes to the live waiter (a
     // hand-over to the orphan would wake nobody: the waiter would get in
     // only at its re-check).
-    let waiter = p.fair_mutex_with(&name, long()).unwrap();
+    let waiter = p.with_lease(long()).unwrap().fair_mutex(&name).unwrap();
     let waiting = tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(5)).await });
     until_queued(redis, &key, 1).await;
     let _ = redis.cli(&["ZADD", &queue_key(&key), "-1", "ghost"]);
@@ -592,14 +626,20 @@ async fn close_with_a_queued_waiter_leaves_no_entry() {
     let name = unique_name("close-queued");
     let key = closing.lock_key(&name).unwrap();
     let holder = holder_client
-        .fair_mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
     let mut waiters = Vec::new();
     for _ in 0..3 {
-        let lock = closing.fair_mutex_with(&name, long()).unwrap();
+        let lock = closing
+            .with_lease(long())
+            .unwrap()
+            .fair_mutex(&name)
+            .unwrap();
         waiters.push(tokio::spawn(async move { lock.lock().await }));
     }
     until_queued(redis, &key, 3).await;
@@ -626,15 +666,21 @@ async fn waiting_through_a_partition_keeps_the_deadline() {
         let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
         let name = unique_name("deadline");
         let holder = other
-            .mutex_with(&name, long())
+            .with_lease(long())
+            .unwrap()
+            .mutex(&name)
             .unwrap()
             .lock()
             .await
             .unwrap();
         let lock = if fair {
-            victim.fair_mutex_with(&name, long()).unwrap()
+            victim
+                .with_lease(long())
+                .unwrap()
+                .fair_mutex(&name)
+                .unwrap()
         } else {
-            victim.mutex_with(&name, long()).unwrap()
+            victim.with_lease(long()).unwrap().mutex(&name).unwrap()
         };
         test_support::proxy::wait_keeps_its_deadline_through_a_partition(
             &proxy,

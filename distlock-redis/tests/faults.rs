@@ -38,7 +38,7 @@ async fn lost_acquire_reply_then_partition(pool: Option<usize>) {
     let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
     let other = connect(&redis.url(), RedisOptions::new()).await;
     let key = victim.lock_key(&name).unwrap();
-    let lock = victim.mutex_with(&name, long()).unwrap();
+    let lock = victim.with_lease(long()).unwrap().mutex(&name).unwrap();
     // Load the scripts first: the EVALSHA below must run, not meet NOSCRIPT.
     let warm = victim
         .mutex(&unique_name("warm-up"))
@@ -74,7 +74,9 @@ async fn lost_acquire_reply_then_partition(pool: Option<usize>) {
         Err(e) => assert!(e.is_retryable(), "untyped failure: {e:?}"),
     }
     let g = other
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock_timeout(SLACK * 2)
         .await
@@ -110,7 +112,7 @@ async fn concurrent_cancelled_acquisitions_on_a_pool_leave_nothing() {
         )
         .await;
         let key = locks.lock_key(&name).unwrap();
-        let lock = locks.mutex_with(&name, long()).unwrap();
+        let lock = locks.with_lease(long()).unwrap().mutex(&name).unwrap();
         let mut tasks = Vec::new();
         for _ in 0..200 {
             let lock = Arc::clone(&lock);
@@ -145,13 +147,15 @@ async fn close_fires_lost_before_the_key_goes() {
     let other = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("close");
     let guard = locks
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
     let watch = guard.watch();
-    let waiting = other.mutex_with(&name, long()).unwrap();
+    let waiting = other.with_lease(long()).unwrap().mutex(&name).unwrap();
     let waiter = tokio::spawn(async move {
         let g = waiting.lock().await.unwrap();
         (watch.status(), g)
@@ -232,9 +236,17 @@ async fn close_ends_every_waiter_wherever_it_is() {
     for round in 0..12 {
         let name = unique_name("close-race");
         let fair_name = unique_name("close-race-fair");
-        let _held = holder.mutex_with(&name, long()).unwrap().lock().await;
+        let _held = holder
+            .with_lease(long())
+            .unwrap()
+            .mutex(&name)
+            .unwrap()
+            .lock()
+            .await;
         let _held_fair = holder
-            .fair_mutex_with(&fair_name, long())
+            .with_lease(long())
+            .unwrap()
+            .fair_mutex(&fair_name)
             .unwrap()
             .lock()
             .await;
@@ -243,9 +255,13 @@ async fn close_ends_every_waiter_wherever_it_is() {
         let mut waiters = Vec::new();
         for i in 0..8 {
             let lock = if i % 2 == 0 {
-                closing.mutex_with(&name, long()).unwrap()
+                closing.with_lease(long()).unwrap().mutex(&name).unwrap()
             } else {
-                closing.fair_mutex_with(&fair_name, long()).unwrap()
+                closing
+                    .with_lease(long())
+                    .unwrap()
+                    .fair_mutex(&fair_name)
+                    .unwrap()
             };
             waiters.push(tokio::spawn(async move { lock.lock().await }));
         }
@@ -286,7 +302,9 @@ async fn a_stopped_server_suspends_then_loses_and_release_says_not_held() {
     let name = unique_name("stopped");
     let lease = LeaseOptions::new(Duration::from_secs(3)).unwrap();
     let guard = locks
-        .mutex_with(&name, lease)
+        .with_lease(lease)
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await

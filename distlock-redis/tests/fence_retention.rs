@@ -57,35 +57,51 @@ async fn an_unused_name_leaves_no_key_and_tokens_still_increase() {
         let take = || async {
             match kind {
                 "mutex" => {
-                    let g = locks.mutex_with(&name, lease()).unwrap().lock().await;
+                    let g = locks
+                        .with_lease(lease())
+                        .unwrap()
+                        .mutex(&name)
+                        .unwrap()
+                        .lock()
+                        .await;
                     let g = g.unwrap();
                     let t = g.fencing_token();
                     g.release().await.unwrap();
                     t
                 }
                 "fair" => {
-                    let g = locks.fair_mutex_with(&name, lease()).unwrap().lock().await;
+                    let g = locks
+                        .with_lease(lease())
+                        .unwrap()
+                        .fair_mutex(&name)
+                        .unwrap()
+                        .lock()
+                        .await;
                     let g = g.unwrap();
                     let t = g.fencing_token();
                     g.release().await.unwrap();
                     t
                 }
                 "rw" => {
-                    let rw = locks.rw_lock_with(&name, lease()).unwrap();
+                    let rw = locks.with_lease(lease()).unwrap().rw_lock(&name).unwrap();
                     let g = rw.write().lock().await.unwrap();
                     let t = g.fencing_token();
                     g.release().await.unwrap();
                     t
                 }
                 "semaphore" => {
-                    let s = locks.semaphore_with(&name, 2, lease()).unwrap();
+                    let s = locks
+                        .with_lease(lease())
+                        .unwrap()
+                        .semaphore(&name, 2)
+                        .unwrap();
                     let g = s.lock().await.unwrap();
                     let t = g.fencing_token();
                     g.release().await.unwrap();
                     t
                 }
                 _ => {
-                    let e = locks.election_with(&name, lease()).unwrap();
+                    let e = locks.with_lease(lease()).unwrap().election(&name).unwrap();
                     let l = e.campaign("c").await.unwrap();
                     let t = l.term();
                     l.resign().await.unwrap();
@@ -116,7 +132,9 @@ async fn renewals_keep_the_counter_while_the_lease_lives() {
     let key = locks.lock_key(&name).unwrap();
     let fence = format!("{{{key}}}:fence");
     let guard = locks
-        .mutex_with(&name, LeaseOptions::new(Duration::from_secs(1)).unwrap())
+        .with_lease(LeaseOptions::new(Duration::from_secs(1)).unwrap())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await

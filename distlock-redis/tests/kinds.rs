@@ -36,9 +36,16 @@ async fn a_dead_holders_marker_expires_with_its_lease() {
     for kind in ["semaphore", "rw"] {
         let name = unique_name("dead-marker");
         let guard = if kind == "semaphore" {
-            p.semaphore_with(&name, 3, short).unwrap().try_lock().await
+            p.with_lease(short)
+                .unwrap()
+                .semaphore(&name, 3)
+                .unwrap()
+                .try_lock()
+                .await
         } else {
-            p.rw_lock_with(&name, short)
+            p.with_lease(short)
+                .unwrap()
+                .rw_lock(&name)
                 .unwrap()
                 .read()
                 .try_lock()

@@ -93,7 +93,9 @@ async fn a_waiter_that_times_out_as_its_program_ends_leaves_nothing_in_line() {
     let live = connect(&redis.url(), slow()).await;
     let line = line(&holder, &name);
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -109,7 +111,11 @@ async fn a_waiter_that_times_out_as_its_program_ends_leaves_nothing_in_line() {
             .unwrap();
         runtime.block_on(async move {
             let provider = connect(&url, slow()).await;
-            let lock = provider.mutex_with(&program_name, long()).unwrap();
+            let lock = provider
+                .with_lease(long())
+                .unwrap()
+                .mutex(&program_name)
+                .unwrap();
             let got = lock.lock_timeout(Duration::from_millis(500)).await.unwrap();
             assert!(got.is_none(), "the lock is held");
             provider.line_id().to_owned()
@@ -117,7 +123,7 @@ async fn a_waiter_that_times_out_as_its_program_ends_leaves_nothing_in_line() {
     });
     // A live waiter queues behind the program's.
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    let task = waiter(live.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, live.line_id(), "the live waiter").await;
     let gone = tokio::task::spawn_blocking(move || program.join().unwrap())
         .await
@@ -159,9 +165,11 @@ async fn the_last_waiter_leaving_during_an_attempt_leaves_no_one_in_line() {
     let options = slow().response_timeout(Duration::from_secs(3));
     let provider = connect(&format!("redis://{}", proxy.addr()), options).await;
     let line = line(&holder, &name);
-    let lock = provider.mutex_with(&name, long()).unwrap();
+    let lock = provider.with_lease(long()).unwrap().mutex(&name).unwrap();
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -208,14 +216,16 @@ async fn a_silent_subscriber_is_replaced_and_stalls_the_lock_at_most_once() {
     let other = connect(&redis.url(), slow()).await;
     let line = line(&holder, &name);
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let first = waiter(silent.mutex_with(&name, long()).unwrap());
+    let first = waiter(silent.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, silent.line_id(), "the silent provider").await;
-    let second = waiter(other.mutex_with(&name, long()).unwrap());
+    let second = waiter(other.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, other.line_id(), "the other provider").await;
     let connections = silent.subscriber_connections();
     assert_eq!(proxy.silence_connections_that_sent(b"SUBSCRIBE"), 1);
@@ -236,7 +246,7 @@ async fn a_silent_subscriber_is_replaced_and_stalls_the_lock_at_most_once() {
     // The next hand-overs are heard: to the other provider, then back on a
     // new pub/sub connection (opened by this wait: its waiters were woken
     // to look again when the silence was found).
-    let again = waiter(silent.mutex_with(&name, long()).unwrap());
+    let again = waiter(silent.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, silent.line_id(), "the silent provider").await;
     assert!(
         silent.subscriber_connections() > connections,
@@ -275,14 +285,16 @@ async fn a_provider_cut_off_drops_out_of_the_line_within_the_bound() {
     let live = connect(&redis.url(), slow()).await;
     let line = line(&holder, &name);
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let doomed = waiter(dead.mutex_with(&name, long()).unwrap());
+    let doomed = waiter(dead.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, dead.line_id(), "the doomed provider").await;
-    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    let task = waiter(live.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, live.line_id(), "the live provider").await;
 
     proxy.set_blackhole(true);
@@ -396,10 +408,15 @@ async fn lock_timeout_keeps_its_deadline_when_subscribe_gets_no_reply() {
         let name = unique_name("silent-subscribe");
         let pick = |p: &RedisProvider| -> Arc<dyn Lock> {
             match kind {
-                "mutex" => p.mutex_with(&name, long()).unwrap(),
-                "fair mutex" => p.fair_mutex_with(&name, long()).unwrap(),
-                "write side" => p.rw_lock_with(&name, long()).unwrap().write(),
-                _ => p.semaphore_with(&name, 1, long()).unwrap() as Arc<dyn Lock>,
+                "mutex" => p.with_lease(long()).unwrap().mutex(&name).unwrap(),
+                "fair mutex" => p.with_lease(long()).unwrap().fair_mutex(&name).unwrap(),
+                "write side" => p
+                    .with_lease(long())
+                    .unwrap()
+                    .rw_lock(&name)
+                    .unwrap()
+                    .write(),
+                _ => p.with_lease(long()).unwrap().semaphore(&name, 1).unwrap() as Arc<dyn Lock>,
             }
         };
         let held = pick(&holder).lock().await.unwrap();
@@ -407,12 +424,14 @@ async fn lock_timeout_keeps_its_deadline_when_subscribe_gets_no_reply() {
         // silence it: the next SUBSCRIBE gets no reply.
         let other = unique_name("opener");
         let other_held = holder
-            .mutex_with(&other, long())
+            .with_lease(long())
+            .unwrap()
+            .mutex(&other)
             .unwrap()
             .lock()
             .await
             .unwrap();
-        let opener = provider.mutex_with(&other, long()).unwrap();
+        let opener = provider.with_lease(long()).unwrap().mutex(&other).unwrap();
         assert!(opener
             .lock_timeout(Duration::from_millis(200))
             .await
@@ -455,7 +474,13 @@ async fn child_waits_until_killed() {
     };
     let (url, name) = spec.split_once(' ').unwrap();
     let provider = connect(url, slow()).await;
-    let _ = provider.mutex_with(name, long()).unwrap().lock().await;
+    let _ = provider
+        .with_lease(long())
+        .unwrap()
+        .mutex(name)
+        .unwrap()
+        .lock()
+        .await;
 }
 
 /// The rule, with a real death: a provider in another process, first in
@@ -470,7 +495,9 @@ async fn a_killed_provider_drops_out_of_the_line_within_the_bound() {
     let live = connect(&redis.url(), slow()).await;
     let line = line(&holder, &name);
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -492,7 +519,7 @@ async fn a_killed_provider_drops_out_of_the_line_within_the_bound() {
         assert!(Instant::now() < deadline, "the child never joined the line");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let task = waiter(live.mutex_with(&name, long()).unwrap());
+    let task = waiter(live.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &line, live.line_id(), "the live provider").await;
     child.kill().unwrap();
     child.wait().unwrap();
@@ -553,12 +580,14 @@ async fn health_checks_keep_a_live_waiters_place_and_its_connection() {
     let provider = connect(&redis.url(), options).await;
     let line = line(&holder, &name);
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let task = waiter(provider.mutex_with(&name, long()).unwrap());
+    let task = waiter(provider.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(&redis, &line, provider.line_id(), "the waiter").await;
     let pings = ping_calls(&redis);
     // Past the life of a place its waiter's attempt gave it (a health
@@ -619,7 +648,9 @@ async fn places_of_waiters_that_left_expire_on_a_slow_path() {
     for name in &names {
         held.push(
             holder
-                .mutex_with(name, lease)
+                .with_lease(lease)
+                .unwrap()
+                .mutex(name)
                 .unwrap()
                 .lock()
                 .await
@@ -628,7 +659,7 @@ async fn places_of_waiters_that_left_expire_on_a_slow_path() {
     }
     let mut tasks = Vec::new();
     for name in &names {
-        let lock = p.mutex_with(name, lease).unwrap();
+        let lock = p.with_lease(lease).unwrap().mutex(name).unwrap();
         tasks.push(tokio::spawn(async move { lock.lock().await.map(|_| ()) }));
     }
     // Everyone in line, then the path gets slow (10 ms a chunk each way).
@@ -659,7 +690,7 @@ async fn places_of_waiters_that_left_expire_on_a_slow_path() {
         8 * n
     );
     // A live waiter behind p on the first lock.
-    let qlock = q.mutex_with(&names[0], lease).unwrap();
+    let qlock = q.with_lease(lease).unwrap().mutex(&names[0]).unwrap();
     let qtask = tokio::spawn(async move { qlock.lock().await.map(|g| (Instant::now(), g)) });
     tokio::time::sleep(Duration::from_millis(300)).await;
     for t in &tasks {
@@ -742,12 +773,14 @@ async fn a_message_flood_does_not_replace_a_healthy_connection() {
         let p = connect(&format!("{}?protocol={proto}", redis.url()), options).await;
         let name = unique_name("flood");
         let held = holder
-            .mutex_with(&name, long())
+            .with_lease(long())
+            .unwrap()
+            .mutex(&name)
             .unwrap()
             .lock()
             .await
             .unwrap();
-        let lock = p.mutex_with(&name, long()).unwrap();
+        let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
         let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
         tokio::time::sleep(Duration::from_millis(500)).await;
         let before = p.subscriber_connections();
@@ -856,7 +889,7 @@ async fn a_silent_command_connection_is_replaced() {
         let options = RedisOptions::new().response_timeout(response);
         let p = connect(&format!("redis://{}{query}", proxy.addr()), options).await;
         let name = unique_name("silent-cmd-only");
-        let lock = p.mutex_with(&name, long()).unwrap();
+        let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
         lock.try_lock()
             .await
             .unwrap()
@@ -911,11 +944,23 @@ async fn lock_timeout_returns_within_one_response_timeout_of_its_deadline_on_a_s
         let name = unique_name("slow-deadline");
         let pick = |p: &RedisProvider, waiter: bool| -> Arc<dyn Lock> {
             match kind {
-                "fair mutex" => p.fair_mutex_with(&name, long()).unwrap(),
-                "write side" => p.rw_lock_with(&name, long()).unwrap().write(),
-                "read side" if waiter => p.rw_lock_with(&name, long()).unwrap().read(),
-                "read side" => p.rw_lock_with(&name, long()).unwrap().write(),
-                _ => p.semaphore_with(&name, 1, long()).unwrap() as Arc<dyn Lock>,
+                "fair mutex" => p.with_lease(long()).unwrap().fair_mutex(&name).unwrap(),
+                "write side" => p
+                    .with_lease(long())
+                    .unwrap()
+                    .rw_lock(&name)
+                    .unwrap()
+                    .write(),
+                "read side" if waiter => {
+                    p.with_lease(long()).unwrap().rw_lock(&name).unwrap().read()
+                }
+                "read side" => p
+                    .with_lease(long())
+                    .unwrap()
+                    .rw_lock(&name)
+                    .unwrap()
+                    .write(),
+                _ => p.with_lease(long()).unwrap().semaphore(&name, 1).unwrap() as Arc<dyn Lock>,
             }
         };
         let held = pick(&holder, false).lock().await.unwrap();
@@ -955,17 +1000,19 @@ async fn a_live_provider_whose_place_expired_queues_again() {
     let holder = connect(&redis.url(), slow()).await;
     let p = connect(&redis.url(), slow()).await;
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
     let q = connect(&redis.url(), slow()).await;
     let l = line(&p, &name);
-    let lock = p.mutex_with(&name, long()).unwrap();
+    let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
     let ptask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     until_in_line(redis, &l, p.line_id(), "p").await;
-    let qtask = waiter(q.mutex_with(&name, long()).unwrap());
+    let qtask = waiter(q.with_lease(long()).unwrap().mutex(&name).unwrap());
     until_in_line(redis, &l, q.line_id(), "q").await;
     // p's place lapses on the server, as if its refreshes had come late:
     // the release drops it and hands over to q; q's release then finds

@@ -59,7 +59,11 @@ async fn a_hold_whose_renewals_fail_is_counted_as_suspended_until_one_succeeds()
     let provider = RedisProvider::connect(&url).await.unwrap();
     let name = test_support::unique_name("suspended");
     let lease = LeaseOptions::new(Duration::from_secs(6)).unwrap();
-    let sem = provider.semaphore_with(&name, 1, lease).unwrap();
+    let sem = provider
+        .with_lease(lease)
+        .unwrap()
+        .semaphore(&name, 1)
+        .unwrap();
     let guard = sem.try_lock().await.unwrap().unwrap();
     let mut watch = guard.watch();
     assert_eq!(suspended(&name), 0.0);

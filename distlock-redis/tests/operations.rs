@@ -74,7 +74,9 @@ async fn a_hand_set_key_is_a_foreign_holder_and_a_stale_record_is_never_shown() 
     // holder, and the token never appears in a snapshot.
     let name = unique_name("stale");
     let guard = client
-        .mutex_with(&name, lease())
+        .with_lease(lease())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .try_lock()
         .await
@@ -132,7 +134,7 @@ async fn a_redis_py_holder_is_shown_as_foreign_and_force_release_evicts_it() {
         "{snapshot:?}"
     );
     // A distlock waiter, then the operator evicts redis-py.
-    let lock = client.mutex_with(&name, lease()).unwrap();
+    let lock = client.with_lease(lease()).unwrap().mutex(&name).unwrap();
     let waiter = tokio::spawn(async move { lock.lock_timeout(SLACK * 2).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let done = client
@@ -176,9 +178,18 @@ async fn the_owner_label_comes_from_options_or_the_url_and_bad_labels_are_refuse
     // is one lock).
     let name = unique_name("owner");
     let other = unique_name("owner-rw");
-    let sem = labelled.semaphore_with(&name, 2, lease()).unwrap();
+    let sem = labelled
+        .with_lease(lease())
+        .unwrap()
+        .semaphore(&name, 2)
+        .unwrap();
     let permit = sem.try_lock().await.unwrap().unwrap();
-    let writer = coded.rw_lock_with(&other, lease()).unwrap().write();
+    let writer = coded
+        .with_lease(lease())
+        .unwrap()
+        .rw_lock(&other)
+        .unwrap()
+        .write();
     let w = writer.try_lock().await.unwrap().unwrap();
     let s = plain
         .inspect(&name, PrimitiveKind::Semaphore)
@@ -307,11 +318,17 @@ async fn the_evicted_holders_token_is_refused_by_a_fenced_resource() {
     ] {
         let name = unique_name("fenced");
         let open = || match kind {
-            PrimitiveKind::Mutex => client.mutex_with(&name, lease()),
-            PrimitiveKind::FairMutex => client.fair_mutex_with(&name, lease()),
-            PrimitiveKind::ReadWrite => client.rw_lock_with(&name, lease()).map(|rw| rw.write()),
+            PrimitiveKind::Mutex => client.with_lease(lease()).and_then(|p| p.mutex(&name)),
+            PrimitiveKind::FairMutex => {
+                client.with_lease(lease()).and_then(|p| p.fair_mutex(&name))
+            }
+            PrimitiveKind::ReadWrite => client
+                .with_lease(lease())
+                .and_then(|p| p.rw_lock(&name))
+                .map(|rw| rw.write()),
             _ => client
-                .semaphore_with(&name, 1, lease())
+                .with_lease(lease())
+                .and_then(|p| p.semaphore(&name, 1))
                 .map(|s| s as Arc<dyn distlock_core::Lock>),
         };
         let store = FencedStore::default();
@@ -319,11 +336,15 @@ async fn the_evicted_holders_token_is_refused_by_a_fenced_resource() {
         // within a second.
         let short = LeaseOptions::new(Duration::from_secs(3)).unwrap();
         let evicted = match kind {
-            PrimitiveKind::Mutex => client.mutex_with(&name, short),
-            PrimitiveKind::FairMutex => client.fair_mutex_with(&name, short),
-            PrimitiveKind::ReadWrite => client.rw_lock_with(&name, short).map(|rw| rw.write()),
+            PrimitiveKind::Mutex => client.with_lease(short).and_then(|p| p.mutex(&name)),
+            PrimitiveKind::FairMutex => client.with_lease(short).and_then(|p| p.fair_mutex(&name)),
+            PrimitiveKind::ReadWrite => client
+                .with_lease(short)
+                .and_then(|p| p.rw_lock(&name))
+                .map(|rw| rw.write()),
             _ => client
-                .semaphore_with(&name, 1, short)
+                .with_lease(short)
+                .and_then(|p| p.semaphore(&name, 1))
                 .map(|s| s as Arc<dyn distlock_core::Lock>),
         }
         .unwrap()
@@ -375,17 +396,26 @@ async fn holder_records_and_waiters_owners_leave_nothing_behind() {
         PrimitiveKind::Semaphore,
     ] {
         let open = |p: &RedisProvider| match kind {
-            PrimitiveKind::Mutex => p.mutex_with(&name, lease()),
-            PrimitiveKind::FairMutex => p.fair_mutex_with(&name, lease()),
-            PrimitiveKind::ReadWrite => p.rw_lock_with(&name, lease()).map(|rw| rw.read()),
+            PrimitiveKind::Mutex => p.with_lease(lease()).and_then(|p| p.mutex(&name)),
+            PrimitiveKind::FairMutex => p.with_lease(lease()).and_then(|p| p.fair_mutex(&name)),
+            PrimitiveKind::ReadWrite => p
+                .with_lease(lease())
+                .and_then(|p| p.rw_lock(&name))
+                .map(|rw| rw.read()),
             _ => p
-                .semaphore_with(&name, 1, lease())
+                .with_lease(lease())
+                .and_then(|p| p.semaphore(&name, 1))
                 .map(|s| s as Arc<dyn distlock_core::Lock>),
         };
         let first = open(&a).unwrap().try_lock().await.unwrap().unwrap();
         let second = match kind {
             // A writer queues behind the reader.
-            PrimitiveKind::ReadWrite => b.rw_lock_with(&name, lease()).unwrap().write(),
+            PrimitiveKind::ReadWrite => b
+                .with_lease(lease())
+                .unwrap()
+                .rw_lock(&name)
+                .unwrap()
+                .write(),
             _ => open(&b).unwrap(),
         };
         let task = tokio::spawn(async move { second.lock_timeout(SLACK).await });
@@ -449,10 +479,14 @@ async fn inspect_with_64_waiters_is_one_round_trip() {
     ] {
         let name = unique_name("rt");
         let open = |p: &RedisProvider| match kind {
-            PrimitiveKind::FairMutex => p.fair_mutex_with(&name, lease()),
-            PrimitiveKind::ReadWrite => p.rw_lock_with(&name, lease()).map(|rw| rw.write()),
+            PrimitiveKind::FairMutex => p.with_lease(lease()).and_then(|p| p.fair_mutex(&name)),
+            PrimitiveKind::ReadWrite => p
+                .with_lease(lease())
+                .and_then(|p| p.rw_lock(&name))
+                .map(|rw| rw.write()),
             _ => p
-                .semaphore_with(&name, 1, lease())
+                .with_lease(lease())
+                .and_then(|p| p.semaphore(&name, 1))
                 .map(|s| s as Arc<dyn distlock_core::Lock>),
         };
         let held = open(&reader).unwrap().try_lock().await.unwrap().unwrap();

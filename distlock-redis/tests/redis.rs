@@ -39,12 +39,14 @@ async fn a_release_wakes_the_waiter_by_message_not_by_polling() {
     let waiter = connect(&url, slow).await;
     let name = unique_name("wake");
     let guard = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = waiter.mutex_with(&name, long()).unwrap();
+    let lock = waiter.with_lease(long()).unwrap().mutex(&name).unwrap();
     let task = tokio::spawn(async move {
         let g = lock.lock().await.unwrap();
         (Instant::now(), g)
@@ -66,11 +68,20 @@ async fn many_waiters_share_one_subscriber_connection() {
     let names: Vec<String> = (0..50).map(|i| unique_name(&format!("many{i}"))).collect();
     let mut guards = Vec::new();
     for n in &names {
-        guards.push(holder.mutex_with(n, long()).unwrap().lock().await.unwrap());
+        guards.push(
+            holder
+                .with_lease(long())
+                .unwrap()
+                .mutex(n)
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        );
     }
     let mut tasks = Vec::new();
     for n in &names {
-        let lock = waiter.mutex_with(n, long()).unwrap();
+        let lock = waiter.with_lease(long()).unwrap().mutex(n).unwrap();
         tasks.push(tokio::spawn(async move { lock.lock().await.unwrap() }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -96,12 +107,14 @@ async fn a_thousand_cancelled_waits_leave_no_client_and_no_subscription() {
     let waiter = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("cancelled");
     let guard = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = waiter.mutex_with(&name, long()).unwrap();
+    let lock = waiter.with_lease(long()).unwrap().mutex(&name).unwrap();
     let before = count_lines(&redis.cli(&["CLIENT", "LIST"]));
     let mut rng = fastrand_like(7);
     for _ in 0..1000 {
@@ -232,7 +245,11 @@ async fn server_killed_mid_lease_fires_lost_and_the_provider_recovers() {
     let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
     let locks = connect(&redis.url(), options).await;
     let lease = LeaseOptions::new(Duration::from_secs(1)).unwrap();
-    let lock = locks.mutex_with(&unique_name("killed"), lease).unwrap();
+    let lock = locks
+        .with_lease(lease)
+        .unwrap()
+        .mutex(&unique_name("killed"))
+        .unwrap();
     let guard = lock.lock().await.unwrap();
     redis.kill();
     let reason = tokio::time::timeout(Duration::from_secs(1) + SLACK, guard.lost())
@@ -509,7 +526,9 @@ async fn the_watchdog_keeps_the_key_alive_for_three_ttls_and_stops_at_release() 
     let key = locks.lock_key(&name).unwrap();
     let ttl = Duration::from_millis(600);
     let guard = locks
-        .mutex_with(&name, LeaseOptions::new(ttl).unwrap())
+        .with_lease(LeaseOptions::new(ttl).unwrap())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
@@ -576,7 +595,7 @@ async fn providers_take_turns_with_one_attempt_per_handoff_and_no_subscribe_per_
     // Warm up: every provider has waited once (subscribed, scripts loaded).
     let mut tasks = Vec::new();
     for p in &providers {
-        let lock = p.mutex_with(&name, long()).unwrap();
+        let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
                 lock.lock().await.unwrap().release().await.unwrap();
@@ -591,7 +610,7 @@ async fn providers_take_turns_with_one_attempt_per_handoff_and_no_subscribe_per_
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for (i, p) in providers.iter().enumerate() {
-        let lock = p.mutex_with(&name, long()).unwrap();
+        let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
         let order = Arc::clone(&order);
         tasks.push(tokio::spawn(async move {
             for _ in 0..rounds {
@@ -641,9 +660,9 @@ async fn a_hand_over_nobody_claims_is_passed_on_and_a_leaving_waiter_leaves_the_
     let key = a.lock_key(&name).unwrap();
     let waiting = format!("{{{key}}}:waiting");
     let (lock_a, lock_b, lock_c) = (
-        a.mutex_with(&name, long()).unwrap(),
-        b.mutex_with(&name, long()).unwrap(),
-        c.mutex_with(&name, long()).unwrap(),
+        a.with_lease(long()).unwrap().mutex(&name).unwrap(),
+        b.with_lease(long()).unwrap().mutex(&name).unwrap(),
+        c.with_lease(long()).unwrap().mutex(&name).unwrap(),
     );
 
     // B waits, then gives up: it leaves the line.
@@ -707,14 +726,16 @@ async fn close_holding_nothing_takes_the_provider_out_of_the_line() {
         let key = holding.lock_key(&name).unwrap();
         let waiting = format!("{{{key}}}:waiting");
         let held = holding
-            .mutex_with(&name, long())
+            .with_lease(long())
+            .unwrap()
+            .mutex(&name)
             .unwrap()
             .lock()
             .await
             .unwrap();
         let mut closed_waiters = Vec::new();
         for _ in 0..3 {
-            let lock = closing.mutex_with(&name, long()).unwrap();
+            let lock = closing.with_lease(long()).unwrap().mutex(&name).unwrap();
             closed_waiters.push(tokio::spawn(async move { lock.lock().await }));
         }
         let deadline = Instant::now() + SLACK;
@@ -729,7 +750,7 @@ async fn close_holding_nothing_takes_the_provider_out_of_the_line() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // The other provider's waiter is in line behind it.
-        let lock = other.mutex_with(&name, long()).unwrap();
+        let lock = other.with_lease(long()).unwrap().mutex(&name).unwrap();
         let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
         let deadline = Instant::now() + SLACK;
         while redis.cli(&["ZSCORE", &waiting, other.line_id()]).is_empty() {

@@ -47,7 +47,7 @@ impl Fixture for Redlock {
         name: &str,
         lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>> {
-        client.mutex_with(name, lease)
+        client.with_lease(lease).and_then(|p| p.mutex(name))
     }
 }
 
@@ -128,7 +128,11 @@ async fn a_minority_down_at_connect_and_after_still_locks_and_releases() {
     assert_eq!((client.masters(), client.quorum()), (3, 2));
     let name = unique_name("minority");
     let key = client.lock_key(&name).unwrap();
-    let lock = client.mutex_with(&name, lease(5000)).unwrap();
+    let lock = client
+        .with_lease(lease(5000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     let g = lock.try_lock().await.unwrap().expect("2 of 3 masters up");
     assert!(exists(&m, 0, &key) && exists(&m, 1, &key));
     g.release().await.unwrap();
@@ -153,7 +157,11 @@ async fn a_majority_down_is_a_typed_error_and_leaves_nothing_on_the_live_master(
     let client = connect(&m, quick()).await;
     let name = unique_name("majority");
     let key = client.lock_key(&name).unwrap();
-    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let lock = client
+        .with_lease(lease(60_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     m.node_mut(1).kill();
     m.node_mut(2).kill();
     for _ in 0..3 {
@@ -186,7 +194,11 @@ async fn a_paused_master_is_outvoted_within_the_response_timeout() {
     let client = connect(&m, quick()).await;
     let name = unique_name("paused");
     let key = client.lock_key(&name).unwrap();
-    let lock = client.mutex_with(&name, lease(1500)).unwrap();
+    let lock = client
+        .with_lease(lease(1500))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     m.node(0).pause();
     let start = Instant::now();
     let g = lock.try_lock().await.unwrap().expect("2 of 3 answer");
@@ -218,8 +230,8 @@ async fn a_split_gives_nobody_the_lock_and_leaves_nothing() {
     // Master 0 is held by "client A", master 1 by "client B" (by hand).
     let _ = m.node(0).cli(&["SET", &key, "held-by-a", "PX", "60000"]);
     let _ = m.node(1).cli(&["SET", &key, "held-by-b", "PX", "60000"]);
-    let la = a.mutex_with(&name, lease(60_000)).unwrap();
-    let lb = b.mutex_with(&name, lease(60_000)).unwrap();
+    let la = a.with_lease(lease(60_000)).unwrap().mutex(&name).unwrap();
+    let lb = b.with_lease(lease(60_000)).unwrap().mutex(&name).unwrap();
     let (ra, rb) = tokio::join!(la.try_lock(), lb.try_lock());
     assert!(ra.unwrap().is_none() && rb.unwrap().is_none(), "no quorum");
     // Undone at once, or (an answer not waited for) in the background.
@@ -262,7 +274,11 @@ async fn contenders_that_split_end_up_taking_turns() {
     let store = Arc::new(FencedStore::default());
     let mut tasks = Vec::new();
     for (t, client) in clients.iter().enumerate() {
-        let lock = client.mutex_with(&name, lease(5000)).unwrap();
+        let lock = client
+            .with_lease(lease(5000))
+            .unwrap()
+            .mutex(&name)
+            .unwrap();
         let store = Arc::clone(&store);
         tasks.push(tokio::spawn(async move {
             for _ in 0..30 {
@@ -294,7 +310,11 @@ async fn unequal_counters_are_written_back_to_a_quorum_above_every_counter_seen(
     for (i, c) in set.iter().enumerate() {
         let _ = m.node(i).cli(&["SET", &fence, &c.to_string()]);
     }
-    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let lock = client
+        .with_lease(lease(60_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     let g = lock.try_lock().await.unwrap().expect("free");
     let t = g.fencing_token();
     // Any quorum holds master 1 or 2: T is above the largest counter of the
@@ -350,7 +370,11 @@ async fn tokens_increase_under_kills_empty_restarts_and_cancellations() {
     let mut tasks = Vec::new();
     for (t, client) in clients.iter().enumerate() {
         for k in 0..2 {
-            let lock = client.mutex_with(&name, lease(TTL_MS)).unwrap();
+            let lock = client
+                .with_lease(lease(TTL_MS))
+                .unwrap()
+                .mutex(&name)
+                .unwrap();
             let (store, tokens, stop) =
                 (Arc::clone(&store), Arc::clone(&tokens), Arc::clone(&stop));
             tasks.push(tokio::spawn(async move {
@@ -458,7 +482,9 @@ async fn watchdog_with_masters_down(occupied: Option<usize>) {
         );
     }
     let g = a
-        .mutex_with(&name, lease(2000))
+        .with_lease(lease(2000))
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .try_lock()
         .await
@@ -487,7 +513,7 @@ async fn watchdog_with_masters_down(occupied: Option<usize>) {
         () = tokio::time::sleep(ttl * 2) => {}
     }
     assert!(g.is_held());
-    let other = b.mutex_with(&name, lease(60_000)).unwrap();
+    let other = b.with_lease(lease(60_000)).unwrap().mutex(&name).unwrap();
     // A round slower than the response timeout (a loaded machine) is a
     // retryable error, not an answer: ask again.
     let mut tries = 0;
@@ -606,7 +632,11 @@ async fn acquisitions_cancelled_around_the_write_back_leave_nothing_and_tokens_s
     let name = unique_name("cancel_write_back");
     let fence = client.fence_key(&name).unwrap();
     let key = client.lock_key(&name).unwrap();
-    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let lock = client
+        .with_lease(lease(60_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     let base: u64 = 3_000_000_000_000_000;
     let mut rng = fastrand::Rng::new();
     let (mut completed, mut cancelled, mut highest) = (0, 0, 0);
@@ -672,7 +702,11 @@ async fn a_release_finishing_in_the_background_reloads_a_lost_script_and_deletes
     let client = connect(&m, quick()).await;
     let name = unique_name("release_noscript");
     let key = client.lock_key(&name).unwrap();
-    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let lock = client
+        .with_lease(lease(60_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     let g = lock_on_every_master(&m, &lock, &key).await;
     assert_eq!(m.node(1).cli(&["SCRIPT", "FLUSH"]), "OK");
     g.release().await.unwrap();
@@ -698,7 +732,7 @@ async fn a_renewal_landing_after_a_later_one_changes_nothing() {
     let key = client.lock_key(&name).unwrap();
     let holder = format!("{{{key}}}:holder");
     let manual = LeaseOptions::manual(Duration::from_secs(5)).unwrap();
-    let lock = client.mutex_with(&name, manual).unwrap();
+    let lock = client.with_lease(manual).unwrap().mutex(&name).unwrap();
     let g = lock_on_every_master(m, &lock, &key).await;
     // Round 1: a short extension; round 2: a long one.
     g.extend(Duration::from_secs(2)).await.unwrap();
@@ -747,7 +781,11 @@ async fn an_exhausted_counter_is_a_typed_error_and_takes_nothing() {
     for i in 0..3 {
         let _ = m.node(i).cli(&["SET", &fence, "9007199254740991"]);
     }
-    let lock = client.mutex_with(&name, lease(60_000)).unwrap();
+    let lock = client
+        .with_lease(lease(60_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     let r = lock.try_lock().await;
     assert!(matches!(r, Err(Error::Exhausted { .. })), "{r:?}");
     for i in 0..3 {
@@ -819,7 +857,7 @@ async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
     // Held: owner, token, acquired at, lease left; reading changes nothing.
     let before = std::time::SystemTime::now();
     let lease = LeaseOptions::new(Duration::from_secs(9)).unwrap();
-    let held = holder.mutex_with(&name, lease).unwrap();
+    let held = holder.with_lease(lease).unwrap().mutex(&name).unwrap();
     let guard = held.try_lock().await.unwrap().expect("free");
     let seen = inspect_showing(&operator, &name, guard.fencing_token()).await;
     assert_eq!(seen.holders.len(), 1, "{seen:?}");
@@ -849,7 +887,7 @@ async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
 
     // Force-release: the waiter gets in, the evicted holder's lost() fires
     // at its next renewal (TTL/3 = 3 s), and the fence is past its token.
-    let waiting = waiter.mutex_with(&name, lease).unwrap();
+    let waiting = waiter.with_lease(lease).unwrap().mutex(&name).unwrap();
     let task = tokio::spawn(async move { waiting.lock().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!task.is_finished(), "the waiter got in while held");

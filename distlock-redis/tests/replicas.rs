@@ -52,7 +52,9 @@ fn every_lock(client: &dyn Provider, name: &str, lease: LeaseOptions) -> Vec<Arc
     .collect();
     locks.push(
         client
-            .rw_lock_with(&format!("{name}-r"), lease)
+            .with_lease(lease)
+            .unwrap()
+            .rw_lock(&format!("{name}-r"))
             .unwrap()
             .read(),
     );
@@ -135,7 +137,11 @@ async fn a_deadline_passed_for_want_of_replicas_is_not_reported_as_busy() {
     let set = Replicated::start(1);
     let client = connect(&set, acked(1)).await;
     let name = unique_name("deadline");
-    let lock = client.mutex_with(&name, ttl(30_000)).unwrap();
+    let lock = client
+        .with_lease(ttl(30_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     lock.try_lock()
         .await
         .unwrap()
@@ -305,7 +311,11 @@ async fn a_lost_reply_to_an_acknowledged_acquisition_leaves_nothing() {
         .await
         .unwrap();
     let name = unique_name("lost-reply");
-    let lock = victim.mutex_with(&name, ttl(30_000)).unwrap();
+    let lock = victim
+        .with_lease(ttl(30_000))
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
     // A first acquisition (connection made, replica acknowledging). Under
     // load the replica may miss the 500 ms WAIT: that is `NotReplicated`,
     // with nothing left held; try again.

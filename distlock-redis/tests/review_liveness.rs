@@ -28,10 +28,10 @@ fn long() -> LeaseOptions {
 
 fn pick(kind: &str, p: &RedisProvider, name: &str) -> Arc<dyn Lock> {
     match kind {
-        "mutex" => p.mutex_with(name, long()).unwrap(),
-        "fair mutex" => p.fair_mutex_with(name, long()).unwrap(),
-        "write side" => p.rw_lock_with(name, long()).unwrap().write(),
-        _ => p.semaphore_with(name, 1, long()).unwrap() as Arc<dyn Lock>,
+        "mutex" => p.with_lease(long()).unwrap().mutex(name).unwrap(),
+        "fair mutex" => p.with_lease(long()).unwrap().fair_mutex(name).unwrap(),
+        "write side" => p.with_lease(long()).unwrap().rw_lock(name).unwrap().write(),
+        _ => p.with_lease(long()).unwrap().semaphore(name, 1).unwrap() as Arc<dyn Lock>,
     }
 }
 
@@ -62,7 +62,7 @@ async fn uncontended_pair_server_calls() {
     let redis = test_support::redis::RedisServer::start();
     let p = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("hot");
-    let m = p.mutex_with(&name, long()).unwrap();
+    let m = p.with_lease(long()).unwrap().mutex(&name).unwrap();
     // Warm: scripts loaded, pool connected.
     for _ in 0..2 {
         m.try_lock()
@@ -192,12 +192,14 @@ async fn resp3_health_check_keeps_a_healthy_and_replaces_a_silent_connection() {
     let p = connect(&format!("redis://{}?protocol=resp3", proxy.addr()), options).await;
     let name = unique_name("resp3");
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = p.mutex_with(&name, long()).unwrap();
+    let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
     let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
@@ -233,14 +235,16 @@ async fn a_frozen_server_costs_few_reconnects() {
     let p = connect(&redis.url(), options).await;
     let name = unique_name("frozen");
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
     let mut tasks = Vec::new();
     for _ in 0..3 {
-        let lock = p.mutex_with(&name, long()).unwrap();
+        let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
         tasks.push(tokio::spawn(async move {
             lock.lock().await.map(|g| (Instant::now(), g))
         }));
@@ -302,19 +306,21 @@ async fn a_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
         format!("{{{key}}}:waiting:alive"),
     );
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = p.mutex_with(&name, long()).unwrap();
+    let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
     let ptask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     let deadline = Instant::now() + SLACK;
     while redis.cli(&["ZSCORE", &waiting, p.line_id()]).is_empty() {
         assert!(Instant::now() < deadline, "p never joined the line");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let lock = q.mutex_with(&name, long()).unwrap();
+    let lock = q.with_lease(long()).unwrap().mutex(&name).unwrap();
     let qtask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Deaf from now on, across reconnects: the connection open now and
@@ -356,7 +362,7 @@ async fn a_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     let mut took = Vec::new();
     for round in 0..6 {
         let next = if round % 2 == 0 { &holder } else { &q };
-        let lock = next.mutex_with(&name, long()).unwrap();
+        let lock = next.with_lease(long()).unwrap().mutex(&name).unwrap();
         let task = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
         tokio::time::sleep(Duration::from_millis(600)).await;
         let released = Instant::now();
@@ -399,12 +405,14 @@ async fn an_idle_provider_sends_no_health_checks() {
     let p = connect(&redis.url(), RedisOptions::new()).await;
     let name = unique_name("idle");
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = p.mutex_with(&name, long()).unwrap();
+    let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
     assert!(lock
         .lock_timeout(Duration::from_millis(1500))
         .await
@@ -485,19 +493,21 @@ async fn a_cluster_provider_that_cannot_hear_replies_keeps_no_place_in_line() {
     let alive = format!("{{{key}}}:waiting:alive");
     let waiting = format!("{{{key}}}:waiting");
     let held = holder
-        .mutex_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let lock = p.mutex_with(&name, long()).unwrap();
+    let lock = p.with_lease(long()).unwrap().mutex(&name).unwrap();
     let ptask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     let deadline = Instant::now() + SLACK;
     while node.cli(&["ZSCORE", &waiting, p.line_id()]).is_empty() {
         assert!(Instant::now() < deadline, "p never joined the line");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let lock = q.mutex_with(&name, long()).unwrap();
+    let lock = q.with_lease(long()).unwrap().mutex(&name).unwrap();
     let qtask = tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) });
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.mute_replies_of_new_connections(true);

@@ -161,7 +161,9 @@ async fn a_crashed_reader_frees_the_writer_at_its_ttl() {
     let b = connect(&redis.url(), RedisOptions::new()).await;
     let ttl = Duration::from_millis(800);
     let crashed = a
-        .rw_lock_with(&name, LeaseOptions::manual(ttl).unwrap())
+        .with_lease(LeaseOptions::manual(ttl).unwrap())
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .read()
         .lock()
@@ -263,7 +265,7 @@ async fn cancelled_acquisitions_leave_nothing() {
         let locks = connect(&format!("redis://{}", proxy.addr()), options).await;
         let other = connect(&redis.url(), RedisOptions::new()).await;
         let k = keys(&locks, &name);
-        let rw = locks.rw_lock_with(&name, long()).unwrap();
+        let rw = locks.with_lease(long()).unwrap().rw_lock(&name).unwrap();
         // A writer holding makes every attempt queue.
         let blocker = if blocked {
             Some(other.rw_lock(&name).unwrap().write().lock().await.unwrap())
@@ -365,7 +367,12 @@ async fn a_lost_acquire_reply_is_undone() {
         .await
         .unwrap();
     warm.release().await.unwrap();
-    let read = victim.rw_lock_with(&name, long()).unwrap().read();
+    let read = victim
+        .with_lease(long())
+        .unwrap()
+        .rw_lock(&name)
+        .unwrap()
+        .read();
     proxy.lose_reply_to(b"EVALSHA");
     let attempt = tokio::spawn(async move { read.lock_timeout(Duration::from_secs(2)).await });
     eventually("the acquire lands", || {
@@ -486,7 +493,9 @@ async fn a_writers_release_wakes_each_waiting_reader_once_across_providers() {
     let wakeups = |c: &[RedisProvider]| c.iter().map(RedisProvider::wakeups).sum::<u64>();
     let k = keys(&a, &name);
     let w = a
-        .rw_lock_with(&name, long())
+        .with_lease(long())
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .write()
         .lock()
@@ -494,7 +503,7 @@ async fn a_writers_release_wakes_each_waiting_reader_once_across_providers() {
         .unwrap();
     let mut readers = Vec::new();
     for (i, p) in waiting.iter().enumerate() {
-        let read = p.rw_lock_with(&name, long()).unwrap().read();
+        let read = p.with_lease(long()).unwrap().rw_lock(&name).unwrap().read();
         readers.push(tokio::spawn(
             async move { read.lock_timeout(SLACK * 4).await },
         ));
@@ -503,7 +512,12 @@ async fn a_writers_release_wakes_each_waiting_reader_once_across_providers() {
         })
         .await;
     }
-    let write = waiting[1].rw_lock_with(&name, long()).unwrap().write();
+    let write = waiting[1]
+        .with_lease(long())
+        .unwrap()
+        .rw_lock(&name)
+        .unwrap()
+        .write();
     let next_writer = tokio::spawn(async move { write.lock_timeout(SLACK * 4).await });
     eventually("the writer queues behind them", || {
         redis.cli(&["ZCARD", &k.queue]) == "5"
@@ -563,14 +577,18 @@ async fn read_shares_renew_extend_and_report_loss() {
     let k = keys(&a, &name);
     let ttl = Duration::from_millis(600);
     let watched = a
-        .rw_lock_with(&name, LeaseOptions::new(ttl).unwrap())
+        .with_lease(LeaseOptions::new(ttl).unwrap())
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .read()
         .lock()
         .await
         .unwrap();
     let manual = a
-        .rw_lock_with(&name, LeaseOptions::manual(ttl).unwrap())
+        .with_lease(LeaseOptions::manual(ttl).unwrap())
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .read()
         .lock()
@@ -636,13 +654,15 @@ async fn waiting_through_a_partition_keeps_the_deadline() {
         let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
         let name = unique_name("rw-deadline");
         let holder = other
-            .rw_lock_with(&name, long())
+            .with_lease(long())
+            .unwrap()
+            .rw_lock(&name)
             .unwrap()
             .write()
             .lock()
             .await
             .unwrap();
-        let rw = victim.rw_lock_with(&name, long()).unwrap();
+        let rw = victim.with_lease(long()).unwrap().rw_lock(&name).unwrap();
         let side = if write { rw.write() } else { rw.read() };
         test_support::proxy::wait_keeps_its_deadline_through_a_partition(
             &proxy,

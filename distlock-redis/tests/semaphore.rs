@@ -156,7 +156,9 @@ async fn an_expired_permit_is_reclaimed() {
     let b = connect(&redis.url(), RedisOptions::new()).await;
     let ttl = Duration::from_millis(800);
     let crashed = a
-        .semaphore_with(&name, 1, LeaseOptions::manual(ttl).unwrap())
+        .with_lease(LeaseOptions::manual(ttl).unwrap())
+        .unwrap()
+        .semaphore(&name, 1)
         .unwrap()
         .lock()
         .await
@@ -242,11 +244,19 @@ async fn one_release_wakes_exactly_one_waiter_across_providers() {
     }
     let wakeups = |c: &[RedisProvider]| c.iter().map(RedisProvider::wakeups).sum::<u64>();
     let k = keys(&holder, &name);
-    let sem = holder.semaphore_with(&name, 2, long()).unwrap();
+    let sem = holder
+        .with_lease(long())
+        .unwrap()
+        .semaphore(&name, 2)
+        .unwrap();
     let mut held = vec![sem.lock().await.unwrap(), sem.lock().await.unwrap()];
     let mut waiters = Vec::new();
     for i in 0..8 {
-        let sem = waiting[i % 4].semaphore_with(&name, 2, long()).unwrap();
+        let sem = waiting[i % 4]
+            .with_lease(long())
+            .unwrap()
+            .semaphore(&name, 2)
+            .unwrap();
         waiters.push(tokio::spawn(async move {
             sem.lock_timeout(Duration::from_secs(30)).await
         }));
@@ -345,7 +355,11 @@ async fn cancelled_acquisitions_leave_nothing() {
         let locks = connect(&format!("redis://{}", proxy.addr()), options).await;
         let other = connect(&redis.url(), RedisOptions::new()).await;
         let k = keys(&locks, &name);
-        let sem = locks.semaphore_with(&name, 2, long()).unwrap();
+        let sem = locks
+            .with_lease(long())
+            .unwrap()
+            .semaphore(&name, 2)
+            .unwrap();
         let mut blockers = Vec::new();
         if full {
             for _ in 0..2 {
@@ -400,7 +414,11 @@ async fn a_lost_acquire_reply_is_undone() {
         .await
         .unwrap();
     warm.release().await.unwrap();
-    let sem = victim.semaphore_with(&name, 1, long()).unwrap();
+    let sem = victim
+        .with_lease(long())
+        .unwrap()
+        .semaphore(&name, 1)
+        .unwrap();
     proxy.lose_reply_to(b"EVALSHA");
     let attempt = tokio::spawn(async move { sem.lock_timeout(Duration::from_secs(2)).await });
     eventually("the acquire lands", || {
@@ -533,7 +551,11 @@ async fn a_lost_reply_while_queueing_leaves_no_entry() {
         .unwrap();
     warm.release().await.unwrap();
     let held = other.semaphore(&name, 1).unwrap().lock().await.unwrap();
-    let sem = victim.semaphore_with(&name, 1, long()).unwrap();
+    let sem = victim
+        .with_lease(long())
+        .unwrap()
+        .semaphore(&name, 1)
+        .unwrap();
     proxy.lose_reply_to(b"EVALSHA");
     let attempt = tokio::spawn(async move { sem.lock_timeout(Duration::from_secs(2)).await });
     eventually("the waiter queues", || {
@@ -582,12 +604,18 @@ async fn waiting_through_a_partition_keeps_the_deadline() {
     let victim = connect(&format!("redis://{}", proxy.addr()), options).await;
     let name = unique_name("sem-deadline");
     let holder = other
-        .semaphore_with(&name, 1, long())
+        .with_lease(long())
+        .unwrap()
+        .semaphore(&name, 1)
         .unwrap()
         .lock()
         .await
         .unwrap();
-    let sem = victim.semaphore_with(&name, 1, long()).unwrap();
+    let sem = victim
+        .with_lease(long())
+        .unwrap()
+        .semaphore(&name, 1)
+        .unwrap();
     test_support::proxy::wait_keeps_its_deadline_through_a_partition(&proxy, sem, "semaphore")
         .await;
     holder.release().await.unwrap();

@@ -284,7 +284,9 @@ async fn failover_is_followed_by_commands_leases_and_waiters() {
     // 20 s: the waiter's own re-check at the holder's expiry stays out of
     // the way; renewed every ~6.7 s.
     let ga = holder
-        .mutex_with(&a, lease(20_000))
+        .with_lease(lease(20_000))
+        .unwrap()
+        .mutex(&a)
         .unwrap()
         .lock()
         .await
@@ -312,7 +314,13 @@ async fn failover_is_followed_by_commands_leases_and_waiters() {
     let replica = group.replica_index(0);
     let old_port = group.server(master).port();
     group.hold_back_replication(replica);
-    let gb = holder.mutex_with(&b, lease(3_000)).unwrap().lock().await;
+    let gb = holder
+        .with_lease(lease(3_000))
+        .unwrap()
+        .mutex(&b)
+        .unwrap()
+        .lock()
+        .await;
     group.server_mut(master).kill();
     group.resume(replica);
     let gb = gb.unwrap();
@@ -485,7 +493,9 @@ async fn a_frozen_master_is_left_for_the_promoted_replica() {
     let a = unique_name("frozen");
     // Renewed every 4 s; the waiter re-checks at the holder's expiry.
     let ga = holder
-        .mutex_with(&a, lease(12_000))
+        .with_lease(lease(12_000))
+        .unwrap()
+        .mutex(&a)
         .unwrap()
         .lock()
         .await

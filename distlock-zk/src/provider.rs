@@ -27,9 +27,14 @@ use crate::unfair_mutex::UnfairMutex;
 /// Cheap to clone: clones share the session. The session is the lease of
 /// every lock it holds; when it expires, those leases are lost and the
 /// provider opens a new session by itself at the next operation.
+/// [`Provider::with_lease`] gives a clone whose primitives have a
+/// [`LeaseOptions::max_hold`], the one lease option a session honours.
 #[derive(Clone)]
 pub struct ZkProvider {
     ctx: Arc<Context>,
+    /// The lease of the primitives it hands out: the session's default,
+    /// with the `max_hold` given to `with_lease`, if any.
+    lease: LeaseOptions,
 }
 
 impl fmt::Debug for ZkProvider {
@@ -76,6 +81,7 @@ impl ZkProvider {
         let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         Ok(ZkProvider {
+            lease: LeaseOptions::default(),
             ctx: Arc::new(Context {
                 authenticated: options.digest.is_some(),
                 timeout: options.operation_timeout,
@@ -130,42 +136,39 @@ impl ZkProvider {
         self.ctx.stats.watch_events.load(Ordering::Relaxed)
     }
 
-    /// A primitive's name and directory, after the checks every primitive
-    /// makes: the provider is open and the lease options are the session's.
-    fn named(&self, name: &str, lease: Option<LeaseOptions>) -> Result<(Name, String)> {
-        Ok(self.named_with_hold(name, lease)?.0)
-    }
-
-    /// As [`ZkProvider::named`], also returning the lease's `max_hold`: the
-    /// only lease option a session lease can honour (the guard ends the
-    /// hold and deletes its node at the limit).
-    fn named_with_hold(
-        &self,
-        name: &str,
-        lease: Option<LeaseOptions>,
-    ) -> Result<((Name, String), Option<std::time::Duration>)> {
+    /// A primitive's name and directory, after the check every primitive
+    /// makes: the provider is open.
+    fn named(&self, name: &str) -> Result<(Name, String)> {
         self.ctx.lifecycle.check_open()?;
-        let default = self.default_lease();
-        let hold = lease.and_then(|l| l.hold_limit());
-        if let Some(l) =
-            lease.filter(|l| l.ttl() != default.ttl() || l.renewal() != default.renewal())
-        {
-            let asked = match l.renewal() {
-                distlock_core::Renewal::Manual => format!("a manual lease of {:?}", l.ttl()),
-                _ => format!("a lease of {:?}", l.ttl()),
-            };
-            return Err(Error::InvalidOptions(format!(
-                "ZooKeeper cannot honour {asked}: its leases are the session. Pass the provider's \
-                 default lease (`mutex(name)` rather than `mutex_with(name, ..)`, or \
-                 `provider.default_lease()`, plus `.max_hold(..)` if wanted), and set how long a \
-                 lease outlives a silent holder with the session timeout (`?session_timeout_ms=` \
-                 on the zk:// URL, or ZkOptions::session_timeout)"
-            )));
-        }
         let name = Name::new(name)?;
         let dir = dir(&self.ctx.sessions.options().root, &name);
-        Ok(((name, dir), hold))
+        Ok((name, dir))
     }
+
+    /// The lease's `max_hold`: the only lease option a session lease can
+    /// honour (the guard ends the hold and deletes its node at the limit).
+    fn hold(&self) -> Option<Duration> {
+        self.lease.hold_limit()
+    }
+}
+
+/// Refuses lease options a session cannot honour: any TTL or renewal other
+/// than the session's default.
+fn check_lease(lease: LeaseOptions) -> Result<()> {
+    let default = LeaseOptions::default();
+    if lease.ttl() == default.ttl() && lease.renewal() == default.renewal() {
+        return Ok(());
+    }
+    let asked = match lease.renewal() {
+        distlock_core::Renewal::Manual => format!("a manual lease of {:?}", lease.ttl()),
+        _ => format!("a lease of {:?}", lease.ttl()),
+    };
+    Err(Error::InvalidOptions(format!(
+        "ZooKeeper cannot honour {asked}: its leases are the session. Keep the provider's \
+         default lease (no `with_lease`, or `with_lease(provider.default_lease().max_hold(..)?)` \
+         for a hold limit), and set how long a lease outlives a silent holder with the session \
+         timeout (`?session_timeout_ms=` on the zk:// URL, or ZkOptions::session_timeout)"
+    )))
 }
 
 #[async_trait]
@@ -181,7 +184,25 @@ impl Provider for ZkProvider {
     }
 
     fn default_lease(&self) -> LeaseOptions {
-        LeaseOptions::default()
+        self.lease
+    }
+
+    /// A clone sharing the session and held leases, whose primitives end
+    /// their holds at `lease`'s [`LeaseOptions::max_hold`], if any.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`](distlock_core::Error::InvalidOptions) for
+    /// any TTL or renewal other than the default's: the session is the
+    /// lease (the message says what to do instead);
+    /// [`Error::Closed`](distlock_core::Error::Closed) once closed.
+    fn with_lease(&self, lease: LeaseOptions) -> Result<Arc<dyn Provider>> {
+        self.ctx.lifecycle.check_open()?;
+        check_lease(lease)?;
+        Ok(Arc::new(ZkProvider {
+            ctx: Arc::clone(&self.ctx),
+            lease,
+        }))
     }
 
     fn owner(&self) -> &str {
@@ -204,7 +225,7 @@ impl Provider for ZkProvider {
     ///
     /// Cancellation safe: it only reads.
     async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
-        let (name, dir) = self.named(name, None)?;
+        let (name, dir) = self.named(name)?;
         crate::ops::inspect(&self.ctx, &name, &dir, kind).await
     }
 
@@ -233,12 +254,13 @@ impl Provider for ZkProvider {
     /// The deletes are sent together; a cancelled call may have deleted
     /// some holders' nodes.
     async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {
-        let (name, dir) = self.named(name, None)?;
+        let (name, dir) = self.named(name)?;
         crate::ops::force_release(&self.ctx, &name, &dir, kind).await
     }
 
-    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
+        let (name, dir) = self.named(name)?;
+        let hold = self.hold();
         Ok(Arc::new(UnfairMutex {
             ctx: Arc::clone(&self.ctx),
             name,
@@ -248,8 +270,9 @@ impl Provider for ZkProvider {
         }))
     }
 
-    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
-        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+    fn fair_mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
+        let (name, dir) = self.named(name)?;
+        let hold = self.hold();
         Ok(Arc::new(FairMutex {
             ctx: Arc::clone(&self.ctx),
             name,
@@ -258,8 +281,9 @@ impl Provider for ZkProvider {
         }))
     }
 
-    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
-        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
+        let (name, dir) = self.named(name)?;
+        let hold = self.hold();
         Ok(Arc::new(ZkElection {
             ctx: Arc::clone(&self.ctx),
             name,
@@ -268,23 +292,20 @@ impl Provider for ZkProvider {
         }))
     }
 
-    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
-        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
+        let (name, dir) = self.named(name)?;
+        let hold = self.hold();
         crate::rw_lock::rw_lock(&self.ctx, name, dir, hold)
     }
 
-    fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        lease: LeaseOptions,
-    ) -> Result<Arc<dyn Semaphore>> {
-        let ((name, dir), hold) = self.named_with_hold(name, Some(lease))?;
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
+        let (name, dir) = self.named(name)?;
+        let hold = self.hold();
         crate::semaphore::semaphore(&self.ctx, name, dir, check_permits(permits)?, hold)
     }
 
     fn id_generator(&self, name: &str, block_size: u64) -> Result<Arc<dyn IdGenerator>> {
-        let (name, node) = self.named(name, None)?;
+        let (name, node) = self.named(name)?;
         let source = ZkIds {
             ctx: Arc::clone(&self.ctx),
             name: name.clone(),

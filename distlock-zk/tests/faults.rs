@@ -374,22 +374,15 @@ async fn lease_options_the_session_cannot_honour_are_refused() {
     let locks = provider(&test_support::zookeeper::shared().connect_string()).await;
     let name = unique_name("lease-options");
     let manual = LeaseOptions::manual(Duration::from_secs(5)).unwrap();
-    for r in [
-        locks.mutex_with(&name, manual).map(|_| ()),
-        locks.fair_mutex_with(&name, manual).map(|_| ()),
-        locks.election_with(&name, manual).map(|_| ()),
-    ] {
-        assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
-    }
+    // Refused by `with_lease` itself, before any primitive is made.
+    let r = locks.with_lease(manual);
+    assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
     // The message says what to do instead (issue 26 item 12).
     let two_seconds = LeaseOptions::new(Duration::from_secs(2)).unwrap();
-    let message = locks
-        .mutex_with(&name, two_seconds)
-        .unwrap_err()
-        .to_string();
+    let message = locks.with_lease(two_seconds).unwrap_err().to_string();
     for hint in [
         "a lease of 2s",
-        "mutex(name)",
+        "with_lease",
         "default_lease()",
         "session_timeout_ms",
     ] {
@@ -397,7 +390,9 @@ async fn lease_options_the_session_cannot_honour_are_refused() {
     }
     let default = locks.default_lease();
     let guard = locks
-        .fair_mutex_with(&name, default)
+        .with_lease(default)
+        .unwrap()
+        .fair_mutex(&name)
         .unwrap()
         .lock()
         .await

@@ -103,7 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("\n== a lease lost on purpose ==");
     let short = LeaseOptions::manual(Duration::from_millis(200))?;
-    let slow = locks.mutex_with("orders/42", short)?.lock().await?;
+    let slow = locks.with_lease(short)?.mutex("orders/42")?.lock().await?;
     let slow_token = slow.fencing_token();
     println!("slow worker holds token {slow_token} with a 200 ms lease it never extends");
     tokio::select! {

@@ -20,7 +20,7 @@
 //! | | in-process `mem://` | Redis | ZooKeeper |
 //! |---|---|---|---|
 //! | what the lease is | a TTL, renewed by the watchdog at TTL/3 | a TTL on the key (`PX`), renewed by the watchdog at TTL/3 | the client's session: `lost()` fires 3/4 of the session timeout (less the drift) after the server was last heard |
-//! | lease options (`mutex_with`, …: TTL, manual renewal, watchdog interval) | honoured | honoured | refused with [`Error::InvalidOptions`], saying what to do: only `max_hold` is honoured; set the session timeout (`?session_timeout_ms=` on the URL) instead |
+//! | lease options ([`Provider::with_lease`]: TTL, manual renewal, watchdog interval) | honoured | honoured | refused by `with_lease` with [`Error::InvalidOptions`], saying what to do: only `max_hold` is honoured; set the session timeout (`?session_timeout_ms=` on the URL) instead |
 //! | [`LockGuard::extend`], [`LockGuard::ttl`] | yes, `Some(ttl)` | yes, `Some(ttl)` | [`Error::InvalidOptions`], `None` |
 //! | [`LeaseStatus::Suspended`] | never (nothing to lose touch with) | a renewal failed for a transport reason, or is unanswered a quarter of the renewal interval after it was sent (a stopped server); `Lost(Expired)` at the deadline if no renewal gets through | the session is disconnected; `Lost(SessionExpired)` (or `Expired` at the local deadline) if it does not reconnect in time |
 //! | fencing tokens | 1, 2, 3, … per name | at least the server's `TIME` in µs (about 1.8 × 10¹⁵), so they survive a lost counter | the holder node's `czxid` |
@@ -34,6 +34,35 @@
 //! [`Error::NotHeld`] at once, without asking the server; busy is `Ok(None)`,
 //! never an error; a URL whose backend's feature is off is an
 //! [`Error::UnsupportedBackend`].
+//!
+//! # Lease options
+//!
+//! A provider's primitives use its lease ([`Provider::default_lease`]: 30 s,
+//! renewed by the watchdog every 10 s, unless the URL or the backend's
+//! options say otherwise). For other lease options, take a view of the same
+//! provider with [`Provider::with_lease`] and ask it for primitives: every
+//! primitive gets its lease this one way.
+//!
+//! ```
+//! use std::time::Duration;
+//! use distlock::LeaseOptions;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+//! let locks = distlock::connect("mem://").await?;
+//! let short = locks.with_lease(LeaseOptions::new(Duration::from_secs(5))?)?;
+//! let m = short.mutex("jobs/hourly")?;
+//! let guard = m.lock().await?;
+//! assert_eq!(guard.ttl(), Some(Duration::from_secs(5)));
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The view is the same client as `locks` (same connections or session,
+//! owner identity and held leases): a lock held through one excludes the
+//! other, and closing either closes both. ZooKeeper, whose lease is the
+//! session, refuses any TTL or renewal but its default in `with_lease`
+//! (typed, [`Error::InvalidOptions`], saying what to do) and honours
+//! [`LeaseOptions::max_hold`].
 //!
 //! # Feature flags
 //!

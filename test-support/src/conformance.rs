@@ -479,6 +479,166 @@ pub async fn bad_input<F: Fixture>(fx: &F) {
     );
 }
 
+/// The primitives of one provider's view, as `(what, kind, lock)`: the
+/// mutex, fair mutex, both sides of a read-write lock and a semaphore of
+/// one, each named `name` + a suffix; those the backend does not offer
+/// (Redlock) are left out, and the mutex must be there.
+fn view_primitives(
+    view: &dyn Provider,
+    name: &str,
+) -> Vec<(&'static str, distlock_core::PrimitiveKind, Arc<dyn Lock>)> {
+    use distlock_core::PrimitiveKind as K;
+    let mut out: Vec<(&'static str, K, Arc<dyn Lock>)> = Vec::new();
+    let keep = |r: distlock_core::Result<Arc<dyn Lock>>| match r {
+        Ok(lock) => Some(lock),
+        Err(Error::Unsupported { .. }) => None,
+        Err(e) => panic!("a primitive of the view: {e:?}"),
+    };
+    out.push((
+        "mutex",
+        K::Mutex,
+        view.mutex(&format!("{name}-m")).expect("mutex"),
+    ));
+    if let Some(l) = keep(view.fair_mutex(&format!("{name}-f"))) {
+        out.push(("fair mutex", K::FairMutex, l));
+    }
+    if let Some(l) = keep(view.rw_lock(&format!("{name}-w")).map(|rw| rw.write())) {
+        out.push(("write side", K::ReadWrite, l));
+    }
+    if let Some(l) = keep(view.rw_lock(&format!("{name}-r")).map(|rw| rw.read())) {
+        out.push(("read side", K::ReadWrite, l));
+    }
+    if let Some(l) = keep(
+        view.semaphore(&format!("{name}-s"), 1)
+            .map(|s| s as Arc<dyn Lock>),
+    ) {
+        out.push(("semaphore", K::Semaphore, l));
+    }
+    out
+}
+
+/// `with_lease` gives a view of the same client whose primitives use its
+/// lease: each primitive's guard (and, for a TTL lease, the server's
+/// record seen by `inspect`) has the view's lease, not the default; a
+/// lock held through the view excludes one through the original and the
+/// reverse; both are one client (one owner, one ZooKeeper session, one
+/// close); lease options the backend cannot honour are a typed error.
+pub async fn lease_view<F: Fixture>(fx: &F) {
+    let name = unique_name("lease-view");
+    let client = fx.client().await;
+    let base = client.default_lease();
+    // Unlike the default in TTL and renewal (a TTL backend), or the one
+    // option a session honours (ZooKeeper).
+    let wanted = if fx.session() {
+        let refused = client.with_lease(LeaseOptions::manual(Duration::from_secs(5)).expect("ttl"));
+        assert!(
+            matches!(refused, Err(Error::InvalidOptions(_))),
+            "a session backend took a TTL lease: {refused:?}"
+        );
+        base.max_hold(Duration::from_secs(1)).expect("max_hold")
+    } else {
+        let wanted = LeaseOptions::manual(base.ttl() + Duration::from_secs(17)).expect("ttl");
+        assert!(wanted.ttl() > LeaseOptions::DEFAULT_TTL);
+        wanted
+    };
+    assert_ne!(wanted, base);
+    let view = client.with_lease(wanted).expect("with_lease");
+    assert_eq!(view.default_lease(), wanted);
+    assert_eq!(client.default_lease(), base, "the original changed");
+    assert_eq!(view.backend(), client.backend());
+    assert_eq!(view.owner(), client.owner());
+
+    for (what, kind, lock) in view_primitives(view.as_ref(), &name) {
+        let guard = lock.try_lock().await.expect("try_lock").expect("free");
+        if fx.session() {
+            assert_eq!(guard.ttl(), None, "{what}");
+        } else {
+            assert_eq!(guard.ttl(), Some(wanted.ttl()), "{what}: the view's TTL");
+            let snapshot = client
+                .inspect(lock.name().as_str(), kind)
+                .await
+                .expect("inspect");
+            let left = snapshot
+                .holders
+                .iter()
+                .find(|h| h.fencing_token == Some(guard.fencing_token()))
+                .map(|h| h.lease);
+            // Above the default TTL: the server was given the view's.
+            assert!(
+                matches!(left, Some(distlock_core::LeaseLeft::Ttl(d))
+                    if d > base.ttl() && d <= wanted.ttl()),
+                "{what}: lease left {left:?}, wanted {:?}",
+                wanted.ttl()
+            );
+        }
+        guard.release().await.expect("release");
+    }
+
+    // One client: a hold through the view excludes the original, and the
+    // reverse.
+    let through_view = view.mutex(&name).expect("mutex");
+    let through_client = client.mutex(&name).expect("mutex");
+    let held = through_view
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(through_client.try_lock().await.expect("try_lock").is_none());
+    held.release().await.expect("release");
+    let held = through_client
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(through_view.try_lock().await.expect("try_lock").is_none());
+    held.release().await.expect("release");
+
+    let other = format!("{name}-other");
+    let by_view = through_view.lock().await.expect("lock");
+    let by_client = client
+        .mutex(&other)
+        .expect("mutex")
+        .lock()
+        .await
+        .expect("lock");
+    if fx.session() {
+        // One session: both holds are on it.
+        let session = |n: &str| {
+            let client = Arc::clone(&client);
+            let n = n.to_owned();
+            async move {
+                let s = client
+                    .inspect(&n, distlock_core::PrimitiveKind::Mutex)
+                    .await
+                    .expect("inspect");
+                s.holders.first().map(|h| h.lease)
+            }
+        };
+        let (a, b) = (session(&name).await, session(&other).await);
+        assert!(
+            matches!(a, Some(distlock_core::LeaseLeft::Session { .. })) && a == b,
+            "view {a:?}, original {b:?}"
+        );
+        // The view's max_hold is honoured.
+        let reason = tokio::time::timeout(Duration::from_secs(1) + SLACK, by_view.lost())
+            .await
+            .expect("the view's max_hold did not end the hold");
+        assert_eq!(reason, LostReason::MaxHold);
+    }
+    // One close: closing the original ends the view's holds and the view.
+    drop(by_view);
+    let by_view = through_view.lock().await.expect("lock");
+    let lost = by_view.lost();
+    client.close().await.expect("close");
+    let reason = tokio::time::timeout(SLACK, lost)
+        .await
+        .expect("the view's hold outlived the original's close");
+    assert_eq!(reason, LostReason::ProviderClosed);
+    assert!(matches!(view.mutex(&name), Err(Error::Closed)));
+    assert!(matches!(view.with_lease(base), Err(Error::Closed)));
+    assert!(matches!(by_client.release().await, Err(Error::Closed)));
+}
+
 /// Id generators: 8 tasks over two clients take 1000 ids each, for block
 /// sizes 1 and 100; every id is unique and at least 1, and each task's ids
 /// increase. Returns the name used for each block size, for backend checks
@@ -586,14 +746,14 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
             fencing_monotonic, drop_releases, cancellation_leaves_nothing,
-            close_releases_and_refuses, bad_input);
+            close_releases_and_refuses, bad_input, lease_view);
     };
     ($fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
             fencing_monotonic, lease_expiry, watchdog_keeps_lease, manual_extend,
             drop_releases, cancellation_leaves_nothing, close_releases_and_refuses,
-            bad_input);
+            bad_input, lease_view);
     };
     (@tests $fixture:expr; $($check:ident),+) => {
         $crate::conformance_suite!(@in conformance $fixture; $($check),+);

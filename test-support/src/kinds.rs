@@ -131,13 +131,27 @@ async fn attempt<F: Fixture>(
 ) -> Got {
     let lease = lease(fx, client);
     let lock = match kind {
-        Kind::Mutex => client.mutex_with(name, lease).unwrap(),
-        Kind::Fair => client.fair_mutex_with(name, lease).unwrap(),
-        Kind::Read => client.rw_lock_with(name, lease).unwrap().read(),
-        Kind::Write => client.rw_lock_with(name, lease).unwrap().write(),
-        Kind::Semaphore => client.semaphore_with(name, 2, lease).unwrap(),
+        Kind::Mutex => client.with_lease(lease).unwrap().mutex(name).unwrap(),
+        Kind::Fair => client.with_lease(lease).unwrap().fair_mutex(name).unwrap(),
+        Kind::Read => client
+            .with_lease(lease)
+            .unwrap()
+            .rw_lock(name)
+            .unwrap()
+            .read(),
+        Kind::Write => client
+            .with_lease(lease)
+            .unwrap()
+            .rw_lock(name)
+            .unwrap()
+            .write(),
+        Kind::Semaphore => client
+            .with_lease(lease)
+            .unwrap()
+            .semaphore(name, 2)
+            .unwrap(),
         Kind::Election => {
-            let election = client.election_with(name, lease).unwrap();
+            let election = client.with_lease(lease).unwrap().election(name).unwrap();
             // A campaign has no try form: a bound stands for it, long
             // enough for a refusal to arrive on a loaded machine (an
             // election is refused by every other kind, never waits).

@@ -124,8 +124,8 @@ pub async fn acquisitions_are_recorded(
         l.push((k, v));
         l
     };
-    let lock_a = a.mutex_with(&name, lease).unwrap();
-    let lock_b = b.mutex_with(&name, lease).unwrap();
+    let lock_a = a.with_lease(lease).unwrap().mutex(&name).unwrap();
+    let lock_b = b.with_lease(lease).unwrap().mutex(&name).unwrap();
     let held = lock_a.try_lock().await.unwrap().unwrap();
     assert_eq!(gauge("distlock_holds", &base), 1.0);
     assert!(lock_b.try_lock().await.unwrap().is_none());
@@ -179,8 +179,8 @@ pub async fn acquisitions_are_recorded(
         l.push(("outcome", "acquired"));
         l
     };
-    let elect_a = a.election_with(&name, lease).unwrap();
-    let elect_b = b.election_with(&name, lease).unwrap();
+    let elect_a = a.with_lease(lease).unwrap().election(&name).unwrap();
+    let elect_b = b.with_lease(lease).unwrap().election(&name).unwrap();
     let leader = elect_a.campaign("a").await.unwrap();
     assert_eq!(gauge("distlock_holds", &base), 1.0);
     let campaign = tokio::spawn(async move { elect_b.campaign("b").await });

@@ -96,15 +96,17 @@ pub async fn inspect_mutexes<F: Fixture>(fx: &F) {
         assert!(!empty.is_held() && empty.waiters.count == 0, "{empty:?}");
         let before = SystemTime::now();
         let lease = lease(fx, holder.as_ref());
+        let holder = holder.with_lease(lease).unwrap();
         let lock = match kind {
-            PrimitiveKind::Mutex => holder.mutex_with(&name, lease),
-            _ => holder.fair_mutex_with(&name, lease),
+            PrimitiveKind::Mutex => holder.mutex(&name),
+            _ => holder.fair_mutex(&name),
         }
         .unwrap();
         let guard = lock.try_lock().await.unwrap().expect("free");
+        let waiter = waiter.with_lease(lease).unwrap();
         let waiting = match kind {
-            PrimitiveKind::Mutex => waiter.mutex_with(&name, lease),
-            _ => waiter.fair_mutex_with(&name, lease),
+            PrimitiveKind::Mutex => waiter.mutex(&name),
+            _ => waiter.fair_mutex(&name),
         }
         .unwrap();
         let task = tokio::spawn(async move { waiting.lock().await });
@@ -160,20 +162,26 @@ pub async fn inspect_rw_lock<F: Fixture>(fx: &F) {
     let before = SystemTime::now();
     let lease_a = lease(fx, a.as_ref());
     let r1 = a
-        .rw_lock_with(&name, lease_a)
+        .with_lease(lease_a)
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .read()
         .try_lock()
         .await;
     let r2 = b
-        .rw_lock_with(&name, lease(fx, b.as_ref()))
+        .with_lease(lease(fx, b.as_ref()))
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .read()
         .try_lock()
         .await;
     let (r1, r2) = (r1.unwrap().unwrap(), r2.unwrap().unwrap());
     let writer = b
-        .rw_lock_with(&name, lease(fx, b.as_ref()))
+        .with_lease(lease(fx, b.as_ref()))
+        .unwrap()
+        .rw_lock(&name)
         .unwrap()
         .write();
     let task = tokio::spawn(async move { writer.lock().await });
@@ -223,7 +231,11 @@ pub async fn inspect_semaphore<F: Fixture>(fx: &F) {
     let a = fx.client().await;
     let name = unique_name("inspect-sem");
     let before = SystemTime::now();
-    let sem = a.semaphore_with(&name, 3, lease(fx, a.as_ref())).unwrap();
+    let sem = a
+        .with_lease(lease(fx, a.as_ref()))
+        .unwrap()
+        .semaphore(&name, 3)
+        .unwrap();
     let p1 = sem.try_lock().await.unwrap().unwrap();
     let p2 = sem.try_lock().await.unwrap().unwrap();
     let snapshot = a.inspect(&name, PrimitiveKind::Semaphore).await.unwrap();
@@ -291,13 +303,13 @@ pub async fn force_release_evicts<F: Fixture>(fx: &F) {
     ] {
         let name = unique_name("force");
         let open = |client: &Arc<dyn Provider>| {
-            let lease = lease(fx, client.as_ref());
+            let client = client.with_lease(lease(fx, client.as_ref())).unwrap();
             match kind {
-                PrimitiveKind::Mutex => client.mutex_with(&name, lease),
-                PrimitiveKind::FairMutex => client.fair_mutex_with(&name, lease),
-                PrimitiveKind::ReadWrite => client.rw_lock_with(&name, lease).map(|rw| rw.write()),
+                PrimitiveKind::Mutex => client.mutex(&name),
+                PrimitiveKind::FairMutex => client.fair_mutex(&name),
+                PrimitiveKind::ReadWrite => client.rw_lock(&name).map(|rw| rw.write()),
                 _ => client
-                    .semaphore_with(&name, 1, lease)
+                    .semaphore(&name, 1)
                     .map(|s| s as Arc<dyn distlock_core::Lock>),
             }
             .unwrap()

@@ -23,18 +23,19 @@ use crate::unique_name;
 /// act as a mutex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// [`Provider::mutex_with`].
+    /// [`Provider::mutex`].
     Mutex,
-    /// [`Provider::fair_mutex_with`].
+    /// [`Provider::fair_mutex`].
     FairMutex,
-    /// The write side of [`Provider::rw_lock_with`].
+    /// The write side of [`Provider::rw_lock`].
     RwWrite,
-    /// [`Provider::semaphore_with`] with one permit.
+    /// [`Provider::semaphore`] with one permit.
     Semaphore1,
 }
 
 impl Kind {
-    /// Opens this primitive named `name` on `client`.
+    /// Opens this primitive named `name` on `client`'s view with `lease`
+    /// ([`Provider::with_lease`]).
     ///
     /// # Errors
     ///
@@ -45,11 +46,12 @@ impl Kind {
         name: &str,
         lease: LeaseOptions,
     ) -> distlock_core::Result<Arc<dyn Lock>> {
+        let view = client.with_lease(lease)?;
         match self {
-            Kind::Mutex => client.mutex_with(name, lease),
-            Kind::FairMutex => client.fair_mutex_with(name, lease),
-            Kind::RwWrite => Ok(client.rw_lock_with(name, lease)?.write()),
-            Kind::Semaphore1 => Ok(client.semaphore_with(name, 1, lease)? as Arc<dyn Lock>),
+            Kind::Mutex => view.mutex(name),
+            Kind::FairMutex => view.fair_mutex(name),
+            Kind::RwWrite => Ok(view.rw_lock(name)?.write()),
+            Kind::Semaphore1 => Ok(view.semaphore(name, 1)? as Arc<dyn Lock>),
         }
     }
 }
@@ -78,13 +80,17 @@ async fn clients<F: Fixture>(fx: &F, n: usize) -> Vec<Arc<dyn Provider>> {
 
 fn rw<F: Fixture>(fx: &F, client: &dyn Provider, name: &str) -> Arc<dyn ReadWriteLock> {
     client
-        .rw_lock_with(name, lease(fx, client, long()))
+        .with_lease(lease(fx, client, long()))
+        .expect("lease")
+        .rw_lock(name)
         .expect("rw_lock")
 }
 
 fn sem<F: Fixture>(fx: &F, client: &dyn Provider, name: &str, n: u32) -> Arc<dyn Semaphore> {
     client
-        .semaphore_with(name, n, lease(fx, client, long()))
+        .with_lease(lease(fx, client, long()))
+        .expect("lease")
+        .semaphore(name, n)
         .expect("semaphore")
 }
 
@@ -330,7 +336,9 @@ pub async fn rw_dead_reader_frees_writer<F: Fixture>(fx: &F) {
     let c = clients(fx, 2).await;
     let ttl = Duration::from_millis(500);
     let dead = c[0]
-        .rw_lock_with(&name, LeaseOptions::manual(ttl).expect("ttl"))
+        .with_lease(LeaseOptions::manual(ttl).expect("ttl"))
+        .expect("lease")
+        .rw_lock(&name)
         .expect("rw_lock")
         .read()
         .lock()
@@ -519,7 +527,9 @@ pub async fn semaphore_dead_holder_reclaimed<F: Fixture>(fx: &F) {
     let c = clients(fx, 2).await;
     let ttl = Duration::from_millis(500);
     let dead = c[0]
-        .semaphore_with(&name, 1, LeaseOptions::manual(ttl).expect("ttl"))
+        .with_lease(LeaseOptions::manual(ttl).expect("ttl"))
+        .expect("lease")
+        .semaphore(&name, 1)
         .expect("semaphore")
         .lock()
         .await
@@ -577,7 +587,9 @@ pub async fn fair_fifo<F: Fixture>(fx: &F) {
     let open = |i: usize| {
         let client = &c[i % c.len()];
         client
-            .fair_mutex_with(&name, lease(fx, client.as_ref(), long()))
+            .with_lease(lease(fx, client.as_ref(), long()))
+            .expect("lease")
+            .fair_mutex(&name)
             .expect("fair_mutex")
     };
     let first = open(0).lock().await.expect("lock");
@@ -620,7 +632,9 @@ pub async fn election_one_leader<F: Fixture>(fx: &F) {
     let elections: Vec<_> = c
         .iter()
         .map(|p| {
-            p.election_with(&name, lease(fx, p.as_ref(), long()))
+            p.with_lease(lease(fx, p.as_ref(), long()))
+                .expect("lease")
+                .election(&name)
                 .expect("election")
         })
         .collect();
@@ -677,9 +691,15 @@ pub async fn election_observe<F: Fixture>(fx: &F) {
     let name = unique_name("elect_observe");
     let c = clients(fx, 2).await;
     let lease0 = lease(fx, c[0].as_ref(), long());
-    let e0 = c[0].election_with(&name, lease0).expect("election");
+    let e0 = c[0]
+        .with_lease(lease0)
+        .expect("lease")
+        .election(&name)
+        .expect("election");
     let e1 = c[1]
-        .election_with(&name, lease(fx, c[1].as_ref(), long()))
+        .with_lease(lease(fx, c[1].as_ref(), long()))
+        .expect("lease")
+        .election(&name)
         .expect("election");
     let mut stream = e1.observe();
     assert_eq!(
@@ -724,7 +744,9 @@ pub async fn election_cancelled_campaign_withdraws<F: Fixture>(fx: &F) {
     let name = unique_name("elect_cancel");
     let c = clients(fx, 3).await;
     let e = |i: usize| {
-        c[i].election_with(&name, lease(fx, c[i].as_ref(), long()))
+        c[i].with_lease(lease(fx, c[i].as_ref(), long()))
+            .expect("lease")
+            .election(&name)
             .expect("election")
     };
     let leader = e(0).campaign("leader").await.expect("campaign");
@@ -753,9 +775,15 @@ pub async fn election_expiry<F: Fixture>(fx: &F) {
     let c = clients(fx, 2).await;
     let ttl = Duration::from_millis(500);
     let short = c[0]
-        .election_with(&name, LeaseOptions::manual(ttl).expect("ttl"))
+        .with_lease(LeaseOptions::manual(ttl).expect("ttl"))
+        .expect("lease")
+        .election(&name)
         .expect("election");
-    let other = c[1].election_with(&name, long()).expect("election");
+    let other = c[1]
+        .with_lease(long())
+        .expect("lease")
+        .election(&name)
+        .expect("election");
     let old = short.campaign("short").await.expect("campaign");
     let waiting = tokio::spawn({
         let other = Arc::clone(&other);

@@ -96,14 +96,13 @@ pub fn check(
         .mutex(&format!("{prefix}timeouts"))
         .expect("valid name");
     let manual = LeaseOptions::manual(Duration::from_secs(30)).expect("ttl");
-    let held = match client.mutex_with(&format!("{prefix}held"), manual) {
-        Ok(lock) => lock,
+    let view = match client.with_lease(manual) {
+        Ok(view) => view,
         // A session backend refuses lease options it cannot honour.
-        Err(Error::InvalidOptions(_)) => {
-            client.mutex(&format!("{prefix}held")).expect("valid name")
-        }
-        Err(e) => panic!("mutex_with: {e:?}"),
+        Err(Error::InvalidOptions(_)) => Arc::clone(client),
+        Err(e) => panic!("with_lease: {e:?}"),
     };
+    let held = view.mutex(&format!("{prefix}held")).expect("valid name");
     let guard = rt.block_on(held.lock()).expect("lock");
     // A session lease (no TTL) cannot be extended at all.
     let extensible = guard.ttl().is_some();

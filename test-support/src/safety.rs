@@ -440,17 +440,32 @@ impl Shape {
         move |p| {
             let lease = lease.unwrap_or_else(|| p.default_lease());
             match self {
-                Shape::Mutex => Subject::Mutex(p.mutex_with(name, lease).expect("mutex")),
-                Shape::FairMutex => {
-                    Subject::Mutex(p.fair_mutex_with(name, lease).expect("fair mutex"))
-                }
+                Shape::Mutex => Subject::Mutex(
+                    p.with_lease(lease)
+                        .expect("lease")
+                        .mutex(name)
+                        .expect("mutex"),
+                ),
+                Shape::FairMutex => Subject::Mutex(
+                    p.with_lease(lease)
+                        .expect("lease")
+                        .fair_mutex(name)
+                        .expect("fair mutex"),
+                ),
                 Shape::ReadWrite => Subject::ReadWrite {
-                    lock: p.rw_lock_with(name, lease).expect("rw lock"),
+                    lock: p
+                        .with_lease(lease)
+                        .expect("lease")
+                        .rw_lock(name)
+                        .expect("rw lock"),
                     reads_percent: 50,
                 },
-                Shape::Semaphore(n) => {
-                    Subject::Semaphore(p.semaphore_with(name, n, lease).expect("semaphore"))
-                }
+                Shape::Semaphore(n) => Subject::Semaphore(
+                    p.with_lease(lease)
+                        .expect("lease")
+                        .semaphore(name, n)
+                        .expect("semaphore"),
+                ),
             }
         }
     }
@@ -1219,13 +1234,24 @@ impl LiveShape {
     fn make(self, p: &dyn Provider, name: &str, lease: Option<LeaseOptions>) -> Contended {
         let lease = lease.unwrap_or_else(|| p.default_lease());
         match self {
-            LiveShape::Mutex => Contended::Lock(p.mutex_with(name, lease).expect("mutex")),
-            LiveShape::FairMutex => {
-                Contended::Lock(p.fair_mutex_with(name, lease).expect("fair mutex"))
-            }
-            LiveShape::Election => {
-                Contended::Election(p.election_with(name, lease).expect("election"))
-            }
+            LiveShape::Mutex => Contended::Lock(
+                p.with_lease(lease)
+                    .expect("lease")
+                    .mutex(name)
+                    .expect("mutex"),
+            ),
+            LiveShape::FairMutex => Contended::Lock(
+                p.with_lease(lease)
+                    .expect("lease")
+                    .fair_mutex(name)
+                    .expect("fair mutex"),
+            ),
+            LiveShape::Election => Contended::Election(
+                p.with_lease(lease)
+                    .expect("lease")
+                    .election(name)
+                    .expect("election"),
+            ),
         }
     }
 }
@@ -1702,7 +1728,14 @@ mod tests {
         let locks = MemProvider::new();
         let short = LeaseOptions::manual(Duration::from_millis(30)).unwrap();
         let counters = Counters::default();
-        let expired = locks.mutex_with("a", short).unwrap().lock().await.unwrap();
+        let expired = locks
+            .with_lease(short)
+            .unwrap()
+            .mutex("a")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
         counters.take_over(holder(1, &expired, false));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!expired.is_held());

@@ -193,7 +193,15 @@ impl Provider for MemProvider {
         self.store.force_release(&Self::key(slot_kind(kind), name)?)
     }
 
-    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+    /// A clone of this client (same table, held leases, owner and
+    /// [`Provider::close`]) with `lease`.
+    fn with_lease(&self, lease: LeaseOptions) -> Result<Arc<dyn Provider>> {
+        self.lifecycle.check_open()?;
+        Ok(Arc::new(self.clone().with_default_lease(lease)))
+    }
+
+    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
+        let lease = self.lease;
         self.lifecycle.check_open()?;
         let key = Self::key(Kind::Mutex, name)?;
         Ok(Arc::new(self.lock(
@@ -203,7 +211,8 @@ impl Provider for MemProvider {
         )))
     }
 
-    fn fair_mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+    fn fair_mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
+        let lease = self.lease;
         self.lifecycle.check_open()?;
         let key = Self::key(Kind::FairMutex, name)?;
         Ok(Arc::new(self.lock(
@@ -213,7 +222,8 @@ impl Provider for MemProvider {
         )))
     }
 
-    fn election_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
+        let lease = self.lease;
         self.lifecycle.check_open()?;
         Ok(Arc::new(MemElection {
             store: Arc::clone(&self.store),
@@ -224,7 +234,8 @@ impl Provider for MemProvider {
         }))
     }
 
-    fn rw_lock_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
+        let lease = self.lease;
         self.lifecycle.check_open()?;
         let key = Self::key(Kind::RwLock, name)?;
         let side = |want| -> Arc<dyn Lock> { Arc::new(self.lock(key.clone(), want, lease)) };
@@ -235,12 +246,8 @@ impl Provider for MemProvider {
         }))
     }
 
-    fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        lease: LeaseOptions,
-    ) -> Result<Arc<dyn Semaphore>> {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
+        let lease = self.lease;
         self.lifecycle.check_open()?;
         let key = Self::key(Kind::Semaphore, name)?;
         check_permits(permits)?;

@@ -110,7 +110,7 @@ pub(crate) struct Shared {
 ///
 /// # What it offers
 ///
-/// [`RedlockProvider`] offers **the mutex only** (`mutex`, `mutex_with`).
+/// [`RedlockProvider`] offers **the mutex only** (`mutex`, also through `with_lease`).
 /// The fair mutex, read-write lock, semaphore, election and id generators
 /// answer [`Error::Unsupported`] with `backend: "redis+redlock"`: use
 /// `redis://` or `redis+sentinel://` for them. Its
@@ -307,9 +307,13 @@ pub(crate) struct Shared {
 ///   fires at its deadline, before anyone else can take it.
 ///
 /// Cheap to clone: clones share the connections and subscribers.
+/// [`Provider::with_lease`] gives a clone with other lease options.
 #[derive(Clone)]
 pub struct RedlockProvider {
     shared: Arc<Shared>,
+    /// The lease of the mutexes it hands out: the options' default lease,
+    /// or the one given to `with_lease`.
+    lease: LeaseOptions,
 }
 
 impl fmt::Debug for RedlockProvider {
@@ -450,6 +454,7 @@ impl RedlockProvider {
         let lifecycle = Lifecycle::new();
         lifecycle.set_owner(&owner);
         let provider = RedlockProvider {
+            lease: options.lease,
             shared: Arc::new(Shared {
                 masters,
                 quorum,
@@ -638,21 +643,31 @@ impl Provider for RedlockProvider {
     }
 
     fn default_lease(&self) -> LeaseOptions {
-        self.shared.options.lease
+        self.lease
     }
 
-    fn mutex_with(&self, name: &str, lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+    /// A clone sharing the masters' connections, subscribers and held
+    /// leases, with `lease`; any TTL lease is accepted.
+    fn with_lease(&self, lease: LeaseOptions) -> Result<Arc<dyn Provider>> {
+        self.shared.lifecycle.check_open()?;
+        Ok(Arc::new(RedlockProvider {
+            shared: Arc::clone(&self.shared),
+            lease,
+        }))
+    }
+
+    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
         self.shared.lifecycle.check_open()?;
         let name = Name::new(name)?;
         Ok(Arc::new(RedlockMutex {
             shared: Arc::clone(&self.shared),
             keys: Arc::new(RedlockKeys::new(&self.shared.options.prefix, &name)),
             name,
-            lease,
+            lease: self.lease,
         }))
     }
 
-    fn fair_mutex_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Lock>> {
+    fn fair_mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
         self.shared.lifecycle.check_open()?;
         Name::new(name)?;
         Err(Self::unsupported(
@@ -660,7 +675,7 @@ impl Provider for RedlockProvider {
         ))
     }
 
-    fn election_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn Election>> {
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
         self.shared.lifecycle.check_open()?;
         Name::new(name)?;
         Err(Self::unsupported(
@@ -668,7 +683,7 @@ impl Provider for RedlockProvider {
         ))
     }
 
-    fn rw_lock_with(&self, name: &str, _lease: LeaseOptions) -> Result<Arc<dyn ReadWriteLock>> {
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
         self.shared.lifecycle.check_open()?;
         Name::new(name)?;
         Err(Self::unsupported(
@@ -676,12 +691,7 @@ impl Provider for RedlockProvider {
         ))
     }
 
-    fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        _lease: LeaseOptions,
-    ) -> Result<Arc<dyn Semaphore>> {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
         self.shared.lifecycle.check_open()?;
         Name::new(name)?;
         check_permits(permits)?;
