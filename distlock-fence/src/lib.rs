@@ -16,9 +16,14 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
-//! # async fn run(mut db: tokio_postgres::Client, guard: distlock_core::LockGuard) -> Result<(), Box<dyn std::error::Error>> {
-//! use distlock_core::fence::{Fence, FenceToken};
-//! use distlock_fence::postgres::PgFence;
+//! # mod distlock {
+//! #     pub use distlock_core::*;
+//! #     pub mod fence { pub use distlock_core::fence::*; pub use distlock_fence::postgres; }
+//! # }
+//! # #[cfg(feature = "postgres")]
+//! # async fn run(mut db: distlock::fence::postgres::tokio_postgres::Client, guard: distlock::LockGuard) -> Result<(), Box<dyn std::error::Error>> {
+//! use distlock::fence::{Fence, FenceToken};
+//! use distlock::fence::postgres::PgFence;
 //!
 //! let fence = PgFence::new();
 //! fence.migrate(&db).await?;

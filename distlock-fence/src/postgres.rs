@@ -85,6 +85,10 @@ const BACKEND: &str = "postgresql";
 /// # Example
 ///
 /// ```no_run
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub mod fence { pub use distlock_core::fence::*; pub use distlock_fence::postgres; }
+/// # }
 /// use distlock::fence::{Fence, FenceToken};
 /// use distlock::fence::postgres::{PgFence, tokio_postgres};
 ///

@@ -54,6 +54,8 @@ use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
+pub use http;
+
 /// `Fencing-Token`: the holder's token (`42`, or `42; shared`).
 pub const TOKEN_HEADER: HeaderName = HeaderName::from_static("fencing-token");
 /// `Fencing-Resource`: the fenced resource's name.
@@ -196,13 +198,17 @@ where
 /// # Example
 ///
 /// ```
+/// # mod distlock {
+/// #     pub use distlock_core::*;
+/// #     pub mod fence { pub use distlock_core::fence::*; pub use distlock_fence::tower; }
+/// # }
 /// use std::sync::Arc;
 /// use axum::{routing::put, Extension, Router};
 /// use distlock::fence::MemFence;
-/// use distlock::fence::tower::{Admitted, FenceLayer};
+/// use distlock::fence::tower::{http, Admitted, FenceLayer};
 ///
 /// let store: Arc<MemFence<String>> = Arc::new(MemFence::new());
-/// let app = Router::new()
+/// let app: Router = Router::new()
 ///     .route("/orders/{id}", put({
 ///         let store = Arc::clone(&store);
 ///         move |Extension(a): Extension<Admitted>, body: String| async move {
@@ -214,7 +220,7 @@ where
 ///         }
 ///     }))
 ///     // The resource is the request's path; the token its Fencing-Token.
-///     .layer(FenceLayer::new(Arc::clone(&store)).resource_from(|r| Some(r.uri().path().to_owned())));
+///     .layer(FenceLayer::new(Arc::clone(&store)).resource_from(|r: &http::Request<_>| Some(r.uri().path().to_owned())));
 /// # let _ = app;
 /// ```
 #[derive(Debug)]
