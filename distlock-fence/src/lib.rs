@@ -1,6 +1,6 @@
 //! Fencing at the resource, for the stores that need a crate of their own:
-//! PostgreSQL ([`postgres::PgFence`], feature `postgres`) and HTTP services
-//! through tower ([`tower::FenceLayer`], feature `tower`).
+//! PostgreSQL (`postgres::PgFence`, feature `postgres`) and HTTP services
+//! through tower (`tower::FenceLayer`, feature `tower`).
 //!
 //! The rule, the in-process fence and the Redis fence live in
 //! `distlock::fence` (`distlock_core::fence`, `distlock_redis::RedisFence`);
@@ -36,10 +36,10 @@
 //!
 //! # Feature flags
 //!
-//! * `postgres`: [`postgres::PgFence`] on `tokio-postgres` (re-exported as
+//! * `postgres`: `postgres::PgFence` on `tokio-postgres` (re-exported as
 //!   `distlock_fence::postgres::tokio_postgres`).
-//! * `tower`: [`tower::FenceLayer`] and the client side
-//!   [`tower::FencingTokenExt`], on `tower-layer`, `tower-service` and `http`.
+//! * `tower`: `tower::FenceLayer` and the client side
+//!   `tower::FencingTokenExt`, on `tower-layer`, `tower-service` and `http`.
 //!
 //! Neither is on by default.
 //!

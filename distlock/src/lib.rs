@@ -110,9 +110,9 @@ pub use distlock_core::{
 /// The rule and its two numbers are told once, in
 /// [`Highest::check`](distlock_core::fence::Highest::check) and the
 /// module docs of `distlock_core::fence`; everything here implements
-/// [`Fence`](distlock_core::fence::Fence):
+/// [`Fence`]:
 ///
-/// * [`MemFence`](distlock_core::fence::MemFence): in process;
+/// * [`MemFence`]: in process;
 /// * `distlock::redis::RedisFence` (feature `redis`): Redis keys;
 /// * `postgres::PgFence` (feature `fence-postgres`): PostgreSQL rows,
 ///   admitted inside the caller's transaction;
