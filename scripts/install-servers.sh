@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the servers the tests start (Debian's redis-server and zookeeper;
-# ZooKeeper runs on the machine's Java 17) and the interop peers (redis-py and
+# Installs the servers the tests start (Debian's redis-server, zookeeper and
+# postgresql (the fence tests; started as the package's `postgres` user); ZooKeeper runs on the machine's Java 17) and the interop peers (redis-py and
 # kazoo from PyPI, Apache Curator from Debian). Idempotent; apt-get needs root.
 set -euo pipefail
 
@@ -10,6 +10,8 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 [ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+# PostgreSQL: initdb and postgres under /usr/lib/postgresql/<major>/bin.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # Interop peer: Apache Curator 5.4, compiled against with javac.
 [ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java libcurator-framework-java)
@@ -24,7 +26,7 @@ for module in redis kazoo; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "install-servers: redis-server, zookeeper and java are present"
+    echo "install-servers: redis-server, zookeeper, postgresql and java are present"
     exit 0
 fi
 
@@ -40,4 +42,8 @@ $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # start their own servers on free ports and do not use it.
 command -v redis-server >/dev/null
 [ -f /usr/share/java/zookeeper.jar ]
+# The postgresql package creates a cluster and a service on 5432; the tests
+# start their own servers (initdb in a temp dir, a free port) and do not use it.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
+id postgres >/dev/null
 echo "install-servers: done"

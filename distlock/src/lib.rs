@@ -73,6 +73,11 @@
 //! * `zookeeper` — the ZooKeeper backend (`zk://`), re-exported as
 //!   `distlock::zk` when on.
 //! * `zookeeper-tls` — TLS for ZooKeeper, implies `zookeeper`.
+//! * `fence-postgres` — `distlock::fence::postgres::PgFence`: PostgreSQL
+//!   rows fenced inside the caller's tokio-postgres transaction.
+//! * `fence-tower` — `distlock::fence::tower::FenceLayer`: a tower layer
+//!   (axum, hyper) for an HTTP service that is the protected resource, and
+//!   the client side's `Fencing-Token` header.
 //! * `metrics` — records acquisitions, holds, waits, handoffs, renewals and
 //!   lost leases through the [`metrics`](https://docs.rs/metrics) crate's
 //!   facade (see [`metrics`](mod@metrics)); off by default, and nothing is
@@ -121,12 +126,35 @@ use std::sync::Arc;
 // An explicit list: what users call. What backends implement
 // (`distlock_core::backend`) is not re-exported.
 pub use distlock_core::{
-    election, error, fence, guard, ids, inspect, lease, lock, mem, metrics, name, provider, rwlock,
+    election, error, guard, ids, inspect, lease, lock, mem, metrics, name, provider, rwlock,
     semaphore, BoxError, Election, Error, Fence, FenceToken, ForceReleased, Highest, HoldRole,
     Holder, IdGenerator, LeaderInfo, LeaderStream, Leadership, LeaseLeft, LeaseOptions,
     LeaseStatus, LeaseWatch, Lock, LockGuard, LostReason, MemFence, Name, PrimitiveKind, Provider,
     ReadWriteLock, Renewal, Result, Semaphore, Snapshot, Wait, Waiters,
 };
+
+/// Fencing at the resource: the rule, the in-process fence, and the
+/// stores' fences behind features.
+///
+/// The rule and its two numbers are told once, in
+/// [`Highest::check`](distlock_core::fence::Highest::check) and the
+/// module docs of `distlock_core::fence`; everything here implements
+/// [`Fence`]:
+///
+/// * [`MemFence`]: in process;
+/// * `distlock::redis::RedisFence` (feature `redis`): Redis keys;
+/// * `postgres::PgFence` (feature `fence-postgres`): PostgreSQL rows,
+///   admitted inside the caller's transaction;
+/// * `tower::FenceLayer` (feature `fence-tower`): an HTTP service that is
+///   itself the resource (`Fencing-Token` header, `409 Conflict`).
+pub mod fence {
+    pub use distlock_core::fence::*;
+
+    #[cfg(feature = "fence-postgres")]
+    pub use distlock_fence::postgres;
+    #[cfg(feature = "fence-tower")]
+    pub use distlock_fence::tower;
+}
 
 /// The Redis backend crate.
 #[cfg(feature = "redis")]

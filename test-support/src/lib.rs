@@ -17,6 +17,7 @@ pub mod kinds;
 pub mod masters;
 pub mod metrics;
 pub mod operations;
+pub mod postgres;
 pub mod primitives;
 pub mod properties;
 pub mod proxy;
