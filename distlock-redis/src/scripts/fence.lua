@@ -96,3 +96,13 @@ local function fence_next(counter, t, px)
   end
   return token
 end
+-- fence_if_evicted(evicted, counter, t, px): a force-release's token, taken
+-- as an acquisition takes one (fence_next) so the next holder's token is
+-- above it, but only when `evicted` (there is a hold to evict): a name
+-- nobody holds is left as it is (no counter is created for it) and gives 0.
+-- Returns the token (0 when nothing is evicted), or nil and fence_next's
+-- refusal (-2, -3).
+local function fence_if_evicted(evicted, counter, t, px)
+  if not evicted then return 0 end
+  return fence_next(counter, t, px)
+end
