@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{
-    clock_drift, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
+use distlock_core::backend::{clock_drift, Cleanup, CleanupGuard, LeaseBackend};
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -21,7 +19,7 @@ use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::Shared;
 use crate::keys::Keys;
-use crate::lease::{new_token, pause_before_retry, retried};
+use crate::lease::{guard_parts, new_token, pause_before_retry, retried};
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
 use crate::wake::subscriber::Subscription;
 
@@ -432,16 +430,10 @@ impl Lock for RedlockMutex {
                     undo.disarm();
                     tracing::debug!(name = %self.name, token, "distlock redlock acquired");
                     lease.fence.store(token, Ordering::SeqCst);
-                    let parts = GuardParts {
-                        name: self.name.clone(),
-                        fencing_token: token,
-                        signal: LeaseSignal::new(),
-                        // The core's deadline is acquired_at + TTL − drift:
-                        // exactly the end of the Redlock validity.
-                        terms: LeaseTerms::Ttl(self.lease),
-                        acquired_at: started,
-                        lifecycle: Arc::clone(&shared.lifecycle),
-                    };
+                    // The core's deadline is acquired_at + TTL − drift:
+                    // exactly the end of the Redlock validity.
+                    let parts =
+                        guard_parts(&self.name, token, self.lease, started, &shared.lifecycle);
                     return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
                 }
                 Attempt::Missed(missed) => missed,
