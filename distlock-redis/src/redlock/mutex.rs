@@ -176,7 +176,8 @@ impl RedlockMutex {
         );
         cmd.arg(&lease.token)
             .arg(self.lease.ttl_millis())
-            .arg(&shared.owner);
+            .arg(&shared.owner)
+            .arg(shared.options.fence_ttl_ms(self.lease.ttl_millis()));
         let all: Vec<usize> = (0..shared.masters.len()).collect();
         let mut round = lease.round("acquire", &all, &REDLOCK_ACQUIRE, cmd, started);
         let n = all.len();
@@ -235,7 +236,9 @@ impl RedlockMutex {
                     .map(|(i, _)| *i)
                     .collect();
                 let mut cmd = evalsha(&REDLOCK_RAISE, &[&self.keys.lock, &self.keys.fence]);
-                cmd.arg(&lease.token).arg(token.to_string());
+                cmd.arg(&lease.token)
+                    .arg(token.to_string())
+                    .arg(shared.options.fence_ttl_ms(self.lease.ttl_millis()));
                 let mut round = lease.round(
                     "raise fencing token",
                     &behind,
@@ -615,11 +618,15 @@ impl LeaseBackend for RedlockLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let started = Instant::now();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut cmd = evalsha(&REDLOCK_EXTEND, &[&self.keys.lock, &self.keys.holder]);
+        let mut cmd = evalsha(
+            &REDLOCK_EXTEND,
+            &[&self.keys.lock, &self.keys.holder, &self.keys.fence],
+        );
         cmd.arg(&self.token)
             .arg(ms)
             .arg(self.fence.load(Ordering::SeqCst))
-            .arg(self.rounds.fetch_add(1, Ordering::SeqCst) + 1);
+            .arg(self.rounds.fetch_add(1, Ordering::SeqCst) + 1)
+            .arg(self.shared.options.fence_ttl_ms(ms));
         let n = self.shared.masters.len();
         let quorum = self.shared.quorum;
         let mut round = self.round("renew", &self.all(), &REDLOCK_EXTEND, cmd, started);

@@ -11,8 +11,8 @@
 -- counter's expiry cannot make a token go back: the next token is then the
 -- server's TIME, past every earlier token unless the clock was set back by
 -- more than the retention in between (the crate docs, Fencing tokens).
--- Without px (Redlock's force-release, whose counter takes no TTL) the
--- counter keeps the TTL it has. So tokens keep increasing when the counter is lost (restart
+-- Without px the counter keeps the TTL it has (every caller gives one;
+-- Redlock's force-release gives the retention alone). So tokens keep increasing when the counter is lost (restart
 -- without persistence, eviction, failover to a replica that missed the last
 -- write), as long as the server's clock does not step back; and a client
 -- that INCRs the same counter (a distlock of an earlier version during a
