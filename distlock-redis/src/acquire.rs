@@ -11,14 +11,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::backend::{
-    with_timeout, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
+use distlock_core::backend::{with_timeout, CleanupGuard, LeaseBackend};
 use distlock_core::{Error, LeaseOptions, LockGuard, Name, Result};
 use tokio::time::Instant;
 
 use crate::context::Context;
-use crate::lease::{pause_before_retry, Attempt, LeaseKeys, RedisLease, Undo};
+use crate::lease::{guard_parts, pause_before_retry, Attempt, LeaseKeys, RedisLease, Undo};
 use crate::net::Pinned;
 
 /// What a family adds to the skeleton: its script and its decoding, and
@@ -136,14 +134,7 @@ impl Acquisition<'_> {
             Ok(Attempt::Acquired(token)) => {
                 undo.disarm();
                 family.acquired(token);
-                let parts = GuardParts {
-                    name: self.name.clone(),
-                    fencing_token: token,
-                    signal: LeaseSignal::new(),
-                    terms: LeaseTerms::Ttl(self.lease),
-                    acquired_at: started,
-                    lifecycle: Arc::clone(&shared.lifecycle),
-                };
+                let parts = guard_parts(self.name, token, self.lease, started, &shared.lifecycle);
                 // On error (closed meanwhile) the guard released itself.
                 LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Outcome::Acquired)
             }

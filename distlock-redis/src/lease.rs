@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{Cleanup, LeaseBackend};
-use distlock_core::{Error, Name, Result};
+use distlock_core::backend::{
+    Cleanup, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms, Lifecycle,
+};
+use distlock_core::{Error, LeaseOptions, Name, Result};
 use redis::ScriptInvocation;
 use tokio::time::{sleep_until, Instant};
 
@@ -87,6 +89,29 @@ impl From<&Arc<Keys>> for LeaseKeys {
 impl From<&Arc<Recipe>> for LeaseKeys {
     fn from(recipe: &Arc<Recipe>) -> Self {
         LeaseKeys::Queued(Arc::clone(recipe))
+    }
+}
+
+/// The parts of the guard of a lease just taken (a single-master lease,
+/// [`RedisLease`], or a Redlock one): `name`'s hold with the fencing
+/// `token`, for the TTL `lease`, counted from `acquired_at` (when the
+/// acquire request was sent; for Redlock the core's deadline, acquired_at +
+/// TTL − drift, is exactly the end of the validity), ended by the
+/// provider's `lifecycle`.
+pub(crate) fn guard_parts(
+    name: &Name,
+    token: u64,
+    lease: LeaseOptions,
+    acquired_at: Instant,
+    lifecycle: &Arc<Lifecycle>,
+) -> GuardParts {
+    GuardParts {
+        name: name.clone(),
+        fencing_token: token,
+        signal: LeaseSignal::new(),
+        terms: LeaseTerms::Ttl(lease),
+        acquired_at,
+        lifecycle: Arc::clone(lifecycle),
     }
 }
 

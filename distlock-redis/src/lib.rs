@@ -220,7 +220,7 @@
 //! | `{PREFIX NAME}:elect:owners` | the candidates' owners, as `:fair:owners` (`…:elect:holder`: earlier versions' leader record, as `:holder`) |
 //! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
-//! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master |
+//! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master; TTL = lease + [fence retention](RedisOptions::fence_retention), as `:fence` ([why tokens still increase](crate::RedlockProvider#the-counters-retention)) |
 //!
 //! The prefix is empty by default, so the lock key is the name itself.
 //! Auxiliary keys wrap the lock key in a hash tag, so in Redis Cluster they

@@ -943,3 +943,45 @@ async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
     m.node(1).resume();
     m.node(2).resume();
 }
+
+/// Issue 26 item 8 for Redlock: the fencing counter `{K}:redlock:fence`
+/// expires on every master the fence retention after the last lease on it
+/// could have ended (set by the acquisition, re-set by the renewals), and
+/// a later acquisition's token is still above every earlier one. Before,
+/// the counter never expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fencing_counter_expires_on_every_master_and_tokens_still_increase() {
+    let m = three();
+    let client = connect(m, quick().fence_retention(Duration::from_millis(1000))).await;
+    let name = unique_name("redlock_retention");
+    let fence = client.fence_key(&name).unwrap();
+    let lock = client.mutex_with(&name, lease(500)).unwrap();
+    let mut earlier = Vec::new();
+    // Held past several renewals (a third of the TTL each): the counter's
+    // TTL is set again with each, so it outlives the lease.
+    let g = lock_on_every_master(m, &lock, &client.lock_key(&name).unwrap()).await;
+    earlier.push(g.fencing_token());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for i in 0..3 {
+        let pttl: i64 = m.node(i).cli(&["PTTL", &fence]).parse().unwrap();
+        assert!(pttl > 0, "master {i}: counter TTL {pttl} while held");
+    }
+    g.release().await.unwrap();
+    let g = lock.lock().await.unwrap();
+    earlier.push(g.fencing_token());
+    g.release().await.unwrap();
+    eventually(
+        "the fencing counter gone on every master",
+        Duration::from_secs(20),
+        || (0..3).all(|i| !exists(m, i, &fence)),
+    )
+    .await;
+    let g = lock.lock().await.unwrap();
+    let t = g.fencing_token();
+    g.release().await.unwrap();
+    let highest = earlier.iter().copied().max().unwrap();
+    assert!(
+        t > highest,
+        "token {t} after the expiry, not above {earlier:?}"
+    );
+}

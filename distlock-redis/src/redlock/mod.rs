@@ -306,6 +306,41 @@ pub(crate) struct Shared {
 ///   (SAFETY.md's failover experiment shows both cases). Its `lost()` then
 ///   fires at its deadline, before anyone else can take it.
 ///
+/// ## The counter's retention
+///
+/// As the single-master counter (the crate docs, *The counter's
+/// retention*), each master's `{PREFIX NAME}:redlock:fence` expires: its TTL
+/// is the lease's TTL plus [`RedisOptions::fence_retention`], set by the
+/// acquire script that takes the token (`redlock_acquire.lua`), by the
+/// write-back (`redlock_raise.lua`) and again by every renewal
+/// (`redlock_extend.lua`), on every master; a force-release of a held name
+/// sets the retention alone. So "counters never decrease" above holds while
+/// a counter lives, and a master's counter outlives every lock key it held
+/// by the retention, by that master's clock.
+///
+/// *Why tokens stay increasing across the expiry.* Take `G1`, `G2` and the
+/// shared master `m` of step 1. If `m`'s counter still lives when `G2`'s
+/// acquire script runs there, step 1 holds as written. Otherwise it expired:
+/// `G1`'s acquire script on `m` set it (to at least its own counter) with
+/// the TTL `TTL + retention` when `m`'s clock read `c`, and nothing shortens
+/// it, so `G2`'s script runs when `m`'s clock reads at least
+/// `c + TTL + retention − s` (`s`: how far it was set back after the expiry)
+/// and takes at least the floor, `m`'s whole seconds × 10⁶. `T1` came from
+/// some master's counter in the same round, when that master's clock read
+/// at most `c + d` (`d`: how far its clock is ahead of `m`'s, the round's
+/// span included); by (b) above it is below that clock's next whole second
+/// × 10⁶, unless that counter had run ahead of its clock by `e` (a clock
+/// set back while it lived). So `T2 > T1` whenever
+/// `e + s + d + 1 s < TTL + retention`: **tokens increase across an expiry
+/// unless the masters' clocks, set back or apart, account for more than
+/// the lease's TTL and the retention less one second** (the floor counts
+/// whole seconds; the single-master floor counts microseconds and has no
+/// such second). The default retention (24 hours) leaves a day; with a
+/// short retention keep `TTL + retention` above a second plus the masters'
+/// clock disagreement. A larger step has the cost the crate docs describe:
+/// a fenced store refuses the new holder until the clock passes the old
+/// token, and two live holders still never share an order.
+///
 /// Cheap to clone: clones share the connections and subscribers.
 /// [`Provider::with_lease`] gives a clone with other lease options.
 #[derive(Clone)]

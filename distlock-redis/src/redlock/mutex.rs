@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::backend::{
-    clock_drift, Cleanup, CleanupGuard, GuardParts, LeaseBackend, LeaseSignal, LeaseTerms,
-};
+use distlock_core::backend::{clock_drift, Cleanup, CleanupGuard, LeaseBackend};
 use distlock_core::{Error, LeaseOptions, Lock, LockGuard, Name, Result, Wait};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -21,7 +19,7 @@ use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::Shared;
 use crate::keys::Keys;
-use crate::lease::{new_token, pause_before_retry, retried};
+use crate::lease::{guard_parts, new_token, pause_before_retry, retried};
 use crate::scripts::{REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_RAISE, RELEASE};
 use crate::wake::subscriber::Subscription;
 
@@ -178,7 +176,8 @@ impl RedlockMutex {
         );
         cmd.arg(&lease.token)
             .arg(self.lease.ttl_millis())
-            .arg(&shared.owner);
+            .arg(&shared.owner)
+            .arg(shared.options.fence_ttl_ms(self.lease.ttl_millis()));
         let all: Vec<usize> = (0..shared.masters.len()).collect();
         let mut round = lease.round("acquire", &all, &REDLOCK_ACQUIRE, cmd, started);
         let n = all.len();
@@ -237,7 +236,9 @@ impl RedlockMutex {
                     .map(|(i, _)| *i)
                     .collect();
                 let mut cmd = evalsha(&REDLOCK_RAISE, &[&self.keys.lock, &self.keys.fence]);
-                cmd.arg(&lease.token).arg(token.to_string());
+                cmd.arg(&lease.token)
+                    .arg(token.to_string())
+                    .arg(shared.options.fence_ttl_ms(self.lease.ttl_millis()));
                 let mut round = lease.round(
                     "raise fencing token",
                     &behind,
@@ -432,16 +433,10 @@ impl Lock for RedlockMutex {
                     undo.disarm();
                     tracing::debug!(name = %self.name, token, "distlock redlock acquired");
                     lease.fence.store(token, Ordering::SeqCst);
-                    let parts = GuardParts {
-                        name: self.name.clone(),
-                        fencing_token: token,
-                        signal: LeaseSignal::new(),
-                        // The core's deadline is acquired_at + TTL − drift:
-                        // exactly the end of the Redlock validity.
-                        terms: LeaseTerms::Ttl(self.lease),
-                        acquired_at: started,
-                        lifecycle: Arc::clone(&shared.lifecycle),
-                    };
+                    // The core's deadline is acquired_at + TTL − drift:
+                    // exactly the end of the Redlock validity.
+                    let parts =
+                        guard_parts(&self.name, token, self.lease, started, &shared.lifecycle);
                     return LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Some);
                 }
                 Attempt::Missed(missed) => missed,
@@ -623,11 +618,15 @@ impl LeaseBackend for RedlockLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
         let started = Instant::now();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut cmd = evalsha(&REDLOCK_EXTEND, &[&self.keys.lock, &self.keys.holder]);
+        let mut cmd = evalsha(
+            &REDLOCK_EXTEND,
+            &[&self.keys.lock, &self.keys.holder, &self.keys.fence],
+        );
         cmd.arg(&self.token)
             .arg(ms)
             .arg(self.fence.load(Ordering::SeqCst))
-            .arg(self.rounds.fetch_add(1, Ordering::SeqCst) + 1);
+            .arg(self.rounds.fetch_add(1, Ordering::SeqCst) + 1)
+            .arg(self.shared.options.fence_ttl_ms(ms));
         let n = self.shared.masters.len();
         let quorum = self.shared.quorum;
         let mut round = self.round("renew", &self.all(), &REDLOCK_EXTEND, cmd, started);

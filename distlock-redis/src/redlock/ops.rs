@@ -203,7 +203,8 @@ pub(super) async fn force_release(
             &keys.owners,
         ],
     );
-    cmd.arg(&keys.channel);
+    cmd.arg(&keys.channel)
+        .arg(shared.options.fence_retention_ms());
     let results = on_all(shared, "force release", &FORCE_LOCK, &cmd).await;
     let (answers, _) = quorum_answered(shared, results)?;
     let (mut deleted, mut counters) = (0, Vec::new());

@@ -11,8 +11,8 @@
 -- counter's expiry cannot make a token go back: the next token is then the
 -- server's TIME, past every earlier token unless the clock was set back by
 -- more than the retention in between (the crate docs, Fencing tokens).
--- Without px (Redlock's force-release, whose counter takes no TTL) the
--- counter keeps the TTL it has. So tokens keep increasing when the counter is lost (restart
+-- Without px the counter keeps the TTL it has (every caller gives one;
+-- Redlock's force-release gives the retention alone). So tokens keep increasing when the counter is lost (restart
 -- without persistence, eviction, failover to a replica that missed the last
 -- write), as long as the server's clock does not step back; and a client
 -- that INCRs the same counter (a distlock of an earlier version during a
@@ -95,4 +95,14 @@ local function fence_next(counter, t, px)
     fence_set(counter, string.format('%.0f', token), px, false)
   end
   return token
+end
+-- fence_if_evicted(evicted, counter, t, px): a force-release's token, taken
+-- as an acquisition takes one (fence_next) so the next holder's token is
+-- above it, but only when `evicted` (there is a hold to evict): a name
+-- nobody holds is left as it is (no counter is created for it) and gives 0.
+-- Returns the token (0 when nothing is evicted), or nil and fence_next's
+-- refusal (-2, -3).
+local function fence_if_evicted(evicted, counter, t, px)
+  if not evicted then return 0 end
+  return fence_next(counter, t, px)
 end

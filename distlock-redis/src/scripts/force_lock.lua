@@ -31,12 +31,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local value = redis.call('GET', KEYS[1])
 local evictable = value and not (string.sub(value, 1, 9) == 'distlock:' and not KEYS[7])
-local token = 0
-if evictable then
-  local refused
-  token, refused = fence_next(KEYS[2], t, ARGV[2])
-  if not token then return {refused, 0} end
-end
+local token, refused = fence_if_evicted(evictable, KEYS[2], t, ARGV[2])
+if not token then return {refused, 0} end
 local evicted = 0
 if evictable then
   evicted = redis.call('DEL', KEYS[1])

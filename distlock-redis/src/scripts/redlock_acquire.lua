@@ -5,7 +5,10 @@
 --         ({lock key}:holder, as the single-master mutex's: a hash of
 --         lock = ARGV[1], fence = c, at = the server's TIME in ms, owner =
 --         ARGV[3], with the lock's TTL), for inspect
--- ARGV[1] owner token, ARGV[2] TTL in milliseconds, ARGV[3] owner identity
+-- ARGV[1] owner token, ARGV[2] TTL in milliseconds, ARGV[3] owner identity,
+-- ARGV[4] the fencing counter's TTL in milliseconds (the lease's TTL and the
+--         fence retention, RedisOptions::fence_retention; set on the counter
+--         whenever the lock is taken, so a name left unused leaves no key)
 -- Returns {1, c}  when the lock was taken: c = max(counter + 1, floor), where
 --                 floor = the server's TIME in whole seconds * 1000000; c is
 --                 stored in the counter (atomically with taking the lock),
@@ -39,6 +42,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('DEL', KEYS[1])
     return {-3, 0}
   end
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
   if KEYS[3] then
     local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     redis.call('DEL', KEYS[3])

@@ -19,12 +19,8 @@ local before = admissible(under)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local evicted = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
-local token = 0
-if evicted > 0 then
-  local refused
-  token, refused = fence_next(KEYS[5], t, ARGV[2])
-  if not token then return {refused, 0} end
-end
+local token, refused = fence_if_evicted(evicted > 0, KEYS[5], t, ARGV[2])
+if not token then return {refused, 0} end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
 purge_dead(now)
 if KEYS[8] then kind_keep(KEYS[8], 'distlock:semaphore', nil) end
