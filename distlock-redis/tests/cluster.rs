@@ -332,7 +332,7 @@ async fn the_subscriber_moves_to_another_seed_when_its_node_goes_silent() {
                 break n;
             }
         };
-        let probe = holding.mutex_with(&pname, lease).unwrap();
+        let probe = holding.with_lease(lease).unwrap().mutex(&pname).unwrap();
         for _ in 0..4 {
             let t = Instant::now();
             let r = probe.try_lock().await;
@@ -409,8 +409,8 @@ async fn the_subscriber_moves_to_another_seed_when_its_node_is_killed() {
         }
     };
     let lease = LeaseOptions::new(Duration::from_secs(30)).unwrap();
-    let lock = waiting.mutex_with(&name, lease).unwrap();
-    let holder = holding.mutex_with(&name, lease).unwrap();
+    let lock = waiting.with_lease(lease).unwrap().mutex(&name).unwrap();
+    let holder = holding.with_lease(lease).unwrap().mutex(&name).unwrap();
 
     let held = holder.lock().await.unwrap();
     let task = {

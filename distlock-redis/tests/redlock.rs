@@ -955,7 +955,7 @@ async fn the_fencing_counter_expires_on_every_master_and_tokens_still_increase()
     let client = connect(m, quick().fence_retention(Duration::from_millis(1000))).await;
     let name = unique_name("redlock_retention");
     let fence = client.fence_key(&name).unwrap();
-    let lock = client.mutex_with(&name, lease(500)).unwrap();
+    let lock = client.with_lease(lease(500)).unwrap().mutex(&name).unwrap();
     let mut earlier = Vec::new();
     // Held past several renewals (a third of the TTL each): the counter's
     // TTL is set again with each, so it outlives the lease.
