@@ -228,17 +228,15 @@ impl<'a> Choice<'a> {
     }
 }
 
-/// Acquires what `choice` names, showing the wait; `None` when not
-/// acquired (-n, -w), a signal while waiting is `Failure::signalled`.
-async fn acquire(
+/// The lock `choice` names, and its kind.
+fn open(
     provider: &dyn Provider,
     choice: &Choice<'_>,
-    signals: &mut Signals,
-) -> Result<Option<(distlock::LockGuard, PrimitiveKind)>, Failure> {
+) -> Result<(Arc<dyn Lock>, PrimitiveKind), Failure> {
     let name = choice.name;
     let lease = lease(provider, choice.ttl)?;
     let bad = |e: distlock::Error| Failure::from_error("", &e);
-    let (lock, kind): (Arc<dyn Lock>, PrimitiveKind) = if let Some(permits) = choice.semaphore {
+    Ok(if let Some(permits) = choice.semaphore {
         let semaphore = provider.semaphore_with(name, permits, lease).map_err(bad)?;
         (semaphore, PrimitiveKind::Semaphore)
     } else if choice.read || choice.write {
@@ -253,7 +251,18 @@ async fn acquire(
             provider.mutex_with(name, lease).map_err(bad)?,
             PrimitiveKind::Mutex,
         )
-    };
+    })
+}
+
+/// Acquires what `choice` names, showing the wait; `None` when not
+/// acquired (-n, -w), a signal while waiting is `Failure::signalled`.
+async fn acquire(
+    provider: &dyn Provider,
+    choice: &Choice<'_>,
+    signals: &mut Signals,
+) -> Result<Option<(distlock::LockGuard, PrimitiveKind)>, Failure> {
+    let name = choice.name;
+    let (lock, kind) = open(provider, choice)?;
     let wait = if choice.no_wait {
         Wait::No
     } else {
