@@ -349,7 +349,6 @@ pub struct MultiGuard {
 
 impl MultiGuard {
     /// The member guards, sorted by name.
-    #[must_use]
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }

@@ -2,6 +2,9 @@
 //! nothing, on the fixture's primitive (each member is `fx.lock(...)`), run
 //! by every instantiation of [`conformance_suite!`](crate::conformance_suite).
 
+// A failed check panics with the value that broke it.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
