@@ -102,6 +102,9 @@ pub struct ChildEnv<'a> {
     pub fencing_token: u64,
     /// `DISTLOCK_OWNER`.
     pub owner: &'a str,
+    /// `DISTLOCK_TOKENS`: `name=token` pairs joined by `,` (a lock's, not
+    /// a leadership's).
+    pub tokens: Option<String>,
 }
 
 /// A running child, leader of its own process group.
@@ -171,6 +174,9 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<R
         .env("DISTLOCK_FENCING_TOKEN", env.fencing_token.to_string())
         .env("DISTLOCK_OWNER", env.owner)
         .process_group(0);
+    if let Some(tokens) = &env.tokens {
+        cmd.env("DISTLOCK_TOKENS", tokens);
+    }
     // SAFETY: only async-signal-safe calls (prctl, getppid, signal,
     // tcsetpgrp) between fork and exec.
     let parent = std::process::id();
@@ -388,14 +394,16 @@ pub fn exit_code(status: ExitStatus) -> u8 {
 
 /// Runs `--on-lost CMD` through `sh -c`, waiting for it; failures are reported, not fatal.
 pub async fn run_on_lost(cmd: &str, env: &ChildEnv<'_>) {
-    let status = Command::new("sh")
-        .arg("-c")
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
         .arg(cmd)
         .env("DISTLOCK_NAME", env.name)
         .env("DISTLOCK_FENCING_TOKEN", env.fencing_token.to_string())
-        .env("DISTLOCK_OWNER", env.owner)
-        .status()
-        .await;
+        .env("DISTLOCK_OWNER", env.owner);
+    if let Some(tokens) = &env.tokens {
+        sh.env("DISTLOCK_TOKENS", tokens);
+    }
+    let status = sh.status().await;
     match status {
         Ok(s) if s.success() => {}
         Ok(s) => say!("--on-lost command failed: {s}"),

@@ -55,8 +55,15 @@ Examples:
   distlock exec -w 30 -E 3 db/migrate -- ./migrate.sh     # wait 30 s, exit 3 if still held
   distlock exec --semaphore 4 gpu -- ./train.sh           # at most 4 at once
   distlock exec --read catalog -- ./report.sh             # readers share, --write excludes
+  distlock exec accounts/9 accounts/7 -- ./transfer.sh    # both mutexes, all or nothing
 
-The child sees DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN and DISTLOCK_OWNER. It runs in its own
+The child sees DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN, DISTLOCK_TOKENS and DISTLOCK_OWNER.
+With several NAMEs (mutexes, or fair mutexes with --fair) all are taken or none, in the
+names' byte order whatever order they are given (so overlapping sets never deadlock); -n and
+-w apply to the whole set. DISTLOCK_TOKENS is every name with its fencing token,
+`name=token` joined by `,` in that order (one pair for one name); DISTLOCK_NAME and
+DISTLOCK_FENCING_TOKEN are the first NAME given and its token. The lease of any one name
+lost stops the child as below. It runs in its own
 process group; every catchable signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
 SIGALRM, SIGWINCH, SIGCONT) goes to the whole group. If the lease is
 lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.
@@ -188,6 +195,11 @@ pub struct ExecArgs {
     /// The lock and how to wait for it.
     #[command(flatten)]
     pub lock: LockChoice,
+
+    /// More names, taken with the first all or nothing (mutexes and fair
+    /// mutexes only).
+    #[arg(value_name = "NAME")]
+    pub more: Vec<String>,
 
     /// Lease, grace and lost-lease options.
     #[command(flatten)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{
-    Election, LeaderInfo, LeaseOptions, Lock, Name, PrimitiveKind, Provider, Scheme, Wait,
+    Election, LeaderInfo, LeaseOptions, Lock, LockSet, Name, PrimitiveKind, Provider, Scheme, Wait,
 };
 use futures::StreamExt as _;
 
@@ -142,9 +142,22 @@ fn install_signals() -> Result<Signals, Failure> {
 
 async fn exec(url: &str, args: &ExecArgs) -> Result<u8, Failure> {
     check(url, &args.lock.name, args.run.ttl)?;
+    for name in &args.more {
+        Name::new(name).map_err(|e| Failure::from_error("", &e))?;
+    }
+    if !args.more.is_empty() && (args.lock.semaphore.is_some() || args.lock.read || args.lock.write)
+    {
+        return Err(Failure::usage(
+            "several names take mutexes (or fair mutexes with --fair), not --semaphore, --read or --write",
+        ));
+    }
     let mut signals = install_signals()?;
     let provider = connect(url, Some(&mut signals)).await?;
-    let result = exec_on(&*provider, args, &mut signals).await;
+    let result = if args.more.is_empty() {
+        exec_on(&*provider, args, &mut signals).await
+    } else {
+        exec_set(&*provider, args, &mut signals).await
+    };
     close(&*provider).await;
     result
 }
@@ -164,6 +177,7 @@ async fn exec_on(
         name,
         fencing_token: guard.fencing_token(),
         owner: provider.owner(),
+        tokens: Some(format!("{name}={}", guard.fencing_token())),
     };
     let mut running = match child::spawn(&args.command, &env, args.run.grace) {
         Ok(running) => running,
@@ -200,7 +214,106 @@ async fn exec_on(
     }
 }
 
+/// `exec` of several names: a lock set, all or nothing.
+async fn exec_set(
+    provider: &dyn Provider,
+    args: &ExecArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let first = args.lock.name.as_str();
+    let choice = Choice::of(&args.lock, args.run.ttl);
+    let mut locks = Vec::with_capacity(args.more.len() + 1);
+    for name in std::iter::once(first).chain(args.more.iter().map(String::as_str)) {
+        locks.push(open(provider, &Choice { name, ..choice })?.0);
+    }
+    let set = LockSet::from_locks(locks).map_err(|e| Failure::from_error("", &e))?;
+    let wait = if choice.no_wait {
+        Wait::No
+    } else {
+        choice.wait.map_or(Wait::Forever, Wait::timeout)
+    };
+    let names = set.names().map(Name::as_str).collect::<Vec<_>>().join(", ");
+    let acquired = {
+        let acquire = set.acquire(wait);
+        tokio::pin!(acquire);
+        tokio::select! {
+            r = &mut acquire => r,
+            // Dropping the acquisition releases what it took (cancellation safe).
+            sig = signals.recv() => return Err(Failure::signalled(sig)),
+        }
+    };
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
+        Ok(None) => {
+            tracing::info!("not acquired: the set {names}");
+            return Ok(args.lock.conflict_exit_code);
+        }
+        Err(e) => return Err(Failure::from_error(&format!("acquiring {names}"), &e)),
+    };
+    let tokens = guard
+        .tokens()
+        .map(|(name, token)| format!("{name}={token}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    tracing::info!("acquired the set {tokens}");
+    let env = ChildEnv {
+        name: first,
+        fencing_token: guard.fencing_token(first).unwrap_or_default(),
+        owner: provider.owner(),
+        tokens: Some(tokens),
+    };
+    let mut running = match child::spawn(&args.command, &env, args.run.grace) {
+        Ok(running) => running,
+        Err(f) => {
+            let _ = guard.release().await;
+            return Err(f);
+        }
+    };
+    let lost = guard.lost();
+    // Which name was lost, for the message after the child stopped.
+    let lost_name = Arc::new(std::sync::Mutex::new(None));
+    let seen = Arc::clone(&lost_name);
+    let lost = async move {
+        let (name, reason) = lost.await;
+        if let Ok(mut slot) = seen.lock() {
+            *slot = Some(name);
+        }
+        reason
+    };
+    match running.supervise(lost, signals, args.run.grace).await {
+        Ok(Ended::Exited(status)) => {
+            for (name, result) in guard.release_each().await {
+                if let Err(e) = result {
+                    say!("releasing {name}: {}", chain(&e));
+                }
+            }
+            Ok(child::exit_code(status))
+        }
+        Ok(Ended::LeaseLost(reason)) => {
+            let which = lost_name
+                .lock()
+                .ok()
+                .and_then(|n| n.as_ref().map(ToString::to_string))
+                .unwrap_or_else(|| names.clone());
+            say!("lease on {which} lost ({reason}): the child was stopped");
+            drop(guard);
+            if let Some(cmd) = &args.run.on_lost {
+                child::run_on_lost(cmd, &env).await;
+            }
+            Ok(LEASE_LOST)
+        }
+        Err(e) => {
+            let _ = guard.release().await;
+            Err(Failure {
+                code: SOFTWARE,
+                message: format!("waiting for the child: {e}"),
+            })
+        }
+    }
+}
+
 /// What `exec` and `lock` acquire.
+#[derive(Clone, Copy)]
 struct Choice<'a> {
     name: &'a str,
     semaphore: Option<u32>,
@@ -228,18 +341,16 @@ impl<'a> Choice<'a> {
     }
 }
 
-/// Acquires what `choice` names, showing the wait; `None` when not
-/// acquired (-n, -w), a signal while waiting is `Failure::signalled`.
-async fn acquire(
+/// The lock `choice` names, and its kind.
+fn open(
     provider: &dyn Provider,
     choice: &Choice<'_>,
-    signals: &mut Signals,
-) -> Result<Option<(distlock::LockGuard, PrimitiveKind)>, Failure> {
+) -> Result<(Arc<dyn Lock>, PrimitiveKind), Failure> {
     let name = choice.name;
     let lease = lease(provider, choice.ttl)?;
     let bad = |e: distlock::Error| Failure::from_error("", &e);
     let view = provider.with_lease(lease).map_err(bad)?;
-    let (lock, kind): (Arc<dyn Lock>, PrimitiveKind) = if let Some(permits) = choice.semaphore {
+    Ok(if let Some(permits) = choice.semaphore {
         let semaphore = view.semaphore(name, permits).map_err(bad)?;
         (semaphore, PrimitiveKind::Semaphore)
     } else if choice.read || choice.write {
@@ -251,7 +362,18 @@ async fn acquire(
         (fair, PrimitiveKind::FairMutex)
     } else {
         (view.mutex(name).map_err(bad)?, PrimitiveKind::Mutex)
-    };
+    })
+}
+
+/// Acquires what `choice` names, showing the wait; `None` when not
+/// acquired (-n, -w), a signal while waiting is `Failure::signalled`.
+async fn acquire(
+    provider: &dyn Provider,
+    choice: &Choice<'_>,
+    signals: &mut Signals,
+) -> Result<Option<(distlock::LockGuard, PrimitiveKind)>, Failure> {
+    let name = choice.name;
+    let (lock, kind) = open(provider, choice)?;
     let wait = if choice.no_wait {
         Wait::No
     } else {
@@ -469,6 +591,7 @@ async fn lead(
             name,
             fencing_token: leadership.term(),
             owner: candidate,
+            tokens: None,
         };
         let mut running = match child::spawn(&args.command, &env, args.run.grace) {
             Ok(running) => running,

@@ -946,6 +946,146 @@ fn elect_after_losing(url: &str) {
     assert_eq!(wait_exit(&mut leader, Duration::from_secs(10)), 75);
 }
 
+// Several names: the child sees every token (DISTLOCK_TOKENS, in the order
+// taken), a set with one busy name runs nothing and leaves the others free,
+// overlapping sets given in opposite orders by separate processes finish
+// with no lost update, and one lost member stops the child (exit 75).
+fn several_names(url: &str) {
+    let prefix = test_support::unique_name("set");
+    let [a, b, c] = ["a", "b", "c"].map(|n| format!("{prefix}/{n}"));
+    let out = run(
+        url,
+        &[
+            "exec",
+            &b,
+            &a,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DISTLOCK_NAME|$DISTLOCK_FENCING_TOKEN|$DISTLOCK_TOKENS\"",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let parts: Vec<&str> = line.split('|').collect();
+    assert_eq!(parts[0], b, "{line}");
+    let pairs: Vec<(&str, &str)> = parts[2]
+        .split(',')
+        .map(|p| p.split_once('=').unwrap())
+        .collect();
+    assert_eq!(
+        pairs.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [a.as_str(), b.as_str()],
+        "{line}"
+    );
+    assert_eq!(pairs[1].1, parts[1], "{line}");
+    assert!(pairs[0].1.parse::<u64>().is_ok(), "{line}");
+    // One name: one pair.
+    let out = run(
+        url,
+        &[
+            "exec",
+            &c,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DISTLOCK_FENCING_TOKEN|$DISTLOCK_TOKENS\"",
+        ],
+    );
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let (token, tokens) = line.split_once('|').unwrap();
+    assert_eq!(tokens, format!("{c}={token}"));
+
+    // All or nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(url, &b, &[], "touch ready; exec sleep 300", dir.path());
+    let out = run(url, &["exec", "-n", &c, &b, &a, "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    let started = Instant::now();
+    let out = run(
+        url,
+        &[
+            "exec", "-w", "0.5", "-E", "3", &c, &b, &a, "--", "touch", "ran",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_line(&out));
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(!dir.path().join("ran").exists());
+    let out = run(url, &["exec", "-n", &a, &c, "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a and c were left held: {}",
+        stderr_line(&out)
+    );
+    signal(&holder, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 128 + 15);
+
+    // Bad sets are usage errors.
+    for bad in [
+        &["exec", &a, &a, "--", "true"][..],
+        &["exec", "--semaphore", "2", &a, &b, "--", "true"][..],
+        &["exec", "--read", &a, &b, "--", "true"][..],
+        &["exec", &a, "bad//name", "--", "true"][..],
+    ] {
+        let out = run(url, bad);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{bad:?}: {}",
+            stderr_line(&out)
+        );
+    }
+
+    // Overlapping sets in opposite orders, as separate processes.
+    let file = dir.path().join("n");
+    std::fs::write(&file, "0").unwrap();
+    let script = format!(
+        "n=$(cat {f}); sleep 0.01; echo $((n + 1)) > {f}",
+        f = file.display()
+    );
+    let orders = [
+        vec![a.clone(), b.clone()],
+        vec![b.clone(), a.clone()],
+        vec![c.clone(), b.clone(), a.clone()],
+        vec![a.clone(), c.clone()],
+    ];
+    let workers: Vec<_> = orders
+        .into_iter()
+        .map(|names| {
+            let (url, script) = (url.to_owned(), script.clone());
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    let mut args: Vec<&str> = vec!["exec", "--fair"];
+                    args.extend(names.iter().map(String::as_str));
+                    args.extend(["--", "sh", "-c", &script]);
+                    let out = run(&url, &args);
+                    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let n: u32 = std::fs::read_to_string(&file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Every set holds a: no update lost, and none deadlocked.
+    assert_eq!(n, 12);
+
+    // One member force-released: the child is stopped, exit 75.
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = fast_lease(url);
+    extra.push(&c);
+    let mut holder = hold(url, &a, &extra, "touch ready; exec sleep 300", dir.path());
+    let out = run(url, &["unlock", "--force", "--yes", &c]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
+}
+
 macro_rules! on_both {
     ($($test:ident),* $(,)?) => {
         mod redis {
@@ -978,6 +1118,7 @@ on_both!(
     hold_mode_from_a_shell_script,
     json_output_is_one_object_a_line,
     connect_timeout_names_backend_and_address,
+    several_names,
 );
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,

@@ -31,7 +31,8 @@
 //! read-write locks ([`ReadWriteLock`], whose two sides are [`Lock`]s),
 //! counting semaphores ([`Semaphore`], a [`Lock`] of N holders), leader
 //! elections ([`Election`]) and id generators ([`IdGenerator`]). Every
-//! backend offers every primitive.
+//! backend offers every primitive. A [`LockSet`] takes several names at
+//! once, all or nothing, on any backend ([`multi`]).
 //!
 //! # Semantics shared by every backend
 //!
@@ -165,6 +166,7 @@
 //   watchdog, then guard
 //   the primitives: lock, election, rwlock, semaphore, ids
 //   backend (the kit a backend crate builds with), provider
+//   multi (sets of names, over the provider's mutexes)
 //   mem (the in-process backend)
 pub mod backend;
 pub mod election;
@@ -177,6 +179,7 @@ pub mod lease;
 pub mod lock;
 pub mod mem;
 pub mod metrics;
+pub mod multi;
 pub mod name;
 pub mod provider;
 pub mod rwlock;
@@ -191,6 +194,7 @@ pub use ids::IdGenerator;
 pub use inspect::{HoldRole, Holder, LeaseLeft, PrimitiveKind, Snapshot, Waiters};
 pub use lease::{LeaseOptions, Renewal};
 pub use lock::{Lock, LockFuture, Wait};
+pub use multi::{LockSet, MultiGuard, MultiWatch};
 pub use name::Name;
 pub use provider::{ForceReleased, Provider};
 pub use rwlock::ReadWriteLock;

@@ -126,11 +126,12 @@ use std::sync::Arc;
 // An explicit list: what users call. What backends implement
 // (`distlock_core::backend`) is not re-exported.
 pub use distlock_core::{
-    election, error, guard, ids, inspect, lease, lock, mem, metrics, name, provider, rwlock,
+    election, error, guard, ids, inspect, lease, lock, mem, metrics, multi, name, provider, rwlock,
     semaphore, BoxError, Election, Error, Fence, FenceToken, ForceReleased, Highest, HoldRole,
     Holder, IdGenerator, LeaderInfo, LeaderStream, Leadership, LeaseLeft, LeaseOptions,
-    LeaseStatus, LeaseWatch, Lock, LockGuard, LostReason, MemFence, Name, PrimitiveKind, Provider,
-    ReadWriteLock, Renewal, Result, Semaphore, Snapshot, Wait, Waiters,
+    LeaseStatus, LeaseWatch, Lock, LockGuard, LockSet, LostReason, MemFence, MultiGuard,
+    MultiWatch, Name, PrimitiveKind, Provider, ReadWriteLock, Renewal, Result, Semaphore, Snapshot,
+    Wait, Waiters,
 };
 
 /// Fencing at the resource: the rule, the in-process fence, and the

@@ -693,6 +693,9 @@ pub async fn ids_unique_and_increasing(clients: [Arc<dyn Provider>; 2]) -> Vec<(
 /// test_support::conformance_suite!(kinds MemFixture::mutex());    // one name is one lock
 /// ```
 ///
+/// The plain and `session` arms also run the lock-set checks
+/// of [`multi`](crate::multi), each member made by the fixture's `lock`.
+///
 /// The `rw`, `semaphore`, `fair` and `election` arms run the sections of
 /// [`primitives`](crate::primitives) on the fixture's clients (its `lock`
 /// is not used there), and so does the `kinds` arm, the cross-kind checks
@@ -747,6 +750,9 @@ macro_rules! conformance_suite {
             mutual_exclusion, try_lock_semantics, lock_timeout_semantics,
             fencing_monotonic, drop_releases, cancellation_leaves_nothing,
             close_releases_and_refuses, bad_input, lease_view);
+        $crate::conformance_suite!(@in multi $fixture;
+            multi_all_or_nothing, multi_bad_sets, multi_lost_when_one_is_force_released,
+            multi_cancellation_holds_nothing, multi_contention);
     };
     ($fixture:expr) => {
         $crate::conformance_suite!(@tests $fixture;
@@ -754,6 +760,9 @@ macro_rules! conformance_suite {
             fencing_monotonic, lease_expiry, watchdog_keeps_lease, manual_extend,
             drop_releases, cancellation_leaves_nothing, close_releases_and_refuses,
             bad_input, lease_view);
+        $crate::conformance_suite!(@in multi $fixture;
+            multi_all_or_nothing, multi_bad_sets, multi_lost_when_one_is_force_released,
+            multi_cancellation_holds_nothing, multi_contention);
     };
     (@tests $fixture:expr; $($check:ident),+) => {
         $crate::conformance_suite!(@in conformance $fixture; $($check),+);

@@ -16,6 +16,7 @@ pub mod fence_conformance;
 pub mod kinds;
 pub mod masters;
 pub mod metrics;
+pub mod multi;
 pub mod operations;
 pub mod postgres;
 pub mod primitives;
