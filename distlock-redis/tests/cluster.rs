@@ -338,7 +338,7 @@ async fn the_subscriber_moves_to_another_seed_when_its_node_goes_silent() {
             let r = probe.try_lock().await;
             eprintln!(
                 "PROBE try_lock {:?} in {:?}",
-                r.as_ref().map(|g| g.is_some()),
+                r.as_ref().map(Option::is_some),
                 t.elapsed()
             );
             if let Ok(Some(g)) = r {
