@@ -425,19 +425,9 @@ impl SentinelGroup {
                 }
             }
             if Instant::now() >= until {
-                let logs: Vec<String> = self
-                    .sentinels
-                    .iter()
-                    .map(|s| {
-                        let log = s.log();
-                        let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                        let tail: Vec<&str> = tail.into_iter().rev().collect();
-                        format!("--- Sentinel {}:\n{}", s.port, tail.join("\n"))
-                    })
-                    .collect();
                 panic!(
                     "no failover away from port {old_master_port} within {deadline:?}; Sentinels name {named:?}\n{}",
-                    logs.join("\n")
+                    self.sentinel_logs()
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -454,11 +444,28 @@ impl SentinelGroup {
         while self.role(i) != role {
             assert!(
                 Instant::now() < until,
-                "server {i} is {:?}, not {role}, after {deadline:?}",
-                self.role(i)
+                "server {i} is {:?}, not {role}, after {deadline:?}\n{}",
+                self.role(i),
+                self.sentinel_logs()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The last 40 lines of every Sentinel's log, for a failure message:
+    /// what the Sentinels did (a vote, a TILT, a conversion) is the only
+    /// account of why a failover or a demotion did not come.
+    fn sentinel_logs(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(|s| {
+                let log = s.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- Sentinel {}:\n{}", s.port, tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Waits until every running replica of the current master has
