@@ -569,6 +569,16 @@ fn arbitrary_names_ttls_and_timeouts_give_typed_errors_and_store_nothing() {
     });
 }
 
+/// `INFO stats` `expired_keys`: keys the server expired so far.
+fn expired_keys(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("expired_keys:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// `INFO commandstats` calls of `command` (lower case) so far.
 fn calls(redis: &RedisServer, command: &str) -> u64 {
     let stats = redis.cli(&["INFO", "commandstats"]);
@@ -607,6 +617,7 @@ async fn providers_take_turns_with_one_attempt_per_handoff_and_no_subscribe_per_
     }
     let (evalsha, subscribes) = (calls(&redis, "evalsha"), calls(&redis, "subscribe"));
     let unsubscribes = calls(&redis, "unsubscribe");
+    let expired = expired_keys(&redis);
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for (i, p) in providers.iter().enumerate() {
@@ -631,15 +642,36 @@ async fn providers_take_turns_with_one_attempt_per_handoff_and_no_subscribe_per_
     let evalsha = per(calls(&redis, "evalsha") - evalsha);
     let mut order = order.lock().unwrap().clone();
     order.sort_unstable();
+    // Only while every provider still has rounds to go: at the end the
+    // last one left takes the lock again and again with nobody waiting.
+    let mut done = [0u32; 4];
+    let together = order
+        .iter()
+        .position(|&(_, i)| {
+            done[i] += 1;
+            done[i] == rounds
+        })
+        .unwrap_or(order.len());
+    let order = &order[..together];
     let switches = order.windows(2).filter(|w| w[0].1 != w[1].1).count();
-    let share = switches as f64 / (order.len() - 1) as f64;
-    println!("EVALSHA per acquisition {evalsha:.2}, handoff share {share:.2}");
+    let repeats = order.len().saturating_sub(1) - switches;
+    let share = switches as f64 / order.len().saturating_sub(1).max(1) as f64;
+    // A repeat while others wait is a hand-over nobody claimed within the
+    // reservation (50 ms, a woken task not scheduled in time on a loaded
+    // machine): the reservation key then expires. The lock keys themselves
+    // (30 s leases, released) never expire here, so the server's count of
+    // expired keys bounds the repeats this protocol may make.
+    let reservations_expired = expired_keys(&redis) - expired;
+    println!(
+        "EVALSHA per acquisition {evalsha:.2}, handoff share {share:.2} over {} acquisitions, {repeats} repeats, {reservations_expired} reservations expired",
+        order.len()
+    );
     // An acquisition, a release and at most one refused attempt (the
     // releaser asking again at once) per turn, give or take a few.
     assert!(evalsha <= 3.2, "{evalsha:.2} EVALSHA per acquisition");
     assert!(
-        share >= 0.9,
-        "handoff share {share:.2}: providers do not take turns"
+        repeats as u64 <= reservations_expired,
+        "{repeats} repeats with others waiting, only {reservations_expired} reservations expired (handoff share {share:.2}): providers do not take turns"
     );
     assert_eq!(calls(&redis, "subscribe"), subscribes, "SUBSCRIBE per wait");
     assert_eq!(
