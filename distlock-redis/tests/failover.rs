@@ -276,7 +276,7 @@ async fn plain_failover_gives_two_holders_and_the_fence_refuses_the_first() {
 /// How long the refused acquisition's `WAIT` waits for the held-back
 /// replica. The replica stays stopped (SIGSTOP) until that `WAIT` has
 /// answered and the master is killed, and all of it must end well within
-/// the Sentinels' `down-after-milliseconds` (1 s), or Sentinel marks the
+/// the Sentinels' `down-after-milliseconds` (3 s), or Sentinel marks the
 /// replica down and may not promote it (test-support's sentinel module,
 /// step 5). A 1 s `WAIT` kept it stopped at least 1 s: one full run then
 /// saw no failover within 30 s.

@@ -15,7 +15,7 @@ use test_support::conformance::Fixture;
 use test_support::primitives::Kind;
 use test_support::{unique_name, SentinelGroup};
 
-/// How long a failover may take here: down-after (1 s), the vote, the
+/// How long a failover may take here: down-after (3 s), the vote, the
 /// promotion, with generous slack for a loaded 2-core machine.
 const FAILOVER: Duration = Duration::from_secs(30);
 /// How long Sentinel may take to turn a restarted old master into a
