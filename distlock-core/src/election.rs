@@ -154,6 +154,26 @@ impl Leadership {
         self.guard.lost()
     }
 
+    /// Resolves when someone asks this leader to step down
+    /// ([`Provider::request_release`](crate::Provider::request_release)
+    /// with [`PrimitiveKind::Election`](crate::PrimitiveKind::Election),
+    /// `distlock unlock --kind election`): hand over at a safe point with
+    /// [`Leadership::resign`]. Leadership stays held until then (see
+    /// [`LockGuard::release_requested`]).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only observes.
+    pub fn release_requested(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.release_requested()
+    }
+
+    /// Whether someone asked this leader to step down.
+    #[must_use]
+    pub fn is_release_requested(&self) -> bool {
+        self.guard.is_release_requested()
+    }
+
     /// An owned view of the lease status.
     #[must_use]
     pub fn watch(&self) -> LeaseWatch {

@@ -59,6 +59,26 @@ impl LeaseWatch {
     pub async fn changed(&mut self) -> bool {
         self.signal.next_change(&mut self.rx).await
     }
+
+    /// Whether someone asked the holder to release
+    /// ([`Provider::request_release`](crate::Provider::request_release)).
+    /// The lease is still held (or not) as [`LeaseWatch::status`] says: a
+    /// request ends nothing by itself.
+    #[must_use]
+    pub fn is_release_requested(&self) -> bool {
+        self.signal.is_release_requested()
+    }
+
+    /// Resolves `true` when someone asks the holder to release (at once if
+    /// asked already), or `false` when the lease ends (lost or released)
+    /// without a request.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe.
+    pub async fn release_requested(&mut self) -> bool {
+        self.signal.requested(&mut self.rx).await
+    }
 }
 
 /// What the guard holds while its lease is active.
@@ -181,6 +201,7 @@ impl LockGuard {
             }
         }
         let metrics = crate::metrics::Cell::new();
+        parts.signal.attach_metrics(metrics.clone());
         let watchdog = Watchdog::spawn(
             &handle,
             parts.name.clone(),
@@ -277,6 +298,65 @@ impl LockGuard {
                 None => std::future::pending().await,
             }
         }
+    }
+
+    /// Resolves when someone asks this holder to let go
+    /// ([`Provider::request_release`](crate::Provider::request_release), a
+    /// Curator `Revoker`, `distlock unlock`): finish or abandon the work
+    /// where it is safe, then [`LockGuard::release`]. The request ends
+    /// nothing by itself: the lease stays held and renewed until released,
+    /// lost, or forced by an operator. It never resolves otherwise (nor
+    /// once the lease ended without a request), so `select!` it beside
+    /// [`LockGuard::lost`].
+    ///
+    /// When it is heard: ZooKeeper's holder hears it through a watch on
+    /// its node at once (and at the next session check, every `timeout /
+    /// 4`, if a watch event was missed); Redis's at its next renewal (every
+    /// `ttl / 3` by default) or sooner by a message on its subscriber; the
+    /// in-process backend at once.
+    ///
+    /// ```
+    /// # mod distlock {
+    /// #     pub use distlock_core::*;
+    /// #     pub async fn connect(_url: &str) -> Result<std::sync::Arc<dyn Provider>> {
+    /// #         Ok(std::sync::Arc::new(mem::MemProvider::new()))
+    /// #     }
+    /// # }
+    /// use distlock::PrimitiveKind;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+    /// let locks = distlock::connect("mem://").await?;
+    /// let guard = locks.mutex("reports/daily")?.lock().await?;
+    /// // Elsewhere, an operator (or `distlock unlock reports/daily`):
+    /// let asked = locks.request_release("reports/daily", PrimitiveKind::Mutex).await?;
+    /// assert_eq!(asked.len(), 1);
+    /// tokio::select! {
+    ///     () = guard.release_requested() => {
+    ///         // Stop at a safe point, then let go.
+    ///         guard.release().await?;
+    ///     }
+    ///     reason = guard.lost() => eprintln!("lost: {reason}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only observes.
+    pub fn release_requested(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut watch = self.watch();
+        async move {
+            if !watch.release_requested().await {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Whether someone asked this holder to release (see
+    /// [`LockGuard::release_requested`]).
+    #[must_use]
+    pub fn is_release_requested(&self) -> bool {
+        self.signal.is_release_requested()
     }
 
     /// An owned view of the lease status, for another task.
@@ -378,6 +458,7 @@ impl LockGuard {
         let held = self.held.take()?;
         held.watchdog.stop();
         self.metrics.suspended(false);
+        self.metrics.release_requested(false);
         if let Some(labels) = self.metrics.get() {
             let lost = match self.signal.peek() {
                 LeaseStatus::Lost(reason) => Some(reason),

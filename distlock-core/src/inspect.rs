@@ -147,6 +147,10 @@ pub struct Holder {
     pub acquired_at: Option<SystemTime>,
     /// How long the hold lasts.
     pub lease: LeaseLeft,
+    /// Whether someone asked it to release
+    /// ([`Provider::request_release`](crate::Provider::request_release), or
+    /// a Curator `Revoker` on ZooKeeper) and it still holds.
+    pub release_requested: bool,
 }
 
 /// Who waits for a name.

@@ -11,6 +11,8 @@
 //! | `distlock_waiters` | gauge | acquire calls of this process waiting now |
 //! | `distlock_holds` | gauge | guards of this process holding now |
 //! | `distlock_suspended` | gauge | guards of this process whose renewals are failing now (`LeaseStatus::Suspended`), until a renewal succeeds or the guard ends |
+//! | `distlock_release_requested` | gauge | guards of this process whose holder was asked to release ([`Provider::request_release`](crate::Provider::request_release)) and still holds, until the guard ends |
+//! | `distlock_release_requests_total` | counter | requests to release heard by guards of this process (once per guard) |
 //! | `distlock_hold_seconds` | histogram | from acquisition to the guard's end (release, drop or loss) |
 //! | `distlock_handoff_seconds` | histogram | for an acquisition that a wake-up ended (a release message on Redis, a watch event on ZooKeeper, a release in the process on `mem`): from that wake-up to the acquisition |
 //! | `distlock_renewals_total` | counter | confirmed renewals (watchdog and `extend()`) |
@@ -106,6 +108,17 @@ mod imp {
 
     pub(crate) fn suspended(l: &Labels, delta: f64) {
         metrics::gauge!("distlock_suspended", labels(l, None)).increment(delta);
+    }
+
+    pub(crate) fn release_requested(l: &Labels, on: bool) {
+        metrics::gauge!("distlock_release_requested", labels(l, None)).increment(if on {
+            1.0
+        } else {
+            -1.0
+        });
+        if on {
+            metrics::counter!("distlock_release_requests_total", labels(l, None)).increment(1);
+        }
     }
 
     pub(crate) fn handoff(l: &Labels, took: Duration) {
@@ -266,6 +279,9 @@ pub(crate) struct CellInner {
     labels: std::sync::OnceLock<Labels>,
     /// Counted in `distlock_suspended` now.
     suspended: AtomicBool,
+    /// Asked to release: counted in `distlock_release_requested` now
+    /// (`Some(true)`), or once asked and no longer (`Some(false)`).
+    asked: std::sync::Mutex<Option<bool>>,
 }
 
 /// A guard's metric labels: nothing without the feature.
@@ -298,7 +314,20 @@ impl Cell {
     /// Sets the labels; `false` if they were set already.
     #[cfg(feature = "metrics")]
     pub(crate) fn set(&self, labels: Labels) -> bool {
-        self.0.labels.set(labels).is_ok()
+        // Under the request's lock: a request heard meanwhile is counted
+        // once, here or by `release_requested`.
+        let asked = self
+            .0
+            .asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let set = self.0.labels.set(labels).is_ok();
+        if set && *asked == Some(true) {
+            if let Some(labels) = self.get() {
+                imp::release_requested(labels, true);
+            }
+        }
+        set
     }
 
     /// Counts the hold in the `distlock_suspended` gauge while `on`
@@ -316,6 +345,39 @@ impl Cell {
     #[cfg(not(feature = "metrics"))]
     #[allow(clippy::unused_self)]
     pub(crate) fn suspended(&self, _: bool) {}
+
+    /// Counts the hold in the `distlock_release_requested` gauge from the
+    /// request (`true`) until the guard ends (`false`), and the request
+    /// once in `distlock_release_requests_total`; a request heard before
+    /// the labels are set is counted when they are.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn release_requested(&self, on: bool) {
+        let mut asked = self
+            .0
+            .asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (*asked, on) {
+            (None, true) => {
+                *asked = Some(true);
+                if let Some(labels) = self.get() {
+                    imp::release_requested(labels, true);
+                }
+            }
+            (Some(true), false) => {
+                *asked = Some(false);
+                if let Some(labels) = self.get() {
+                    imp::release_requested(labels, false);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Does nothing without the feature.
+    #[cfg(not(feature = "metrics"))]
+    #[allow(clippy::unused_self)]
+    pub(crate) fn release_requested(&self, _: bool) {}
 
     /// Does nothing without the feature.
     #[cfg(not(feature = "metrics"))]

@@ -405,6 +405,42 @@ impl MultiGuard {
         async move { futures::future::select_all(members).await.0 }
     }
 
+    /// Resolves with the name of the first member whose holder is asked to
+    /// release ([`LockGuard::release_requested`]): the set is held as one,
+    /// so a request for any member is a request to let go of the set. It
+    /// never resolves otherwise; `select!` it beside [`MultiGuard::lost`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only observes.
+    pub fn release_requested(&self) -> impl Future<Output = Name> + Send + 'static {
+        let members: Vec<_> = self
+            .guards
+            .iter()
+            .map(|g| {
+                let (name, asked) = (g.name().clone(), g.release_requested());
+                Box::pin(async move {
+                    asked.await;
+                    name
+                })
+            })
+            .collect();
+        async move {
+            if members.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            futures::future::select_all(members).await.0
+        }
+    }
+
+    /// The members whose holders were asked to release, sorted by name.
+    pub fn release_requests(&self) -> impl Iterator<Item = &Name> {
+        self.guards
+            .iter()
+            .filter(|g| g.is_release_requested())
+            .map(LockGuard::name)
+    }
+
     /// An owned view of every member's lease status, for another task.
     #[must_use]
     pub fn watch(&self) -> MultiWatch {

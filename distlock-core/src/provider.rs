@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::ids::IdGenerator;
-use crate::inspect::{PrimitiveKind, Snapshot};
+use crate::inspect::{Holder, PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
 use crate::lock::Lock;
 use crate::rwlock::ReadWriteLock;
@@ -198,6 +198,40 @@ pub trait Provider: Send + Sync + Debug {
         Err(Error::Unsupported {
             backend: self.backend(),
             what: "inspect",
+        })
+    }
+
+    /// Asks every current holder of `name` as the primitive `kind` to let
+    /// go: marks each hold as asked, which its guard hears
+    /// ([`LockGuard::release_requested`](crate::LockGuard::release_requested),
+    /// [`Leadership::release_requested`](crate::Leadership::release_requested)),
+    /// and returns the holders asked, as [`Provider::inspect`] shows them
+    /// (none when nobody holds it). Cooperative: the request ends no lease,
+    /// the holder releases when its work allows; an operator who cannot
+    /// wait uses [`Provider::force_release`] after a grace period (what
+    /// `distlock unlock` does).
+    ///
+    /// How the request is stored: on ZooKeeper as data written on the
+    /// holder's node, as Curator's `Revoker` does (a revocable Curator
+    /// holder hears it too, and a distlock holder hears Curator's
+    /// `Revoker`); on Redis as a mark beside the hold, read by the
+    /// holder's renewals, with a message on the name's channel; in process
+    /// at once. A request stays until the hold ends, and asking again is
+    /// harmless.
+    ///
+    /// # Errors
+    ///
+    /// As [`Provider::inspect`]; [`Error::Unsupported`] where the backend
+    /// has no way to tell its holders (Redlock).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Each hold is asked or not; a cancelled call may have asked some.
+    async fn request_release(&self, name: &str, kind: PrimitiveKind) -> Result<Vec<Holder>> {
+        let _ = (name, kind);
+        Err(Error::Unsupported {
+            backend: self.backend(),
+            what: "request_release",
         })
     }
 

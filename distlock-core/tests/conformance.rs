@@ -78,6 +78,10 @@ mod operations {
     test_support::conformance_suite!(max_hold super::Mem::new(test_support::primitives::Kind::Mutex));
 }
 
+mod revocation {
+    test_support::conformance_suite!(revocation super::Mem::new(test_support::primitives::Kind::Mutex));
+}
+
 mod max_hold_fair {
     test_support::conformance_suite!(max_hold super::Mem::new(test_support::primitives::Kind::FairMutex));
 }

@@ -94,3 +94,38 @@ async fn acquisitions_holds_renewals_and_losses_are_recorded() {
     let lease = LeaseOptions::new(Duration::from_secs(30)).unwrap();
     test_support::metrics::acquisitions_are_recorded(&c, &d, "mem", lease).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_requests_are_counted_while_they_are_pending() {
+    recorder();
+    let a = MemProvider::new();
+    let operator = a.new_client();
+    // The fair mutex: labels of its own in this binary's one recorder.
+    let fair = [("backend", "mem"), ("primitive", "fair")];
+    let guard = a.fair_mutex("m/asked").unwrap().lock().await.unwrap();
+    assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
+    for _ in 0..2 {
+        let asked = operator
+            .request_release("m/asked", distlock_core::PrimitiveKind::FairMutex)
+            .await
+            .unwrap();
+        assert_eq!(asked.len(), 1);
+    }
+    guard.release_requested().await;
+    // Asked twice, one pending request of one guard.
+    assert_eq!(gauge("distlock_release_requested", &fair), 1.0);
+    assert_eq!(counter("distlock_release_requests_total", &fair), 1);
+    guard.release().await.unwrap();
+    assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
+    assert_eq!(counter("distlock_release_requests_total", &fair), 1);
+    // A guard dropped while asked leaves the gauge too.
+    let guard = a.fair_mutex("m/asked").unwrap().lock().await.unwrap();
+    operator
+        .request_release("m/asked", distlock_core::PrimitiveKind::FairMutex)
+        .await
+        .unwrap();
+    assert_eq!(gauge("distlock_release_requested", &fair), 1.0);
+    drop(guard);
+    assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
+    assert_eq!(counter("distlock_release_requests_total", &fair), 2);
+}

@@ -246,6 +246,7 @@ fn holder(value: &Value) -> Result<Holder> {
             fencing_token: None,
             acquired_at: None,
             lease,
+            release_requested: false,
         });
     }
     let owner = text(owner)?;
@@ -257,6 +258,7 @@ fn holder(value: &Value) -> Result<Holder> {
         fencing_token: text(fence)?.parse::<u64>().ok(),
         acquired_at: at.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
         lease,
+        release_requested: false,
     })
 }
 

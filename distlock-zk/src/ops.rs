@@ -87,6 +87,7 @@ fn holder(role: HoldRole, node: &Node, owner: Option<String>, foreign: Option<St
                 0 => LeaseLeft::NoExpiry,
                 session_id => LeaseLeft::Session { session_id },
             },
+            release_requested: false,
         },
     }
 }

@@ -739,6 +739,12 @@ macro_rules! conformance_suite {
             inspect_mutexes, inspect_rw_lock, inspect_semaphore, inspect_election,
             force_release_evicts);
     };
+    (revocation $fixture:expr) => {
+        $crate::conformance_suite!(@in revocation $fixture;
+            request_release_asks_the_holder, request_release_asks_every_holder,
+            request_release_asks_the_leader, request_release_reaches_a_set,
+            request_release_bad_input);
+    };
     (kinds $fixture:expr) => {
         $crate::conformance_suite!(@in kinds $fixture; cross_kind_pairs, cross_kind_race);
     };

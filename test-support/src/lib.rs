@@ -25,6 +25,7 @@ pub mod proxy;
 pub mod redis;
 pub mod replicas;
 pub mod resources;
+pub mod revocation;
 pub mod safety;
 pub mod sentinel;
 mod server;

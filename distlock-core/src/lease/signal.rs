@@ -1,7 +1,7 @@
 //! The status cell of one lease, with the local deadline it carries: the
 //! guard, its watchdog and the backend's watchers all read and write it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
@@ -16,6 +16,9 @@ pub(crate) struct State {
     deadline: Option<Instant>,
     /// The end of the longest hold allowed (`LeaseOptions::max_hold`).
     hold_end: Option<Instant>,
+    /// Someone asked the holder to let go (`Provider::request_release`).
+    /// Never cleared while the lease lasts; it ends no lease by itself.
+    release_requested: bool,
 }
 
 /// The shared status cell of one lease.
@@ -27,6 +30,9 @@ pub(crate) struct State {
 #[derive(Clone, Debug)]
 pub struct LeaseSignal {
     tx: Arc<watch::Sender<State>>,
+    /// The guard's metric cell, once a guard owns this lease: a request to
+    /// release is counted there.
+    metrics: Arc<OnceLock<crate::metrics::Cell>>,
 }
 
 impl Default for LeaseSignal {
@@ -44,8 +50,57 @@ impl LeaseSignal {
                 status: LeaseStatus::Held,
                 deadline: None,
                 hold_end: None,
+                release_requested: false,
             })),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Marks that someone asked the holder to release (a backend calls it
+    /// when it hears [`Provider::request_release`](crate::Provider::request_release)'s
+    /// mark on the hold). Wakes `release_requested()` and `changed()`
+    /// waiters; the lease stays held. Returns whether this call made the
+    /// change (`false` for a lease that ended or was asked already).
+    pub fn request_release(&self) -> bool {
+        let changed = self.tx.send_if_modified(|s| {
+            if !s.status.is_active() || s.release_requested {
+                return false;
+            }
+            s.release_requested = true;
+            true
+        });
+        if changed {
+            if let Some(cell) = self.metrics.get() {
+                cell.release_requested(true);
+            }
+            tracing::info!("distlock holder asked to release");
+        }
+        changed
+    }
+
+    /// Whether someone asked the holder to release (see
+    /// [`LeaseSignal::request_release`]).
+    #[must_use]
+    pub fn is_release_requested(&self) -> bool {
+        self.tx.borrow().release_requested
+    }
+
+    /// Resolves `true` once a release is requested, `false` if the lease
+    /// ends (lost or released) without one.
+    pub(crate) async fn requested(&self, rx: &mut watch::Receiver<State>) -> bool {
+        loop {
+            if rx.borrow().release_requested {
+                return true;
+            }
+            if !self.next_change(rx).await {
+                return rx.borrow().release_requested;
+            }
+        }
+    }
+
+    /// Links the guard's metric cell (once).
+    pub(crate) fn attach_metrics(&self, cell: crate::metrics::Cell) {
+        let _ = self.metrics.set(cell);
     }
 
     /// The current status; a lease whose deadline has passed is marked

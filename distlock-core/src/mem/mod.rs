@@ -46,7 +46,7 @@ use crate::election::{Election, LeaderInfo, LeaderStream, Leadership};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::ids::IdGenerator;
-use crate::inspect::{PrimitiveKind, Snapshot};
+use crate::inspect::{Holder, PrimitiveKind, Snapshot};
 use crate::lease::LeaseOptions;
 use crate::lock::{Lock, Wait};
 use crate::name::Name;
@@ -186,6 +186,13 @@ impl Provider for MemProvider {
     async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
         self.lifecycle.check_open()?;
         Ok(self.store.inspect(&Self::key(slot_kind(kind), name)?, kind))
+    }
+
+    async fn request_release(&self, name: &str, kind: PrimitiveKind) -> Result<Vec<Holder>> {
+        self.lifecycle.check_open()?;
+        Ok(self
+            .store
+            .request_release(&Self::key(slot_kind(kind), name)?, kind))
     }
 
     async fn force_release(&self, name: &str, kind: PrimitiveKind) -> Result<ForceReleased> {

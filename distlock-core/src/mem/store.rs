@@ -452,6 +452,7 @@ impl Store {
                 fencing_token: Some(h.token),
                 acquired_at: Some(h.since),
                 lease: LeaseLeft::Ttl(h.expires.saturating_duration_since(now)),
+                release_requested: h.signal.is_release_requested(),
             })
             .collect();
         let queue = || slot.queue.iter().filter(|(_, _, k)| k.family() == family);
@@ -466,6 +467,25 @@ impl Store {
             snapshot.permits = Some(slot.permits);
         }
         snapshot
+    }
+
+    /// Asks every holder of `key` (of its kind; the mutex and the fair
+    /// mutex are one) to release, through its lease's status cell; returns
+    /// them as `inspect` shows them. Creates nothing for a name nobody
+    /// holds.
+    pub(crate) fn request_release(&self, key: &SlotKey, kind: PrimitiveKind) -> Vec<Held> {
+        {
+            let mut slots = lock(&self.slots);
+            let Some(slot) = slots.get_mut(&key.name) else {
+                return Vec::new();
+            };
+            slot.expire(Instant::now());
+            let family = key.kind.family();
+            for holder in slot.holders.iter().filter(|h| h.kind.family() == family) {
+                holder.signal.request_release();
+            }
+        }
+        self.inspect(key, kind).holders
     }
 
     /// Removes every hold of `key` (of its kind; the mutex and the fair

@@ -161,6 +161,7 @@ pub(super) async fn inspect(shared: &Shared, name: &Name, kind: PrimitiveKind) -
             fencing_token: None,
             acquired_at: None,
             lease,
+            release_requested: false,
         }
     } else {
         let owner = records.iter().map(|r| r.0.as_str()).find(|o| !o.is_empty());
@@ -177,6 +178,7 @@ pub(super) async fn inspect(shared: &Shared, name: &Name, kind: PrimitiveKind) -
                 .min()
                 .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
             lease,
+            release_requested: false,
         }
     });
     Ok(snapshot)
