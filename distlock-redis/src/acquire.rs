@@ -134,7 +134,10 @@ impl Acquisition<'_> {
             Ok(Attempt::Acquired(token)) => {
                 undo.disarm();
                 family.acquired(token);
-                let parts = guard_parts(self.name, token, self.lease, started, &shared.lifecycle);
+                let mut parts =
+                    guard_parts(self.name, token, self.lease, started, &shared.lifecycle);
+                // The lease's renewals hear a request to release there.
+                parts.signal = lease.signal.clone();
                 // On error (closed meanwhile) the guard released itself.
                 LockGuard::new(parts, lease as Arc<dyn LeaseBackend>).map(Outcome::Acquired)
             }

@@ -46,6 +46,9 @@ pub(crate) struct Keys {
     pub(crate) marker: Option<String>,
     /// The plain mutex's line; `None` for the other users of these keys.
     pub(crate) line: Option<LineKeys>,
+    /// `{lock}:revoke`, the requests to release (hash: the hold's lock key
+    /// value -> 1), read by the holder's renewals (`request_release.lua`).
+    pub(crate) revoke: String,
 }
 
 impl Keys {
@@ -65,6 +68,7 @@ impl Keys {
             timeouts: format!("{{{lock}}}:fair:timeouts"),
             holder: format!("{{{lock}}}:holder"),
             owners: format!("{{{lock}}}:fair:owners"),
+            revoke: format!("{{{lock}}}:revoke"),
             record: None,
             marker: None,
             line: None,
@@ -140,6 +144,7 @@ impl Keys {
             timeouts: format!("{base}:timeouts"),
             holder: format!("{base}:holder"),
             owners: format!("{base}:owners"),
+            revoke: format!("{base}:revoke"),
             record: Some(format!("{base}:leader")),
             marker: Some(format!("{prefix}{name}")),
             line: None,
@@ -148,7 +153,8 @@ impl Keys {
     }
 
     /// The extend script with its keys: renews the hold of `token` for
-    /// `ms`, and the fencing counter for `fence_ms`.
+    /// `ms`, and the fencing counter for `fence_ms`; answers 3 when the
+    /// hold was asked to release.
     pub(crate) fn extend<'a>(
         &'a self,
         token: &'a str,
@@ -156,7 +162,7 @@ impl Keys {
         fence_ms: u64,
     ) -> ScriptInvocation<'a> {
         let mut invocation = EXTEND.key(&self.lock);
-        invocation.key(&self.fence);
+        invocation.key(&self.fence).key(&self.revoke);
         if let Some(record) = &self.record {
             invocation.key(record);
             if let Some(marker) = &self.marker {
@@ -373,6 +379,9 @@ pub(crate) struct Recipe {
     /// The script argument after the channel: `r`, `w` or the number of
     /// permits.
     pub(crate) mode: String,
+    /// `{lock}:rw:revoke` / `{lock}:sem:revoke`, the requests to release
+    /// (hash: token -> 1), KEYS\[9\] of the extend scripts.
+    pub(crate) revoke: String,
 }
 
 impl Recipe {
@@ -388,6 +397,7 @@ impl Recipe {
         let key = |suffix: &str| format!("{{{lock}}}:{kind}:{suffix}");
         let first = if kind == "sem" { "permits" } else { "writer" };
         let channel = key("released");
+        let revoke = key("revoke");
         Recipe {
             name,
             keys: QueuedKeys {
@@ -407,6 +417,7 @@ impl Recipe {
                 Claim::Write => "w".to_owned(),
                 Claim::Permit(n) => n.to_string(),
             },
+            revoke,
         }
     }
 
@@ -439,10 +450,16 @@ impl Recipe {
     }
 
     /// The extend script: renews the hold of `token` for `ms`, and the
-    /// fencing counter for `fence_ms`.
+    /// fencing counter for `fence_ms`; answers 3 when the hold was asked to
+    /// release.
     pub(crate) fn extend(&self, token: &str, ms: u64, fence_ms: u64) -> ScriptInvocation<'static> {
         let mut invocation = self.invocation(self.scripts()[2]);
-        invocation.arg(token).arg(ms).arg(&self.mode).arg(fence_ms);
+        invocation
+            .key(&self.revoke)
+            .arg(token)
+            .arg(ms)
+            .arg(&self.mode)
+            .arg(fence_ms);
         invocation
     }
 

@@ -131,6 +131,9 @@ pub(crate) struct RedisLease {
     pub(crate) token: String,
     name: Name,
     conn: Sticky,
+    /// The lease's status cell (the guard's): a renewal that finds the
+    /// hold asked to release says so there.
+    pub(crate) signal: LeaseSignal,
 }
 
 impl RedisLease {
@@ -168,6 +171,7 @@ impl RedisLease {
             token,
             name: name.clone(),
             conn: Sticky::new(Some(pinned)),
+            signal: LeaseSignal::new(),
         })
     }
 
@@ -221,7 +225,11 @@ impl LeaseBackend for RedisLease {
             .conn
             .script_acked(&self.shared.commands, "extend", &invocation)
             .await?;
-        self.owned(reply == 1)?;
+        self.owned(reply == 1 || reply == 3)?;
+        // 3: extended, and someone asked this hold to release.
+        if reply == 3 && self.signal.request_release() {
+            tracing::info!(name = %self.name, owner = %self.shared.owner, "distlock redis hold asked to release");
+        }
         check_acked(&self.shared, &self.name, "renewal", acked)
     }
 

@@ -21,7 +21,9 @@ use redis::{ScriptInvocation, Value};
 
 use crate::context::Context;
 use crate::keys::{Claim, Keys, Recipe};
-use crate::scripts::{FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, RW_FORCE, SEM_FORCE};
+use crate::scripts::{
+    FORCE_LOCK, INSPECT_LOCK, INSPECT_QUEUED, REQUEST_RELEASE, RW_FORCE, SEM_FORCE,
+};
 
 /// What a foreign hold is shown as.
 pub(crate) const FOREIGN: &str = "not distlock (redis-py or another client)";
@@ -66,7 +68,8 @@ impl KindKeys {
                     .key(&keys.queue)
                     .key(&keys.timeouts)
                     .key(&keys.owners)
-                    .key(&keys.fence);
+                    .key(&keys.fence)
+                    .key(&keys.revoke);
                 if let Some(record) = &keys.record {
                     invocation.key(record);
                 }
@@ -82,6 +85,7 @@ impl KindKeys {
                 for key in recipe.keys.in_order() {
                     invocation.key(key);
                 }
+                invocation.key(&recipe.revoke);
                 invocation.arg(if kind == PrimitiveKind::Semaphore {
                     "sem"
                 } else {
@@ -90,6 +94,28 @@ impl KindKeys {
                 invocation
             }
         }
+    }
+
+    /// The request-to-release script with its keys (`request_release.lua`).
+    fn request_invocation(&self) -> ScriptInvocation<'static> {
+        let mut invocation = REQUEST_RELEASE.prepare_invoke();
+        match self {
+            KindKeys::Lock(keys) => {
+                invocation.key(&keys.lock).key(&keys.revoke).arg("lock");
+            }
+            KindKeys::Queued(recipe) => {
+                invocation
+                    .key(&recipe.keys.exclusive)
+                    .key(&recipe.keys.holders)
+                    .key(&recipe.revoke)
+                    .arg(if matches!(recipe.claim, Claim::Permit(_)) {
+                        "sem"
+                    } else {
+                        "rw"
+                    });
+            }
+        }
+        invocation
     }
 
     fn force_invocation(&self, fence_ttl_ms: u64) -> ScriptInvocation<'static> {
@@ -139,12 +165,16 @@ impl KindKeys {
                 3 => (&keys.queue, "fair queue (a sorted set)"),
                 4 => (&keys.timeouts, "fair queue deadlines (a sorted set)"),
                 5 => (&keys.owners, "waiters' owners (a hash)"),
+                7 => (&keys.revoke, "requests to release (a hash)"),
                 _ => (
                     keys.record.as_ref().unwrap_or(&keys.lock),
                     "election leader record (a string key)",
                 ),
             },
             KindKeys::Queued(recipe) => {
+                if index == 8 {
+                    return (recipe.revoke.clone(), "requests to release (a hash)");
+                }
                 let i = usize::try_from(index.clamp(1, 7) - 1).unwrap_or(0);
                 let expected = match i {
                     0 if matches!(recipe.claim, Claim::Permit(_)) => "permits (a string key)",
@@ -221,11 +251,12 @@ pub(crate) fn array(value: &Value) -> Result<&[Value]> {
     }
 }
 
-/// One holder: `{role, lease ms, own, owner, fence, at}`.
+/// One holder: `{role, lease ms, own, owner, fence, at, asked}`.
 fn holder(value: &Value) -> Result<Holder> {
-    let [role, lease, own, owner, fence, at] = array(value)? else {
+    let [role, lease, own, owner, fence, at, asked] = array(value)? else {
         return Err(bad_reply());
     };
+    let release_requested = int(asked)? == 1;
     let role = match text(role)?.as_str() {
         "x" => HoldRole::Exclusive,
         "l" => HoldRole::Leader,
@@ -246,7 +277,7 @@ fn holder(value: &Value) -> Result<Holder> {
             fencing_token: None,
             acquired_at: None,
             lease,
-            release_requested: false,
+            release_requested,
         });
     }
     let owner = text(owner)?;
@@ -258,7 +289,7 @@ fn holder(value: &Value) -> Result<Holder> {
         fencing_token: text(fence)?.parse::<u64>().ok(),
         acquired_at: at.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
         lease,
-        release_requested: false,
+        release_requested,
     })
 }
 
@@ -374,6 +405,27 @@ pub(crate) async fn inspect(
         _ => {}
     }
     Ok(snapshot)
+}
+
+/// [`Provider::request_release`](distlock_core::Provider::request_release)
+/// on Redis: marks the holds (`request_release.lua`), then reads them back
+/// as `inspect` does (two round trips; an operator's call).
+pub(crate) async fn request_release(
+    shared: &Arc<Context>,
+    name: &str,
+    kind: PrimitiveKind,
+) -> Result<Vec<Holder>> {
+    shared.lifecycle.check_open()?;
+    let checked = Name::new(name)?;
+    let keys = keys_of(shared, &checked, kind)?;
+    let marked = int(&run(shared, "request_release", &keys.request_invocation()).await?)?;
+    let snapshot = inspect(shared, name, kind).await?;
+    tracing::info!(name = %checked, kind = %kind, marked, owner = %shared.owner, "distlock redis request to release");
+    Ok(snapshot
+        .holders
+        .into_iter()
+        .filter(|h| h.release_requested)
+        .collect())
 }
 
 /// [`Provider::force_release`](distlock_core::Provider::force_release) on

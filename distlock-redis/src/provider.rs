@@ -10,8 +10,8 @@ use distlock_core::backend::check_permits;
 use distlock_core::backend::{with_timeout, BlockIds, Lifecycle};
 use distlock_core::inspect::owner_identity;
 use distlock_core::{
-    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind, Provider,
-    ReadWriteLock, Result, Semaphore, Snapshot,
+    Election, Error, ForceReleased, Holder, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind,
+    Provider, ReadWriteLock, Result, Semaphore, Snapshot,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -451,6 +451,17 @@ impl Provider for RedisProvider {
     /// records' (server `TIME`); a foreign hold shows its lease (PTTL) only.
     async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
         crate::ops::inspect(&self.shared, name, kind).await
+    }
+
+    /// Marks every hold of `name` as `kind` in the kind's requests hash
+    /// (`{name}:revoke`, `…:rw:revoke`, `…:sem:revoke`, `…:elect:revoke`;
+    /// one script), then reads the holders back as
+    /// [`inspect`](Provider::inspect) does. The holder hears it at its
+    /// next renewal (every `ttl / 3` by default): there is no message, as
+    /// a holder listens to nothing while it holds. A foreign holder
+    /// (redis-py) is marked and returned, but cannot hear it.
+    async fn request_release(&self, name: &str, kind: PrimitiveKind) -> Result<Vec<Holder>> {
+        crate::ops::request_release(&self.shared, name, kind).await
     }
 
     /// One Lua script per kind (one round trip): deletes the hold(s) and

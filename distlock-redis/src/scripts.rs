@@ -65,6 +65,7 @@ scripts! {
     REDLOCK_EXTEND = include_str!("scripts/redlock_extend.lua");
     INSPECT_LOCK = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/inspect_lock.lua"));
     INSPECT_QUEUED = include_str!("scripts/inspect_queued.lua");
+    REQUEST_RELEASE = include_str!("scripts/request_release.lua");
     FORCE_LOCK = concat!(include_str!("scripts/fence.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/force_lock.lua"));
     RW_FORCE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_force.lua"));
     SEM_FORCE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_force.lua"));

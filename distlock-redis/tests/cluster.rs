@@ -45,6 +45,10 @@ mod conformance {
     test_support::conformance_suite!(super::Cluster);
 }
 
+mod revocation {
+    test_support::conformance_suite!(revocation super::Cluster);
+}
+
 mod operations {
     test_support::conformance_suite!(operations super::Cluster);
 }

@@ -134,6 +134,11 @@ mod pool_operations {
     test_support::conformance_suite!(operations super::Redis::pool(Kind::Mutex));
 }
 
+mod revocation {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(revocation super::Redis::single(Kind::Mutex));
+}
+
 mod kinds {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(kinds super::Redis::single(Kind::Mutex));

@@ -79,6 +79,11 @@ mod election {
     test_support::conformance_suite!(election super::Sentinel { kind: Kind::Mutex });
 }
 
+mod revocation {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(revocation super::Sentinel { kind: Kind::Mutex });
+}
+
 fn lease(ttl_ms: u64) -> LeaseOptions {
     LeaseOptions::new(Duration::from_millis(ttl_ms)).unwrap()
 }

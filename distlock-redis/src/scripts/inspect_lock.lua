@@ -2,11 +2,13 @@
 -- holds.lua.
 -- KEYS[1] lock key, KEYS[2] the holder record of earlier versions (hash:
 -- lock, fence, at, owner), KEYS[3] fair queue, KEYS[4] queue deadlines,
--- KEYS[5] waiters' owners, KEYS[6] fencing counter, KEYS[7] (optional)
--- election leader record ('<term> <candidate>')
+-- KEYS[5] waiters' owners, KEYS[6] fencing counter, KEYS[7] the requests
+-- to release (hash hold value -> 1, request_release.lua), KEYS[8]
+-- (optional) election leader record ('<term> <candidate>')
 -- ARGV[1] the holder's role letter ('x' exclusive, 'l' leader)
 -- Returns {0, holders, waiters, extra}:
---   holders: {} or {{role, lease ms (-1: no TTL), own, owner, fence, at}}
+--   holders: {} or {{role, lease ms (-1: no TTL), own, owner, fence, at,
+--            asked}} (asked: 1 when someone asked this hold to release)
 --            with own 1 for a distlock hold (owner, fence, at as below), 0
 --            for a foreign hold (owner, fence and at are then ''); the
 --            lock's value itself is never returned. A hold of this version
@@ -26,8 +28,8 @@ local function typed(i, want)
   local t = redis.call('TYPE', KEYS[i])['ok']
   return t == 'none' or t == want
 end
-local wants = {'string', 'hash', 'zset', 'zset', 'hash', nil, 'string'}
-for i = 1, 7 do
+local wants = {'string', 'hash', 'zset', 'zset', 'hash', nil, 'hash', 'string'}
+for i = 1, 8 do
   if wants[i] and not typed(i, wants[i]) then return {-1, i} end
 end
 local t = redis.call('TIME')
@@ -55,6 +57,7 @@ if value then
   else
     holders[1] = {ARGV[1], pttl, 0, '', '', ''}
   end
+  holders[1][7] = redis.call('HEXISTS', KEYS[7], value)
 end
 local waiters = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
@@ -64,7 +67,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   end
 end
 local extra = ''
-if KEYS[7] then
-  extra = redis.call('GET', KEYS[7]) or ''
+if KEYS[8] then
+  extra = redis.call('GET', KEYS[8]) or ''
 end
 return {0, holders, waiters, extra}

@@ -1,14 +1,16 @@
 -- Inspect a read-write lock or a semaphore: reads only.
 -- KEYS as rw_acquire.lua / sem_acquire.lua (KEYS[1] the writer or the
 -- permits, KEYS[2] holders, KEYS[3] queue, KEYS[4] queue entries' expiry,
--- KEYS[5] fencing counter, KEYS[6] holder records, KEYS[7] waiters' owners)
+-- KEYS[5] fencing counter, KEYS[6] holder records, KEYS[7] waiters' owners,
+-- KEYS[8] the requests to release: hash token -> 1, request_release.lua)
 -- ARGV[1] 'rw' or 'sem'
 -- Returns {0, holders, waiters, extra} as inspect_lock.lua: holders
--- {role ('w', 'r' or 'p'), lease ms, own, owner, fence, at} (only those
+-- {role ('w', 'r' or 'p'), lease ms, own, owner, fence, at, asked} (asked
+-- 1 when someone asked the hold to release; only those
 -- whose lease has not expired), waiters the live queued waiters' owners in
 -- queue order, extra the semaphore's number of permits or ''.
 -- {-1, index} when the key at that index has the wrong type.
-local wants = {'string', 'zset', 'zset', 'zset', 'string', 'hash', 'hash'}
+local wants = {'string', 'zset', 'zset', 'zset', 'string', 'hash', 'hash', 'hash'}
 for i, want in ipairs(wants) do
   local t = redis.call('TYPE', KEYS[i])['ok']
   if t ~= 'none' and t ~= want then return {-1, i} end
@@ -32,10 +34,11 @@ if ARGV[1] == 'rw' then
     if string.sub(record, 1, #prefix) == prefix then
       fence, at, owner = split(string.sub(record, #prefix + 1))
     end
+    local asked = redis.call('HEXISTS', KEYS[8], writer)
     if fence then
-      holders[#holders + 1] = {'w', pttl, 1, owner, fence, at}
+      holders[#holders + 1] = {'w', pttl, 1, owner, fence, at, asked}
     else
-      holders[#holders + 1] = {'w', pttl, 0, '', '', ''}
+      holders[#holders + 1] = {'w', pttl, 0, '', '', '', asked}
     end
   end
 else
@@ -47,10 +50,11 @@ local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORE
 for i = 1, #live, 2 do
   local fence, at, owner = split(redis.call('HGET', KEYS[6], live[i]))
   local left = math.floor(tonumber(live[i + 1]) - now)
+  local asked = redis.call('HEXISTS', KEYS[8], live[i])
   if fence then
-    holders[#holders + 1] = {role, left, 1, owner, fence, at}
+    holders[#holders + 1] = {role, left, 1, owner, fence, at, asked}
   else
-    holders[#holders + 1] = {role, left, 0, '', '', ''}
+    holders[#holders + 1] = {role, left, 0, '', '', '', asked}
   end
 end
 local waiters = {}

@@ -2,10 +2,22 @@
 -- KEYS as rw_acquire.lua (KEYS[8]: the kind marker, kept as long as the
 -- holds); ARGV[1] token, ARGV[2] new TTL ms, ARGV[3] 'r'/'w', ARGV[4] the
 -- fencing counter's TTL in ms (KEYS[5]; the lease's and the fence retention)
--- Returns 1 when extended, 0 when the hold is not ours (nothing changed).
+-- KEYS[9] the requests to release ({lock}:rw:revoke, hash token -> 1,
+-- request_release.lua)
+-- Returns 1 when extended, 3 when extended and someone asked this hold to
+-- release (the request is kept as long as the hold), 0 when the hold is
+-- not ours (nothing changed).
 -- The holder records (KEYS[6]) are kept at least as long as the hold.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function asked()
+  if redis.pcall('HEXISTS', KEYS[9], ARGV[1]) ~= 1 then return 1 end
+  local left = redis.call('PTTL', KEYS[9])
+  if left >= 0 and left < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[9], ARGV[2])
+  end
+  return 3
+end
 local function stretch(key, at)
   local left = redis.pcall('PTTL', key)
   if type(left) ~= 'number' or left == -2 then return end
@@ -19,7 +31,8 @@ if ARGV[3] == 'w' then
   local extended = redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
   kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
-  return extended
+  if extended ~= 1 then return extended end
+  return asked()
 end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
@@ -33,4 +46,4 @@ redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(top[2]) + 1))
 stretch(KEYS[6], now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[5], ARGV[4])
 kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
-return 1
+return asked()

@@ -3,10 +3,22 @@
 -- permits); ARGV[1] token, ARGV[2] new TTL ms, ARGV[3] (unused, the
 -- read-write lock's side), ARGV[4] the fencing counter's TTL in ms (KEYS[5];
 -- the lease's and the fence retention)
--- Returns 1 when extended, 0 when the permit is not ours (nothing changed).
+-- KEYS[9] the requests to release ({lock}:sem:revoke, hash token -> 1,
+-- request_release.lua)
+-- Returns 1 when extended, 3 when extended and someone asked this permit to
+-- release (the request is kept as long as the permit), 0 when the permit
+-- is not ours (nothing changed).
 -- The permits key and the holder records expire with the last holder.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function asked()
+  if redis.pcall('HEXISTS', KEYS[9], ARGV[1]) ~= 1 then return 1 end
+  local left = redis.call('PTTL', KEYS[9])
+  if left >= 0 and left < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[9], ARGV[2])
+  end
+  return 3
+end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -21,4 +33,4 @@ redis.call('PEXPIREAT', KEYS[1], at)
 redis.pcall('PEXPIREAT', KEYS[6], at)
 redis.call('PEXPIRE', KEYS[5], ARGV[4])
 kind_keep(KEYS[8], 'distlock:semaphore', kind_latest(now, KEYS[2]))
-return 1
+return asked()
