@@ -336,3 +336,102 @@ async fn a_stopped_server_suspends_then_loses_and_release_says_not_held() {
         "release() of a lost lease gave {released:?}"
     );
 }
+
+/// A request to release made while the holder is cut off (a partition
+/// shorter than the lease: its bytes are held back, TCP delivers them
+/// late and in order) is kept by the server and heard at the holder's
+/// first renewal after the partition; the request ended nothing meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_made_while_the_holder_is_partitioned_is_heard_after() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let options = RedisOptions::new().response_timeout(Duration::from_millis(300));
+    let holder = connect(&format!("redis://{}", proxy.addr()), options).await;
+    let operator = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("asked-partitioned");
+    // Renewed every 2 s; a partition of 2.5 s makes the first renewal time
+    // out (300 ms response timeout) and leaves the lease held.
+    let lease = LeaseOptions::new(Duration::from_secs(6)).unwrap();
+    let guard = holder
+        .with_lease(lease)
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    proxy.set_delay(Duration::from_millis(1500));
+    let asked = operator
+        .request_release(&name, distlock_core::PrimitiveKind::Mutex)
+        .await
+        .unwrap();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // A renewal timed out meanwhile, and nothing reached the holder.
+    assert_eq!(guard.status(), LeaseStatus::Suspended);
+    assert!(!guard.is_release_requested());
+    proxy.set_delay(Duration::ZERO);
+    if tokio::time::timeout(Duration::from_secs(2) + SLACK, guard.release_requested())
+        .await
+        .is_err()
+    {
+        panic!(
+            "the request was not heard after the partition; the lease is {:?}",
+            guard.status()
+        );
+    }
+    assert!(guard.is_held(), "{:?}", guard.status());
+    guard.release().await.unwrap();
+}
+
+/// The operator's request lands but its reply is lost: the call fails with
+/// a retryable error, the holder hears the request all the same, and asking
+/// again (what a caller does with a retryable error) is harmless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_reply_is_lost_still_reaches_the_holder() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let operator = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let holder = connect(&redis.url(), RedisOptions::new()).await;
+    let name = unique_name("asked-lost-reply");
+    let lease = LeaseOptions::new(Duration::from_secs(3)).unwrap();
+    let guard = holder
+        .with_lease(lease)
+        .unwrap()
+        .rw_lock(&name)
+        .unwrap()
+        .write()
+        .lock()
+        .await
+        .unwrap();
+    // Load the script first, so the request below is one EVALSHA.
+    let other = unique_name("asked-warm-up");
+    assert!(operator
+        .request_release(&other, distlock_core::PrimitiveKind::ReadWrite)
+        .await
+        .unwrap()
+        .is_empty());
+    proxy.lose_reply_to(b"EVALSHA");
+    let e = operator
+        .request_release(&name, distlock_core::PrimitiveKind::ReadWrite)
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(proxy.swallowed_some(SLACK).await, "no reply was lost");
+    tokio::time::timeout(Duration::from_secs(1) + SLACK, guard.release_requested())
+        .await
+        .expect("the request that landed was not heard");
+    proxy.cut();
+    proxy.heal();
+    let asked = operator
+        .request_release(&name, distlock_core::PrimitiveKind::ReadWrite)
+        .await
+        .unwrap();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
