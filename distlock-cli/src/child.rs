@@ -117,6 +117,8 @@ pub struct Running {
     terminal: Option<Foreground>,
     /// Ends the group should distlock end first (see [`crate::guardian`]).
     guardian: Guardian,
+    /// Whether the holder was asked to release while the child ran.
+    asked: bool,
 }
 
 /// The terminal handed to the child's group while it runs, so that an
@@ -227,6 +229,7 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<R
         sigchld,
         terminal,
         guardian,
+        asked: false,
     })
 }
 
@@ -239,17 +242,41 @@ pub enum Ended {
 }
 
 impl Running {
+    /// Whether someone asked the holder to release while the child ran
+    /// (see [`Running::supervise`]).
+    pub fn was_asked(&self) -> bool {
+        self.asked
+    }
+
     /// Waits for the child, forwarding signals to its group, and stops it if
-    /// `lost` resolves first.
+    /// `lost` resolves first. When `asked` resolves (someone asked the
+    /// holder to release), `on_request` goes to the group once, and the
+    /// child is waited for as before.
     pub async fn supervise(
         &mut self,
         lost: impl Future<Output = LostReason>,
+        asked: impl Future<Output = ()>,
+        on_request: Option<i32>,
         signals: &mut Signals,
         grace: Duration,
     ) -> io::Result<Ended> {
         tokio::pin!(lost);
+        tokio::pin!(asked);
         loop {
             tokio::select! {
+                () = &mut asked, if !self.asked => {
+                    self.asked = true;
+                    match on_request {
+                        Some(sig) => {
+                            say!("asked to release: sending signal {sig} to the child");
+                            self.signal_group(sig);
+                            if sig == libc::SIGCONT {
+                                self.give_terminal();
+                            }
+                        }
+                        None => say!("asked to release (--on-request none: the child is not told)"),
+                    }
+                }
                 status = self.child.wait() => {
                     self.terminal = None;
                     let status = status?;
@@ -390,6 +417,15 @@ pub fn exit_code(status: ExitStatus) -> u8 {
         .signal()
         .and_then(|sig| u8::try_from(128 + (sig & 0x7f)).ok())
         .unwrap_or(1)
+}
+
+/// How a child ended, for messages: `status 0`, `signal 15`.
+pub fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("status {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "an unknown status".to_owned(),
+    }
 }
 
 /// Runs `--on-lost CMD` through `sh -c`, waiting for it; failures are reported, not fatal.

@@ -22,7 +22,7 @@ Exit codes:
   1, or -E CODE         not acquired: -n while held, -w SECS timed out
   75  (EX_TEMPFAIL)     the lease was lost while the child ran (it was stopped)
   128 + N               signal N arrived while waiting (nothing ran, nothing is held)
-  64  (EX_USAGE)        bad flag, URL or name; mem://; --ttl on zk://; unlock --force without --yes
+  64  (EX_USAGE)        bad flag, URL or name; mem://; --ttl on zk://; unlock --force without --yes off a terminal
   65  (EX_DATAERR)      the name holds another primitive or another kind of data
   69  (EX_UNAVAILABLE)  backend unreachable or refusing (connection, authentication, ACL)
   70  (EX_SOFTWARE)     any other runtime error";
@@ -119,14 +119,21 @@ Examples:
   distlock inspect scheduler --kind election --json")]
     Inspect(InspectArgs),
 
-    /// Force-release a name, evicting every holder (dangerous: for operators).
+    /// Ask the holders of a name to let go; with --force, evict those that
+    /// do not within the grace period (dangerous: for operators).
     #[command(after_help = "\
 Examples:
-  distlock unlock --force jobs/nightly          # asks first (on a terminal only)
-  distlock unlock --force --yes --kind rw catalog
+  distlock unlock jobs/nightly                   # ask, wait up to 30 s for the holder to let go
+  distlock unlock --grace 120 --force jobs/nightly   # ask, then evict after 2 minutes (confirms)
+  distlock unlock --grace 0 --force --yes --kind rw catalog   # evict at once, unasked
 
-Evicted holders are not asked: a distlock exec holding the name stops its child and exits 75
-once its backend tells it (ZooKeeper at once, Redis at its next renewal).")]
+The request is cooperative: a holder hears it (a distlock exec sends its child --on-request,
+SIGTERM by default; a program's guard resolves release_requested(); a revocable Curator
+lock's listener runs) and releases when its work allows. ZooKeeper holders hear it at once,
+Redis holders at their next renewal (a third of the lease). Exit 0 once every holder asked
+has let go (or nobody held the name), 1 when one still holds after --grace and --force was
+not given. Evicted holders are not asked: a distlock exec holding the name stops its child
+and exits 75 once its backend tells it (ZooKeeper at once, Redis at its next renewal).")]
     Unlock(UnlockArgs),
 }
 
@@ -145,6 +152,57 @@ pub struct RunArgs {
     /// the lease was lost.
     #[arg(long, value_name = "CMD")]
     pub on_lost: Option<String>,
+
+    /// The signal sent (once) to the child's group when someone asks the
+    /// holder to release (`distlock unlock`, `Provider::request_release`,
+    /// Curator's `Revoker`): a name (`TERM`, `SIGUSR1`), a number, or
+    /// `none`. The lock is released when the child exits.
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal, default_value = "TERM")]
+    pub on_request: OnRequest,
+}
+
+/// What `--on-request` sends: a signal number, or nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnRequest(pub Option<i32>);
+
+/// A signal by name (with or without `SIG`, any case), by number, or
+/// `none`.
+fn parse_signal(s: &str) -> Result<OnRequest, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(OnRequest(None));
+    }
+    if let Ok(n) = t.parse::<i32>() {
+        // SIGRTMAX is 64 on Linux.
+        return if (1..=64).contains(&n) {
+            Ok(OnRequest(Some(n)))
+        } else {
+            Err(format!("signal {n} is out of range (1-64)"))
+        };
+    }
+    let upper = t.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let n = match bare {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "ALRM" => libc::SIGALRM,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "TSTP" => libc::SIGTSTP,
+        "WINCH" => libc::SIGWINCH,
+        "PWR" => libc::SIGPWR,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a signal: use a name (TERM, USR1, ...), a number or none"
+            ))
+        }
+    };
+    Ok(OnRequest(Some(n)))
 }
 
 /// The lock `exec` and `lock` take, and how they wait for it.
@@ -295,12 +353,18 @@ pub struct InspectArgs {
 /// `distlock unlock`.
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
-    /// Required: this evicts whoever holds the name.
-    #[arg(long, required = true)]
+    /// Seconds to wait for the holders asked to let go (fractions
+    /// allowed); with `--force`, `0` evicts at once without asking.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "30")]
+    pub grace: Duration,
+
+    /// Evict the holders that still hold after the grace period (asks for
+    /// confirmation on a terminal unless --yes).
+    #[arg(long)]
     pub force: bool,
 
-    /// Do not ask for confirmation.
-    #[arg(long, short = 'y')]
+    /// With --force: do not ask for confirmation.
+    #[arg(long, short = 'y', requires = "force")]
     pub yes: bool,
 
     /// The primitive: mutex, fair, rw, semaphore or election.
@@ -345,6 +409,17 @@ mod tests {
         assert_eq!(parse_secs("10"), Ok(Duration::from_secs(10)));
         for bad in ["-1", "x", "NaN", "inf", "1e300"] {
             assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn signals_by_name_number_or_none() {
+        assert_eq!(parse_signal("TERM"), Ok(OnRequest(Some(libc::SIGTERM))));
+        assert_eq!(parse_signal("sigusr1"), Ok(OnRequest(Some(libc::SIGUSR1))));
+        assert_eq!(parse_signal("2"), Ok(OnRequest(Some(2))));
+        assert_eq!(parse_signal("none"), Ok(OnRequest(None)));
+        for bad in ["0", "65", "-1", "TERMINATE", ""] {
+            assert!(parse_signal(bad).is_err(), "{bad}");
         }
     }
 }

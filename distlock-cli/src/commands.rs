@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{
-    Election, LeaderInfo, LeaseOptions, Lock, LockSet, Name, PrimitiveKind, Provider, Scheme, Wait,
+    Election, Holder, LeaderInfo, LeaseOptions, Lock, LockSet, Name, PrimitiveKind, Provider,
+    Scheme, Wait,
 };
 use futures::StreamExt as _;
 
@@ -187,12 +188,25 @@ async fn exec_on(
         }
     };
     match running
-        .supervise(guard.lost(), signals, args.run.grace)
+        .supervise(
+            guard.lost(),
+            guard.release_requested(),
+            args.run.on_request.0,
+            signals,
+            args.run.grace,
+        )
         .await
     {
         Ok(Ended::Exited(status)) => {
-            if let Err(e) = guard.release().await {
-                say!("releasing {name}: {}", chain(&e));
+            let released = guard.release().await;
+            if let Err(e) = &released {
+                say!("releasing {name}: {}", chain(e));
+            }
+            if running.was_asked() && released.is_ok() {
+                say!(
+                    "released {name} as asked (the child exited with {})",
+                    child::describe(status)
+                );
             }
             Ok(child::exit_code(status))
         }
@@ -280,12 +294,28 @@ async fn exec_set(
         }
         reason
     };
-    match running.supervise(lost, signals, args.run.grace).await {
+    let asked = guard.release_requested();
+    let asked = async move {
+        let name = asked.await;
+        tracing::info!(%name, "asked to release a name of the set");
+    };
+    match running
+        .supervise(lost, asked, args.run.on_request.0, signals, args.run.grace)
+        .await
+    {
         Ok(Ended::Exited(status)) => {
+            let mut all = true;
             for (name, result) in guard.release_each().await {
                 if let Err(e) = result {
+                    all = false;
                     say!("releasing {name}: {}", chain(&e));
                 }
+            }
+            if running.was_asked() && all {
+                say!(
+                    "released {names} as asked (the child exited with {})",
+                    child::describe(status)
+                );
             }
             Ok(child::exit_code(status))
         }
@@ -485,12 +515,31 @@ async fn hold_on(
         while matches!(std::io::Read::read(&mut stdin, &mut sink), Ok(n) if n > 0) {}
         let _ = eof_tx.send(());
     });
-    let code = tokio::select! {
-        _ = eof_rx => 0,
-        sig = signals.recv() => Failure::signalled(sig).code,
-        reason = guard.lost() => {
-            say!("lease on {name} lost ({reason}): the lock is no longer held");
-            return Ok(LEASE_LOST);
+    let asked = guard.release_requested();
+    tokio::pin!(asked);
+    tokio::pin!(eof_rx);
+    let mut told = false;
+    let code = loop {
+        tokio::select! {
+            _ = &mut eof_rx => break 0,
+            sig = signals.recv() => break Failure::signalled(sig).code,
+            reason = guard.lost() => {
+                say!("lease on {name} lost ({reason}): the lock is no longer held");
+                return Ok(LEASE_LOST);
+            }
+            () = &mut asked, if !told => {
+                // Someone asks the holder to let go: the script reading
+                // our stdout decides when (closing our stdin releases).
+                told = true;
+                let line = if args.json {
+                    serde_json::json!({ "name": name, "release_requested": true }).to_string()
+                } else {
+                    "release-requested".to_owned()
+                };
+                if !print_out(&format!("{line}\n"))? {
+                    break 0;
+                }
+            }
         }
     };
     if let Err(e) = guard.release().await {
@@ -601,12 +650,25 @@ async fn lead(
             }
         };
         match running
-            .supervise(leadership.lost(), signals, args.run.grace)
+            .supervise(
+                leadership.lost(),
+                leadership.release_requested(),
+                args.run.on_request.0,
+                signals,
+                args.run.grace,
+            )
             .await
         {
             Ok(Ended::Exited(status)) => {
-                if let Err(e) = leadership.resign().await {
-                    say!("resigning {name}: {}", chain(&e));
+                let resigned = leadership.resign().await;
+                if let Err(e) = &resigned {
+                    say!("resigning {name}: {}", chain(e));
+                }
+                if running.was_asked() && resigned.is_ok() {
+                    say!(
+                        "resigned {name} as asked (the child exited with {})",
+                        child::describe(status)
+                    );
                 }
                 return Ok(child::exit_code(status));
             }
@@ -677,28 +739,83 @@ async fn inspect(url: &str, args: &InspectArgs) -> Result<u8, Failure> {
 
 async fn unlock(url: &str, args: &UnlockArgs) -> Result<u8, Failure> {
     check(url, &args.name, None)?;
-    let ask = !args.yes;
-    if ask && !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+    let confirm = args.force && !args.yes;
+    if confirm && !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return Err(Failure::usage(
             "refusing to force-release without --yes: there is no terminal to ask on",
         ));
     }
     let provider = connect(url, None).await?;
-    let result = unlock_on(&*provider, args, ask).await;
+    let result = unlock_on(&*provider, args, confirm).await;
     close(&*provider).await;
     result
 }
 
-async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Result<u8, Failure> {
+/// How often `unlock` looks whether the holders it asked have let go.
+const UNLOCK_POLL: Duration = Duration::from_millis(100);
+
+/// Asks the holders to let go and waits up to `--grace` for them; then,
+/// with `--force`, evicts what still holds (`--grace 0 --force`: at once,
+/// unasked).
+async fn unlock_on(
+    provider: &dyn Provider,
+    args: &UnlockArgs,
+    confirm: bool,
+) -> Result<u8, Failure> {
     let name = args.name.as_str();
-    if ask {
-        let holders = match provider.inspect(name, args.kind).await {
+    let kind = args.kind;
+    if !(args.force && args.grace.is_zero()) {
+        match provider.request_release(name, kind).await {
+            Ok(asked) if asked.is_empty() => {
+                print_out(&format!("{kind} {name} is not held\n"))?;
+                return Ok(0);
+            }
+            Ok(asked) => {
+                say!(
+                    "asked {} holder(s) of {kind} {name} to release ({}); waiting up to {:?}",
+                    asked.len(),
+                    report::holders_of(&asked),
+                    args.grace
+                );
+                let still = let_go_within(provider, name, kind, &asked, args.grace).await?;
+                if still.is_empty() {
+                    print_out(&format!(
+                        "{kind} {name} released by its holder(s) as asked\n"
+                    ))?;
+                    return Ok(0);
+                }
+                if !args.force {
+                    say!(
+                        "{kind} {name} still {} after {:?}; --force evicts",
+                        report::holders_of(&still),
+                        args.grace
+                    );
+                    return Ok(1);
+                }
+                say!(
+                    "{kind} {name} still {} after {:?}: forcing",
+                    report::holders_of(&still),
+                    args.grace
+                );
+            }
+            Err(e @ distlock::Error::Unsupported { .. }) if args.force => {
+                say!("{}: cannot ask the holders, forcing", chain(&e));
+            }
+            Err(e) => {
+                return Err(Failure::from_error(
+                    &format!("asking the holders of {name} to release"),
+                    &e,
+                ))
+            }
+        }
+    }
+    if confirm {
+        let holders = match provider.inspect(name, kind).await {
             Ok(snapshot) => report::holders_brief(&snapshot),
             Err(e) => format!("holders unknown: {}", chain(&e)),
         };
         eprint!(
-            "Force-release {} {name} ({holders})? Evicted holders may still be working. [y/N] ",
-            args.kind
+            "Force-release {kind} {name} ({holders})? Evicted holders may still be working. [y/N] "
         );
         let _ = std::io::stderr().flush();
         let answer = tokio::task::spawn_blocking(|| {
@@ -713,7 +830,7 @@ async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Res
         }
     }
     let done = provider
-        .force_release(name, args.kind)
+        .force_release(name, kind)
         .await
         .map_err(|e| Failure::from_error(&format!("force-releasing {name}"), &e))?;
     let fence = done
@@ -721,10 +838,45 @@ async fn unlock_on(provider: &dyn Provider, args: &UnlockArgs, ask: bool) -> Res
         .map(|f| format!(", fence {f}"))
         .unwrap_or_default();
     print_out(&format!(
-        "force-released {} {name}: {} hold(s) evicted{fence}\n",
-        args.kind, done.evicted
+        "force-released {kind} {name}: {} hold(s) evicted{fence}\n",
+        done.evicted
     ))?;
     Ok(0)
+}
+
+/// Waits up to `grace` until none of `asked` holds `name` any more (nor
+/// any holder marked asked); returns those that still hold then.
+async fn let_go_within(
+    provider: &dyn Provider,
+    name: &str,
+    kind: PrimitiveKind,
+    asked: &[Holder],
+    grace: Duration,
+) -> Result<Vec<Holder>, Failure> {
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let snapshot = provider
+            .inspect(name, kind)
+            .await
+            .map_err(|e| Failure::from_error(&format!("inspecting {name}"), &e))?;
+        let still: Vec<Holder> = snapshot
+            .holders
+            .into_iter()
+            .filter(|h| {
+                h.release_requested
+                    || asked.iter().any(|a| {
+                        a.role == h.role
+                            && a.owner == h.owner
+                            && a.foreign == h.foreign
+                            && a.fencing_token == h.fencing_token
+                    })
+            })
+            .collect();
+        if still.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(still);
+        }
+        tokio::time::sleep(UNLOCK_POLL.min(deadline - tokio::time::Instant::now())).await;
+    }
 }
 
 #[cfg(test)]

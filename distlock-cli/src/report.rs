@@ -40,6 +40,7 @@ fn holder_json(holder: &Holder) -> Value {
         "lease": lease,
         "lease_left_ms": left_ms,
         "session_id": session,
+        "release_requested": holder.release_requested,
     })
 }
 
@@ -61,7 +62,7 @@ pub fn table(snapshot: &Snapshot) -> String {
         let _ = writeln!(out, "leader: {} (term {})", leader.id, leader.term);
     }
     if snapshot.is_held() {
-        let rows: Vec<[String; 5]> = snapshot
+        let rows: Vec<[String; 6]> = snapshot
             .holders
             .iter()
             .map(|h| {
@@ -72,17 +73,25 @@ pub fn table(snapshot: &Snapshot) -> String {
                         .map_or_else(|| "-".into(), |t| t.to_string()),
                     h.acquired_at.map_or_else(|| "-".into(), rfc3339),
                     lease_left(h.lease),
+                    if h.release_requested { "yes" } else { "-" }.to_owned(),
                 ]
             })
             .collect();
-        let header = ["ROLE", "OWNER", "TOKEN", "ACQUIRED AT", "LEASE LEFT"];
+        let header = [
+            "ROLE",
+            "OWNER",
+            "TOKEN",
+            "ACQUIRED AT",
+            "LEASE LEFT",
+            "ASKED TO RELEASE",
+        ];
         let mut widths = header.map(str::len);
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.len());
             }
         }
-        let mut line = |cells: [&str; 5]| {
+        let mut line = |cells: [&str; 6]| {
             let mut l = String::new();
             for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
                 if i + 1 == cells.len() {
@@ -95,7 +104,7 @@ pub fn table(snapshot: &Snapshot) -> String {
         };
         line(header);
         for row in &rows {
-            line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+            line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
         }
     }
     if let Some(note) = never_freed(snapshot) {
@@ -132,7 +141,12 @@ pub fn never_freed(snapshot: &Snapshot) -> Option<String> {
 
 /// Who holds, in a few words (for the spinner).
 pub fn holders_brief(snapshot: &Snapshot) -> String {
-    match snapshot.holders.as_slice() {
+    holders_of(&snapshot.holders)
+}
+
+/// `holders` in a few words: `free`, `held by X`, `held by X and 2 more`.
+pub fn holders_of(holders: &[Holder]) -> String {
+    match holders {
         [] => "free".into(),
         [one] => format!("held by {}", owner(one)),
         [one, rest @ ..] => format!("held by {} and {} more", owner(one), rest.len()),

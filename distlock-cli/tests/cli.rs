@@ -416,7 +416,7 @@ fn force_release_stops_the_child(url: &str) {
     assert_eq!(inspect(url, &name, "mutex")["held"], true);
     assert!(holder.try_wait().unwrap().is_none());
 
-    let out = run(url, &["unlock", "--force", "--yes", &name]);
+    let out = run(url, &["unlock", "--grace", "0", "--force", "--yes", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
     assert_eq!(wait_exit(&mut holder, Duration::from_secs(5)), 75);
     assert!(!alive(child));
@@ -437,7 +437,7 @@ fn stubborn_child_is_killed_after_grace(url: &str) {
         dir.path(),
     );
     let child = read_pid(&dir.path().join("c.pid")).unwrap();
-    let out = run(url, &["unlock", "--force", "--yes", &name]);
+    let out = run(url, &["unlock", "--grace", "0", "--force", "--yes", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
     let forced = Instant::now();
     assert_eq!(wait_exit(&mut holder, Duration::from_secs(8)), 75);
@@ -924,7 +924,9 @@ fn elect_after_losing(url: &str) {
         terms().len() == 1
     });
     let (_, first) = terms()[0];
-    let force = ["unlock", "--force", "--yes", "--kind", "election", &name];
+    let force = [
+        "unlock", "--grace", "0", "--force", "--yes", "--kind", "election", &name,
+    ];
     assert_eq!(run(url, &force).status.code(), Some(0));
     wait_until(Duration::from_secs(10), "a second term", || {
         terms().len() == 2
@@ -1081,9 +1083,230 @@ fn several_names(url: &str) {
     let mut extra = fast_lease(url);
     extra.push(&c);
     let mut holder = hold(url, &a, &extra, "touch ready; exec sleep 300", dir.path());
-    let out = run(url, &["unlock", "--force", "--yes", &c]);
+    let out = run(url, &["unlock", "--grace", "0", "--force", "--yes", &c]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
     assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
+}
+
+/// The holder's stderr, once it exited.
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut err).unwrap();
+    }
+    err
+}
+
+// `unlock` asks: the holder's child gets SIGTERM (--on-request's default),
+// exits its own way, the lock is released, and unlock exits 0 once it is.
+fn unlock_asks_and_the_holder_lets_go(url: &str) {
+    let name = test_support::unique_name("asked");
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = hold(
+        url,
+        &name,
+        &fast_lease(url),
+        "trap 'touch asked; exit 3' TERM; touch ready; while :; do sleep 0.05; done",
+        dir.path(),
+    );
+    let out = run(url, &["unlock", "--grace", "20", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("released by its holder"),
+        "{out:?}"
+    );
+    // The child's own status, not 75: it was asked, not evicted.
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(5)), 3);
+    assert!(dir.path().join("asked").exists());
+    let err = stderr_of(&mut holder);
+    assert!(err.contains(&format!("released {name} as asked")), "{err}");
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
+// A holder that does not let go: unlock without --force gives up after the
+// grace (exit 1, still held); with --force it evicts (the holder exits 75).
+fn unlock_of_a_stubborn_holder_forces_only_with_force(url: &str) {
+    let name = test_support::unique_name("stubborn-asked");
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = fast_lease(url);
+    extra.extend_from_slice(&["--grace", "1"]);
+    let mut holder = hold(
+        url,
+        &name,
+        &extra,
+        "trap 'touch asked' TERM; touch ready; while :; do sleep 0.05; done",
+        dir.path(),
+    );
+    let out = run(url, &["unlock", "--grace", "1.5", &name]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    assert!(
+        stderr_line(&out).contains("--force"),
+        "{}",
+        stderr_line(&out)
+    );
+    // It was asked (its child heard SIGTERM) and still holds.
+    wait_until(Duration::from_secs(5), "the child to hear it", || {
+        dir.path().join("asked").exists()
+    });
+    let snapshot = inspect(url, &name, "mutex");
+    assert_eq!(snapshot["held"], true);
+    assert_eq!(
+        snapshot["holders"][0]["release_requested"], true,
+        "{snapshot}"
+    );
+    assert!(holder.try_wait().unwrap().is_none());
+    let out = run(
+        url,
+        &["unlock", "--grace", "0.5", "--force", "--yes", &name],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("force-released"),
+        "{out:?}"
+    );
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
+}
+
+// Nobody holds: unlock says so, exits 0 and creates nothing. With
+// --on-request none the child is not told, and the request shows in
+// inspect.
+fn unlock_of_a_free_name_and_on_request_none(url: &str) {
+    let name = test_support::unique_name("free-asked");
+    let out = run(url, &["unlock", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is not held"),
+        "{out:?}"
+    );
+    let snapshot = inspect(url, &name, "mutex");
+    assert_eq!(snapshot["held"], false);
+    assert_eq!(snapshot["waiters"]["count"], 0);
+    if url.starts_with("redis") {
+        let redis = test_support::redis::shared();
+        assert_eq!(redis.cli(&["EXISTS", &format!("{{{name}}}:revoke")]), "0");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = fast_lease(url);
+    extra.extend_from_slice(&["--on-request", "none"]);
+    let mut holder = hold(
+        url,
+        &name,
+        &extra,
+        "trap 'touch asked' TERM USR1; touch ready; while :; do sleep 0.05; done",
+        dir.path(),
+    );
+    let out = run(url, &["unlock", "--grace", "1.5", &name]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    let snapshot = inspect(url, &name, "mutex");
+    assert_eq!(
+        snapshot["holders"][0]["release_requested"], true,
+        "{snapshot}"
+    );
+    thread::sleep(Duration::from_millis(300));
+    assert!(!dir.path().join("asked").exists(), "the child was told");
+    signal(&holder, libc::SIGINT);
+    wait_exit(&mut holder, Duration::from_secs(10));
+    let err = stderr_of(&mut holder);
+    assert!(err.contains("--on-request none"), "{err}");
+}
+
+// A leader asked to step down: its child gets the signal, exits, distlock
+// resigns and exits with the child's status; unlock exits 0.
+fn the_leader_asked_steps_down(url: &str) {
+    let name = test_support::unique_name("asked-leader");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["elect"];
+    let lease = fast_lease(url);
+    args.extend_from_slice(&lease);
+    args.extend_from_slice(&[
+        "--on-request",
+        "USR1",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "trap 'exit 0' USR1; touch ready; while :; do sleep 0.05; done",
+    ]);
+    let mut leader = distlock(url, &args)
+        .current_dir(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(15), "the leader's child", || {
+        dir.path().join("ready").exists()
+    });
+    let out = run(
+        url,
+        &["unlock", "--kind", "election", "--grace", "20", &name],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert_eq!(wait_exit(&mut leader, Duration::from_secs(5)), 0);
+    let err = stderr_of(&mut leader);
+    assert!(err.contains(&format!("resigned {name} as asked")), "{err}");
+    assert_eq!(inspect(url, &name, "election")["held"], false);
+}
+
+// `distlock lock` prints a line when asked, and keeps holding until its
+// stdin closes.
+fn hold_mode_hears_a_request(url: &str) {
+    let name = test_support::unique_name("asked-hold");
+    let mut args = vec!["lock"];
+    let lease = fast_lease(url);
+    args.extend_from_slice(&lease);
+    args.push(&name);
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .env("DISTLOCK_URL", url)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = holder.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let token = rx.recv_timeout(Duration::from_secs(15)).unwrap();
+    assert!(token.parse::<u64>().is_ok(), "{token}");
+    let out = run(url, &["unlock", "--grace", "0.5", &name]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_line(&out));
+    let line = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(line, "release-requested");
+    assert_eq!(inspect(url, &name, "mutex")["held"], true);
+    drop(holder.stdin.take());
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(5)), 0);
+    assert_eq!(inspect(url, &name, "mutex")["held"], false);
+}
+
+// exec of several names: a request on any one of them tells the child, and
+// every name is released when it exits.
+fn several_names_hear_a_request_on_one(url: &str) {
+    let a = test_support::unique_name("set-a");
+    let b = test_support::unique_name("set-b");
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = fast_lease(url);
+    extra.push(&b);
+    let mut holder = hold(
+        url,
+        &a,
+        &extra,
+        "trap 'exit 0' TERM; touch ready; while :; do sleep 0.05; done",
+        dir.path(),
+    );
+    let out = run(url, &["unlock", "--grace", "20", &b]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
+    assert_eq!(wait_exit(&mut holder, Duration::from_secs(5)), 0);
+    let err = stderr_of(&mut holder);
+    assert!(err.contains("as asked"), "{err}");
+    assert_eq!(inspect(url, &a, "mutex")["held"], false);
+    assert_eq!(inspect(url, &b, "mutex")["held"], false);
 }
 
 macro_rules! on_both {
@@ -1119,6 +1342,12 @@ on_both!(
     json_output_is_one_object_a_line,
     connect_timeout_names_backend_and_address,
     several_names,
+    unlock_asks_and_the_holder_lets_go,
+    unlock_of_a_stubborn_holder_forces_only_with_force,
+    unlock_of_a_free_name_and_on_request_none,
+    the_leader_asked_steps_down,
+    hold_mode_hears_a_request,
+    several_names_hear_a_request_on_one,
 );
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
@@ -1160,7 +1389,7 @@ fn redis_messages_say_what_is_there() {
     for args in [
         &["exec", &list, "--", "true"][..],
         &["inspect", &list],
-        &["unlock", "--force", "--yes", &list],
+        &["unlock", "--grace", "0", "--force", "--yes", &list],
     ] {
         let out = run(&url, args);
         assert_eq!(
@@ -1203,7 +1432,7 @@ fn redis_messages_say_what_is_there() {
         dir.path(),
     );
     assert_eq!(inspect(&url, &name, "mutex")["never_freed"], false);
-    let force = ["unlock", "--force", "--yes", &name];
+    let force = ["unlock", "--grace", "0", "--force", "--yes", &name];
     assert_eq!(run(&url, &force).status.code(), Some(0));
     assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
     let mut err = String::new();
