@@ -312,8 +312,10 @@ impl LockGuard {
     /// When it is heard: ZooKeeper's holder hears it through a watch on
     /// its node at once (and at the next session check, every `timeout /
     /// 4`, if a watch event was missed); Redis's at its next renewal (every
-    /// `ttl / 3` by default) or sooner by a message on its subscriber; the
-    /// in-process backend at once.
+    /// `ttl / 3` by default: the renewal script reads the request, so
+    /// hearing it costs no command of its own); the in-process backend at
+    /// once. A lease with manual renewal ([`Renewal::Manual`]) hears it at
+    /// its next [`LockGuard::extend`] on Redis.
     ///
     /// ```
     /// # mod distlock {

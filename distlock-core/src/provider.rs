@@ -214,10 +214,11 @@ pub trait Provider: Send + Sync + Debug {
     /// How the request is stored: on ZooKeeper as data written on the
     /// holder's node, as Curator's `Revoker` does (a revocable Curator
     /// holder hears it too, and a distlock holder hears Curator's
-    /// `Revoker`); on Redis as a mark beside the hold, read by the
-    /// holder's renewals, with a message on the name's channel; in process
-    /// at once. A request stays until the hold ends, and asking again is
-    /// harmless.
+    /// `Revoker`); on Redis as a mark beside the hold (a hash in the name's
+    /// slot), read by the holder's next renewal; in process at once. A
+    /// request stays until the hold ends (the next holder is not asked),
+    /// and asking again is harmless. Redlock has no way to tell its holders
+    /// and answers [`Error::Unsupported`].
     ///
     /// # Errors
     ///

@@ -219,6 +219,7 @@
 //! | `{PREFIX NAME}:elect:queue`, `…:elect:timeouts` | candidates, as the fair queue |
 //! | `{PREFIX NAME}:elect:owners` | the candidates' owners, as `:fair:owners` (`…:elect:holder`: earlier versions' leader record, as `:holder`) |
 //! | `{PREFIX NAME}:elect:events` | pub/sub channel of wins, resignations, hand-overs |
+//! | `{PREFIX NAME}:revoke` | requests to release (`Provider::request_release`) of mutex and fair mutex holds: hash lock key value → `1`, expiring with the longest hold asked; `…:rw:revoke`, `…:sem:revoke` (token → `1`) and `…:elect:revoke` for the other kinds. Read by the holder's renewal script (`extend` answers 3: extended and asked) |
 //! | `{PREFIX NAME}:ids` | id generator counter (`INCRBY`) |
 //! | `{PREFIX NAME}:redlock:fence` | [Redlock](#redlock)'s fencing counter, on each master; TTL = lease + [fence retention](RedisOptions::fence_retention), as `:fence` ([why tokens still increase](crate::RedlockProvider#the-counters-retention)) |
 //!

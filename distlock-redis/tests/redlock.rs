@@ -985,3 +985,32 @@ async fn the_fencing_counter_expires_on_every_master_and_tokens_still_increase()
         "token {t} after the expiry, not above {earlier:?}"
     );
 }
+
+/// Redlock cannot ask its holders to release (no holder listens on the
+/// masters): a typed `Unsupported`, and nothing is written on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_release_is_unsupported_and_writes_nothing() {
+    let masters = three();
+    let client = connect(masters, quick()).await;
+    let name = test_support::unique_name("redlock-ask");
+    let guard = client.mutex(&name).unwrap().lock().await.unwrap();
+    let e = client
+        .request_release(&name, distlock_core::PrimitiveKind::Mutex)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            distlock_core::Error::Unsupported {
+                what: "request_release",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    for i in 0..3 {
+        assert!(!exists(masters, i, &format!("{{{name}}}:revoke")));
+    }
+    assert!(!guard.is_release_requested());
+    guard.release().await.unwrap();
+}
