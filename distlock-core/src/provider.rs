@@ -211,14 +211,16 @@ pub trait Provider: Send + Sync + Debug {
     /// wait uses [`Provider::force_release`] after a grace period (what
     /// `distlock unlock` does).
     ///
-    /// How the request is stored: on ZooKeeper as data written on the
-    /// holder's node, as Curator's `Revoker` does (a revocable Curator
-    /// holder hears it too, and a distlock holder hears Curator's
-    /// `Revoker`); on Redis as a mark beside the hold (a hash in the name's
-    /// slot), read by the holder's next renewal; in process at once. A
-    /// request stays until the hold ends (the next holder is not asked),
-    /// and asking again is harmless. Redlock has no way to tell its holders
-    /// and answers [`Error::Unsupported`].
+    /// How the request is stored: on Redis as a mark beside the hold (a
+    /// hash in the name's slot), read by the holder's next renewal; in
+    /// process at once. A request stays until the hold ends (the next
+    /// holder is not asked), and asking again is harmless. Redlock has no
+    /// way to tell its holders and answers [`Error::Unsupported`];
+    /// ZooKeeper does too for now.
+    ///
+    /// Backends that implement it keep a clone of the lease's
+    /// [`LeaseSignal`](crate::backend::LeaseSignal) and call its
+    /// `request_release()` when they hear the mark.
     ///
     /// # Errors
     ///
