@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::lease::cleanup::{Cleanup, CleanupGuard};
 use crate::lease::lifecycle::Lifecycle;
 use crate::lease::parts::GuardParts;
-use crate::lease::signal::{LeaseSignal, State as SignalState};
+use crate::lease::signal::{LeaseSignal, RequestHook, State as SignalState};
 pub use crate::lease::status::{LeaseStatus, LostReason};
 use crate::lease::terms::{LeaseBackend, LeaseTerms};
 use crate::lease::{LeaseOptions, Renewal};
@@ -201,7 +201,10 @@ impl LockGuard {
             }
         }
         let metrics = crate::metrics::Cell::new();
-        parts.signal.attach_metrics(metrics.clone());
+        let cell = metrics.clone();
+        parts
+            .signal
+            .on_request(RequestHook(Box::new(move || cell.release_requested(true))));
         let watchdog = Watchdog::spawn(
             &handle,
             parts.name.clone(),

@@ -417,14 +417,7 @@ impl SentinelGroup {
     pub fn wait_for_failover(&self, old_master_port: u16, deadline: Duration) -> u16 {
         let until = Instant::now() + deadline;
         loop {
-            let named: Vec<u16> = self
-                .sentinels
-                .iter()
-                .filter_map(|s| {
-                    let answer = s.cli(&["SENTINEL", "get-master-addr-by-name", &self.name]);
-                    answer.lines().nth(1)?.trim().parse().ok()
-                })
-                .collect();
+            let named = self.named_masters();
             if named.len() >= 2 && named.iter().all(|&p| p == named[0] && p != old_master_port) {
                 let port = named[0];
                 if cli(port, &["ROLE"]).lines().next() == Some("master") {
@@ -441,6 +434,17 @@ impl SentinelGroup {
         }
     }
 
+    /// The master port each Sentinel that answers names.
+    fn named_masters(&self) -> Vec<u16> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| {
+                let answer = s.cli(&["SENTINEL", "get-master-addr-by-name", &self.name]);
+                answer.lines().nth(1)?.trim().parse().ok()
+            })
+            .collect()
+    }
+
     /// Waits until server `i` reports `role` (`master` or `slave`).
     ///
     /// # Panics
@@ -453,14 +457,7 @@ impl SentinelGroup {
             // Waiting for a demotion while the Sentinels have made this very
             // server master again (a second failover) can only run out:
             // say so at once, with the Sentinels' account.
-            let named: Vec<u16> = self
-                .sentinels
-                .iter()
-                .filter_map(|s| {
-                    let answer = s.cli(&["SENTINEL", "get-master-addr-by-name", &self.name]);
-                    answer.lines().nth(1)?.trim().parse().ok()
-                })
-                .collect();
+            let named = self.named_masters();
             assert!(
                 !(role == "slave" && named.len() >= 2 && named.iter().all(|&p| p == port)),
                 "server {i} (port {port}) was waited on to become a replica, but the Sentinels failed over to it again\n{}",

@@ -8,6 +8,15 @@ use tokio::time::{sleep_until, Instant};
 
 use super::status::{LeaseStatus, LostReason};
 
+/// What a guard runs when its lease is first asked to release.
+pub(crate) struct RequestHook(pub(crate) Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for RequestHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestHook")
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct State {
     status: LeaseStatus,
@@ -30,9 +39,9 @@ pub(crate) struct State {
 #[derive(Clone, Debug)]
 pub struct LeaseSignal {
     tx: Arc<watch::Sender<State>>,
-    /// The guard's metric cell, once a guard owns this lease: a request to
-    /// release is counted there.
-    metrics: Arc<OnceLock<crate::metrics::Cell>>,
+    /// What the guard does when a request to release is first heard (its
+    /// metrics count it), once a guard owns this lease.
+    on_request: Arc<OnceLock<RequestHook>>,
 }
 
 impl Default for LeaseSignal {
@@ -52,7 +61,7 @@ impl LeaseSignal {
                 hold_end: None,
                 release_requested: false,
             })),
-            metrics: Arc::default(),
+            on_request: Arc::default(),
         }
     }
 
@@ -70,8 +79,8 @@ impl LeaseSignal {
             true
         });
         if changed {
-            if let Some(cell) = self.metrics.get() {
-                cell.release_requested(true);
+            if let Some(hook) = self.on_request.get() {
+                (hook.0)();
             }
             tracing::info!("distlock holder asked to release");
         }
@@ -98,9 +107,9 @@ impl LeaseSignal {
         }
     }
 
-    /// Links the guard's metric cell (once).
-    pub(crate) fn attach_metrics(&self, cell: crate::metrics::Cell) {
-        let _ = self.metrics.set(cell);
+    /// Sets what runs when a request to release is first heard (once).
+    pub(crate) fn on_request(&self, hook: RequestHook) {
+        let _ = self.on_request.set(hook);
     }
 
     /// The current status; a lease whose deadline has passed is marked
