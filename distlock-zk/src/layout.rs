@@ -80,6 +80,21 @@ pub(crate) fn dir(root: &str, name: &Name) -> String {
 /// The first word of our nodes' data.
 const MARK: &str = "distlock";
 
+/// The data Curator's `Revoker.attemptRevoke` writes on a lock node to ask
+/// its holder to let go (`LockInternals.REVOKE_MESSAGE`); a revocable
+/// Curator holder (`makeRevocable`) watches its node for it.
+pub(crate) const REVOKE: &[u8] = b"__REVOKE__";
+
+/// Whether a holder's node carries a request to release: its data was set
+/// after its create (every node starts at data version 0, and neither
+/// distlock nor Curator's and kazoo's lock recipes set a holder's data,
+/// except to ask: `request_release` writes the data again on our nodes,
+/// `__REVOKE__` on foreign ones, as Curator's `Revoker`), or it holds
+/// `__REVOKE__`.
+pub(crate) fn asked(data: &[u8], version: i32) -> bool {
+    version > 0 || data == REVOKE
+}
+
 /// The data of our lock nodes: `distlock owner=<owner>`.
 pub(crate) fn owner_data(owner: &str) -> Vec<u8> {
     format!("{MARK} owner={owner}").into_bytes()

@@ -15,6 +15,7 @@ use zookeeper_client::EventType;
 
 use crate::context::Context;
 use crate::error::{from_zk, session_ended};
+use crate::layout;
 use crate::node::{
     delete_if_ours, delete_retrying, sweep_in_background, token, WHILE_SESSION_LIVES,
 };
@@ -92,12 +93,15 @@ impl ZkLease {
 
 impl ZkLease {
     /// The unfair lock's release in one request: a delete at version 0
-    /// (our node's data is never set after its create, so its version stays
-    /// 0), on our session (a session that ended cannot delete). When that
-    /// cannot tell, the checked delete looks first: a node at another
-    /// version is not the one we created; a lost answer may have deleted it.
+    /// (our node's data is set after its create only by a request to
+    /// release, so its version stays 0 unless we were asked), on our
+    /// session (a session that ended cannot delete). When that cannot
+    /// tell, the checked delete looks first: a node at another version is
+    /// not the one we created, or ours asked to release (a request we have
+    /// not heard yet); a lost answer may have deleted it.
     ///
-    /// A lease known lost never takes this path. The one case left that the
+    /// A lease known lost, or known asked to release, never takes this
+    /// path. The one case left that the
     /// version cannot tell apart: an operator's force-release deleted our
     /// node and another client created the lock node again just before
     /// this delete, before our node watch reported the deletion: the delete
@@ -110,6 +114,10 @@ impl ZkLease {
         if matches!(self.signal.status(), distlock_core::LeaseStatus::Lost(_)) {
             // Our node was deleted (the watch saw it): whatever is at the
             // path now is someone else's.
+            return Quick::NotAtZero;
+        }
+        if self.signal.is_release_requested() {
+            // Our node's data was written since its create: not at 0.
             return Quick::NotAtZero;
         }
         let timeout = self.ctx.timeout;
@@ -163,7 +171,16 @@ impl LeaseBackend for ZkLease {
             Err(e) => return Err(from_zk("sync", timeout, e)),
         }
         match self.ours(&session).await? {
-            Some(_) => Ok(()),
+            Some(version) => {
+                // The fallback for a request to release whose watch event
+                // was missed: any data written on our node after its create
+                // is one (ours or Curator's `Revoker`), and this check comes
+                // every timeout/4 at no extra cost.
+                if version > 0 {
+                    self.signal.request_release();
+                }
+                Ok(())
+            }
             None => Err(self.not_held()),
         }
     }
@@ -311,7 +328,7 @@ fn watch(
                 tokio::time::sleep(watch_after).await;
             }
             watching.store(true, Ordering::Relaxed);
-            node_deleted(session, &node, czxid).await;
+            node_deleted(session, &node, czxid, &signal).await;
         };
         tokio::pin!(deleted);
         loop {
@@ -363,7 +380,11 @@ fn watch(
 }
 
 /// Resolves when `node` is deleted; pends while it exists or cannot be
-/// asked (session events are the state watch's business).
+/// asked (session events are the state watch's business). Every read also
+/// looks for a request to release on the node (data written after its
+/// create, or `__REVOKE__`: `layout::asked`) and tells `signal`: the data
+/// watch fires on a request's `setData` as on the delete, so hearing one
+/// costs no request beyond the watch's own read.
 ///
 /// The watch is a data watch (`getData`), not an `exists` watch: on a node
 /// that is gone already (a lease released at once) `getData` fails and
@@ -372,7 +393,7 @@ fn watch(
 ///
 /// A node at the path that is not ours (another `czxid`: ours was deleted
 /// and someone created the path again) counts as deleted.
-async fn node_deleted(session: Weak<Session>, node: &str, czxid: i64) {
+async fn node_deleted(session: Weak<Session>, node: &str, czxid: i64, signal: &LeaseSignal) {
     loop {
         let asked = match session.upgrade() {
             // Held only for the request: the watch outlives no session.
@@ -382,11 +403,16 @@ async fn node_deleted(session: Weak<Session>, node: &str, czxid: i64) {
         match asked {
             Err(zookeeper_client::Error::NoNode) => return,
             Ok((_, stat, _)) if stat.czxid != czxid => return,
-            Ok((_, _, watcher)) => match watcher.changed().await.event_type {
-                EventType::NodeDeleted => return,
-                EventType::Session => std::future::pending::<()>().await,
-                _ => {}
-            },
+            Ok((data, stat, watcher)) => {
+                if layout::asked(&data, stat.version) {
+                    signal.request_release();
+                }
+                match watcher.changed().await.event_type {
+                    EventType::NodeDeleted => return,
+                    EventType::Session => std::future::pending::<()>().await,
+                    _ => {}
+                }
+            }
             Err(e) if session_ended(&e) => std::future::pending::<()>().await,
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }

@@ -34,7 +34,9 @@ use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
 
 use crate::context::Context;
 use crate::error::from_zk;
-use crate::layout::{latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, UNFAIR_NODE};
+use crate::layout::{
+    asked, latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, REVOKE, UNFAIR_NODE,
+};
 use crate::node::CONTAINER_OWNER;
 
 /// Children read per multi-read.
@@ -59,10 +61,17 @@ struct Node {
     stat: Stat,
 }
 
-/// One found hold: the node to delete, and how it shows.
+/// One found hold: the node to delete (or ask), and how it shows.
 struct Hold {
     path: String,
     holder: Holder,
+    /// What `request_release` writes on the node, at which version: our
+    /// nodes' data again at the version read (inspect still reads the
+    /// owner; the data version going above 0 is the mark), `__REVOKE__`
+    /// on a foreign lock or lease node (what Curator's `Revoker` writes and
+    /// a revocable Curator holder listens for), a foreign election node's
+    /// data again (a `LeaderLatch` reads its participant id there).
+    ask: (Vec<u8>, Option<i32>),
 }
 
 /// A name's state as read, with the paths of its holds.
@@ -73,8 +82,14 @@ struct State {
 
 fn holder(role: HoldRole, node: &Node, owner: Option<String>, foreign: Option<String>) -> Hold {
     let stat = &node.stat;
+    let ask = if foreign.is_none() || role == HoldRole::Leader {
+        (node.data.clone(), Some(stat.version))
+    } else {
+        (REVOKE.to_vec(), None)
+    };
     Hold {
         path: node.path.clone(),
+        ask,
         holder: Holder {
             role,
             owner,
@@ -87,7 +102,7 @@ fn holder(role: HoldRole, node: &Node, owner: Option<String>, foreign: Option<St
                 0 => LeaseLeft::NoExpiry,
                 session_id => LeaseLeft::Session { session_id },
             },
-            release_requested: false,
+            release_requested: asked(&node.data, stat.version),
         },
     }
 }
@@ -452,6 +467,62 @@ pub(crate) async fn force_release(
         evicted,
         fence: None,
     })
+}
+
+/// `Provider::request_release`: writes the request on every holding node
+/// (pipelined; see [`Hold::ask`]) and returns the holders asked. A node
+/// deleted meanwhile (`NoNode`) was released: not asked, not returned. A
+/// versioned write that finds another version (`BadVersion`) found the
+/// node's data written since the read: asked by someone else meanwhile,
+/// and returned. Nothing is created: a name nobody holds is only read.
+pub(crate) async fn request_release(
+    ctx: &Context,
+    name: &Name,
+    dir: &str,
+    kind: PrimitiveKind,
+) -> Result<Vec<Holder>> {
+    let state = read(ctx, name, dir, kind).await?;
+    if state.holds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let timeout = ctx.timeout;
+    let session = ctx.sessions.get().await?;
+    // Each request is sent when its future is made: all are in flight
+    // before the first answer is awaited.
+    let writes: Vec<_> = state
+        .holds
+        .iter()
+        .map(|hold| session.client.set_data(&hold.path, &hold.ask.0, hold.ask.1))
+        .collect();
+    let written = with_timeout(
+        "request release",
+        timeout,
+        futures::future::join_all(writes),
+    )
+    .await?;
+    let mut asked = Vec::with_capacity(state.holds.len());
+    for (hold, outcome) in state.holds.into_iter().zip(written) {
+        match outcome {
+            Ok(_) | Err(ZkError::BadVersion) => {
+                tracing::info!(
+                    name = %name,
+                    kind = %kind,
+                    node = %hold.path,
+                    owner = hold.holder.owner.as_deref().unwrap_or("-"),
+                    foreign = hold.holder.foreign.as_deref().unwrap_or("-"),
+                    "distlock asked a holder to release"
+                );
+                asked.push(Holder {
+                    release_requested: true,
+                    ..hold.holder
+                });
+            }
+            // Released meanwhile: nobody to ask.
+            Err(ZkError::NoNode) => {}
+            Err(e) => return Err(from_zk("request release", timeout, e)),
+        }
+    }
+    Ok(asked)
 }
 
 #[cfg(test)]

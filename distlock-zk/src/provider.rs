@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use distlock_core::backend::check_permits;
 use distlock_core::backend::{BlockIds, Lifecycle};
 use distlock_core::{
-    Election, Error, ForceReleased, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind, Provider,
-    ReadWriteLock, Result, Semaphore, Snapshot,
+    Election, Error, ForceReleased, Holder, IdGenerator, LeaseOptions, Lock, Name, PrimitiveKind,
+    Provider, ReadWriteLock, Result, Semaphore, Snapshot,
 };
 
 use crate::context::{Context, Stats};
@@ -227,6 +227,39 @@ impl Provider for ZkProvider {
     async fn inspect(&self, name: &str, kind: PrimitiveKind) -> Result<Snapshot> {
         let (name, dir) = self.named(name)?;
         crate::ops::inspect(&self.ctx, &name, &dir, kind).await
+    }
+
+    /// Asks every holder of the name as `kind` to let go, the way Curator's
+    /// `Revoker.attemptRevoke` does: one `setData` on each holding node
+    /// (pipelined, after the two reads of [`inspect`](Provider::inspect)).
+    /// A distlock holder's node gets its own data again (at the version
+    /// read, so the owner identity stays and the node's data version goes
+    /// above 0: the mark); a foreign lock or lease node (a Curator or kazoo
+    /// holder) gets `__REVOKE__`, which a revocable Curator holder
+    /// (`InterProcessMutex.makeRevocable`) hears; a foreign election leader
+    /// (a Curator `LeaderLatch`, which has no revocation) keeps its data,
+    /// its participant id. A distlock holder hears a request (ours or
+    /// Curator's `__REVOKE__`) through the data watch on its node, and at
+    /// the latest at its next session check (every session timeout / 4).
+    /// Returns the holders asked, as `inspect` shows them; a holder that
+    /// released meanwhile is not among them. Nothing is created: a name
+    /// nobody holds is only read.
+    ///
+    /// Waiters watching an asked node wake once, look again and wait on.
+    /// The unfair mutex's node has one fixed path: a request racing with
+    /// its holder's release may ask the next holder instead.
+    ///
+    /// # Errors
+    ///
+    /// As [`inspect`](Provider::inspect); a server error (no auth) when the
+    /// ACL forbids the write (nodes made with other digest credentials).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Each holder is asked or not; a cancelled call may have asked some.
+    async fn request_release(&self, name: &str, kind: PrimitiveKind) -> Result<Vec<Holder>> {
+        let (name, dir) = self.named(name)?;
+        crate::ops::request_release(&self.ctx, &name, &dir, kind).await
     }
 
     /// **Dangerous: for operators.** Deletes every holding node of the name

@@ -136,3 +136,8 @@ mod kinds {
     use test_support::primitives::Kind;
     test_support::conformance_suite!(kinds super::Zk::standalone(Kind::Mutex));
 }
+
+mod revocation {
+    use test_support::primitives::Kind;
+    test_support::conformance_suite!(revocation super::Zk::standalone(Kind::FairMutex));
+}
