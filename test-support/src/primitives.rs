@@ -427,7 +427,7 @@ pub async fn semaphore_bounds<F: Fixture>(fx: &F) {
         assert_eq!(s.permits(), PERMITS);
         let (inside, most, tokens) = (Arc::clone(&inside), Arc::clone(&most), Arc::clone(&tokens));
         tasks.push(tokio::spawn(async move {
-            for _ in 0..25 {
+            for round in 0..25 {
                 let g = s.lock().await.expect("acquire");
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 assert!(
@@ -439,6 +439,17 @@ pub async fn semaphore_bounds<F: Fixture>(fx: &F) {
                     tokens.lock().expect("poisoned").insert(g.fencing_token()),
                     "token handed out twice"
                 );
+                if round == 0 {
+                    // Each first holder keeps its permit until a second
+                    // holder is in (or a generous bound passes): a free
+                    // permit must go to one of the waiters, however slow
+                    // the machine; a 2 ms hold alone proves nothing about
+                    // holding together when acquiring takes longer.
+                    let bound = tokio::time::Instant::now() + Duration::from_secs(10);
+                    while most.load(Ordering::SeqCst) < 2 && tokio::time::Instant::now() < bound {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 g.release().await.expect("release");
