@@ -162,7 +162,9 @@ impl Election for ZkElection {
         Box::pin(futures::stream::unfold(state, |mut state| async move {
             loop {
                 if let Some(watcher) = state.watcher.take() {
-                    watcher.changed().await;
+                    // Fired, or dropped with its client (a session that
+                    // ended): look again either way, on the session now.
+                    let _ = crate::wait::event_of(watcher).await;
                 }
                 match current(&state.ctx, &state.dir, true).await {
                     Ok((leader, watcher)) => {

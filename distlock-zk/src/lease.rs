@@ -407,10 +407,12 @@ async fn node_deleted(session: Weak<Session>, node: &str, czxid: i64, signal: &L
                 if layout::asked(&data, stat.version) {
                     signal.request_release();
                 }
-                match watcher.changed().await.event_type {
-                    EventType::NodeDeleted => return,
-                    EventType::Session => std::future::pending::<()>().await,
-                    _ => {}
+                match crate::wait::event_of(watcher).await.map(|e| e.event_type) {
+                    Some(EventType::NodeDeleted) => return,
+                    // The client gone: the session's end is the state
+                    // watch's business.
+                    Some(EventType::Session) | None => std::future::pending::<()>().await,
+                    Some(_) => {}
                 }
             }
             Err(e) if session_ended(&e) => std::future::pending::<()>().await,

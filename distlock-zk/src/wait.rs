@@ -126,6 +126,20 @@ pub(crate) fn watch_fired(
     }
 }
 
+/// A oneshot watch's event, or `None` when the client dropped the watch
+/// unfired: its connection task ended (the session closed, or its last
+/// handle went) while a task of ours that holds no handle (a guard's node
+/// watch, an election observer) still waited. zookeeper-client 0.11
+/// panics inside `OneshotWatcher::changed` then (it unwraps the cancelled
+/// channel); the panic is caught here, so it ends no task of ours.
+pub(crate) async fn event_of(watcher: OneshotWatcher) -> Option<WatchedEvent> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(watcher.changed())
+        .catch_unwind()
+        .await
+        .ok()
+}
+
 /// Counts a watch that fired for a waiter (stats, and the core's wake-up
 /// count).
 pub(crate) fn watch_noticed(ctx: &Context) {
