@@ -128,9 +128,9 @@ Examples:
   distlock unlock --grace 0 --force --yes --kind rw catalog   # evict at once, unasked
 
 The request is cooperative: a holder hears it (a distlock exec sends its child --on-request,
-SIGTERM by default; a program's guard resolves release_requested()) and releases when its
-work allows. Redis holders hear it at their next renewal (a third of the lease); ZooKeeper
-cannot ask yet (use --grace 0 --force there). Exit 0 once every holder asked
+SIGTERM by default; a program's guard resolves release_requested(); a revocable Curator
+lock's listener runs) and releases when its work allows. ZooKeeper holders hear it at once,
+Redis holders at their next renewal (a third of the lease). Exit 0 once every holder asked
 has let go (or nobody held the name), 1 when one still holds after --grace and --force was
 not given. Evicted holders are not asked: a distlock exec holding the name stops its child
 and exits 75 once its backend tells it (ZooKeeper at once, Redis at its next renewal).")]
@@ -154,8 +154,8 @@ pub struct RunArgs {
     pub on_lost: Option<String>,
 
     /// The signal sent (once) to the child's group when someone asks the
-    /// holder to release (`distlock unlock`, `Provider::request_release`):
-    /// a name (`TERM`, `SIGUSR1`), a number, or
+    /// holder to release (`distlock unlock`, `Provider::request_release`,
+    /// Curator's `Revoker`): a name (`TERM`, `SIGUSR1`), a number, or
     /// `none`. The lock is released when the child exits.
     #[arg(long, value_name = "SIGNAL", value_parser = parse_signal, default_value = "TERM")]
     pub on_request: OnRequest,

@@ -1342,47 +1342,13 @@ on_both!(
     json_output_is_one_object_a_line,
     connect_timeout_names_backend_and_address,
     several_names,
+    unlock_asks_and_the_holder_lets_go,
+    unlock_of_a_stubborn_holder_forces_only_with_force,
+    unlock_of_a_free_name_and_on_request_none,
+    the_leader_asked_steps_down,
+    hold_mode_hears_a_request,
+    several_names_hear_a_request_on_one,
 );
-
-// Asking a holder to let go: Redis (ZooKeeper's request_release is not
-// built yet: it answers Unsupported, see the zk test below).
-mod redis_revocation {
-    macro_rules! on_redis {
-        ($($test:ident),* $(,)?) => {
-            $( #[test] fn $test() { super::$test(&super::redis_url()) } )*
-        };
-    }
-    on_redis!(
-        unlock_asks_and_the_holder_lets_go,
-        unlock_of_a_stubborn_holder_forces_only_with_force,
-        unlock_of_a_free_name_and_on_request_none,
-        the_leader_asked_steps_down,
-        hold_mode_hears_a_request,
-        several_names_hear_a_request_on_one,
-    );
-}
-
-// On ZooKeeper, unlock without --force says the backend cannot ask (exit
-// 64, as for any unsupported use; the holder untouched); --force still
-// evicts.
-#[test]
-fn zookeeper_unlock_cannot_ask_yet_and_force_still_evicts() {
-    let url = zk_url();
-    let name = test_support::unique_name("zk-ask");
-    let dir = tempfile::tempdir().unwrap();
-    let mut holder = hold(&url, &name, &[], "touch ready; exec sleep 300", dir.path());
-    let out = run(&url, &["unlock", &name]);
-    assert_eq!(out.status.code(), Some(64), "{}", stderr_line(&out));
-    assert!(
-        stderr_line(&out).contains("request_release"),
-        "{}",
-        stderr_line(&out)
-    );
-    assert_eq!(inspect(&url, &name, "mutex")["held"], true);
-    let out = run(&url, &["unlock", "--grace", "5", "--force", "--yes", &name]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_line(&out));
-    assert_eq!(wait_exit(&mut holder, Duration::from_secs(10)), 75);
-}
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
 // exit 75.

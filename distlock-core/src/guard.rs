@@ -304,15 +304,17 @@ impl LockGuard {
     }
 
     /// Resolves when someone asks this holder to let go
-    /// ([`Provider::request_release`](crate::Provider::request_release),
-    /// `distlock unlock`): finish or abandon the work
+    /// ([`Provider::request_release`](crate::Provider::request_release), a
+    /// Curator `Revoker`, `distlock unlock`): finish or abandon the work
     /// where it is safe, then [`LockGuard::release`]. The request ends
     /// nothing by itself: the lease stays held and renewed until released,
     /// lost, or forced by an operator. It never resolves otherwise (nor
     /// once the lease ended without a request), so `select!` it beside
     /// [`LockGuard::lost`].
     ///
-    /// When it is heard: Redis's holder at its next renewal (every
+    /// When it is heard: ZooKeeper's holder hears it through a watch on
+    /// its node at once (and at the next session check, every `timeout /
+    /// 4`, if a watch event was missed); Redis's at its next renewal (every
     /// `ttl / 3` by default: the renewal script reads the request, so
     /// hearing it costs no command of its own); the in-process backend at
     /// once. A lease with manual renewal ([`Renewal::Manual`]) hears it at

@@ -148,8 +148,8 @@ pub struct Holder {
     /// How long the hold lasts.
     pub lease: LeaseLeft,
     /// Whether someone asked it to release
-    /// ([`Provider::request_release`](crate::Provider::request_release))
-    /// and it still holds.
+    /// ([`Provider::request_release`](crate::Provider::request_release), or
+    /// a Curator `Revoker` on ZooKeeper) and it still holds.
     pub release_requested: bool,
 }
 

@@ -212,11 +212,12 @@ pub trait Provider: Send + Sync + Debug {
     /// `distlock unlock` does).
     ///
     /// How the request is stored: on Redis as a mark beside the hold (a
-    /// hash in the name's slot), read by the holder's next renewal; in
+    /// hash in the name's slot), read by the holder's next renewal; on
+    /// ZooKeeper on the holding node itself (its data written, as Curator's
+    /// `Revoker` does), heard through the holder's node watch at once; in
     /// process at once. A request stays until the hold ends (the next
     /// holder is not asked), and asking again is harmless. Redlock has no
-    /// way to tell its holders and answers [`Error::Unsupported`];
-    /// ZooKeeper does too for now.
+    /// way to tell its holders and answers [`Error::Unsupported`].
     ///
     /// Backends that implement it keep a clone of the lease's
     /// [`LeaseSignal`](crate::backend::LeaseSignal) and call its

@@ -280,8 +280,9 @@
 //!   lock) hold `distlock owner=<identity>`, the unfair lock's node
 //!   `distlock owner=<identity> id=<uuid>`, and semaphore lease nodes
 //!   `distlock permits=N owner=<identity>` (the older `distlock permits=N`
-//!   still parses). Curator ignores the data of lock and lease nodes, so
-//!   interop is unchanged.
+//!   still parses). Curator ignores the data of lock and lease nodes
+//!   (except `__REVOKE__`, a request to release: see below), so interop
+//!   is unchanged.
 //! * Election nodes keep the candidate id as their data, since Curator's
 //!   `LeaderLatch` reads the participant id from there; the identity goes
 //!   into the node's name, `_c_<uuid>-o=<identity>-latch-<seq10>`, with every
@@ -327,6 +328,32 @@
 //! then the evicted holder may still be working: hand its successor's token
 //! to the protected resource. `fence` is `None`: tokens are `czxid`s, and
 //! every later node has a larger one.
+//!
+//! # Asking a holder to let go
+//!
+//! [`Provider::request_release`] asks the way Curator's cooperative
+//! revocation does: after the two reads of `inspect`, one `setData` on
+//! each holding node (pipelined). A distlock node gets its own data again,
+//! at the data version read: the owner identity stays, and the node's
+//! data version going above 0 is the mark (nothing else sets a holder's
+//! data after its create). A foreign lock or lease node gets `__REVOKE__`,
+//! what Curator's `Revoker.attemptRevoke` writes and a revocable
+//! `InterProcessMutex` (`makeRevocable`) listens for. A foreign election
+//! leader (a `LeaderLatch`, which has no revocation) gets its own data,
+//! its participant id, again. A write that finds another version
+//! (`BadVersion`: asked by someone else meanwhile) counts as asked; a node
+//! deleted meanwhile was released and is not returned. Nothing is created.
+//!
+//! A distlock holder hears a request (ours, or a Curator `Revoker`'s)
+//! through the data watch its guard keeps on its node (the same watch that
+//! reports a force-release), and at the latest at its next session check
+//! (every session timeout / 4), which reads the node's data version: a
+//! watch event missed across a reconnection is caught there. Waiters
+//! watching an asked node wake once, look again and wait on. The unfair
+//! mutex's node has one shared path: a request that races with its
+//! holder's release may ask the next holder instead. A holder's release
+//! is unchanged, except that the unfair node's one-request delete (at
+//! data version 0) is skipped once asked, for the checked delete.
 //!
 //! # Security
 //!

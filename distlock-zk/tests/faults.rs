@@ -2,14 +2,15 @@
 //! reply is lost, then a partition longer than the operation timeout; an
 //! acquisition cancelled while its own cleanup runs; a holder partitioned
 //! from an ensemble while another client waits; sequence counters past
-//! `i32::MAX`; lease options the session cannot honour.
+//! `i32::MAX`; lease options the session cannot honour; a request to
+//! release made while its holder is cut off, or whose reply is lost.
 // Tests unwrap: a failure is a panic with the error in the message.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{Error, LeaseOptions, Lock, LostReason, Provider};
+use distlock_core::{Error, LeaseOptions, Lock, LostReason, PrimitiveKind, Provider};
 use distlock_zk::zookeeper_client::{self, Acls, CreateMode};
 use distlock_zk::{ZkOptions, ZkProvider};
 use test_support::{unique_name, Proxy, ZkCluster};
@@ -440,4 +441,116 @@ async fn dropping_the_last_handle_ends_the_session() {
     drop(lock);
     drop(guard);
     proxy.wait_closed(SLACK, "after the last handle went").await;
+}
+
+/// A request to release made while the holder's connection is open but
+/// silent (every byte swallowed, shorter than the session) is heard once
+/// the connection works again: through the node's data watch, which the
+/// client sets again on its new connection, or at the latest at the next
+/// session check (session timeout / 4). The request ended nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_made_while_the_holder_is_cut_off_is_heard_after() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let session = Duration::from_secs(8);
+    let holder = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(session)
+            .operation_timeout(Duration::from_millis(800)),
+    )
+    .await
+    .unwrap();
+    let operator = provider(&zk.connect_string()).await;
+    for fair in [true, false] {
+        let name = unique_name(if fair { "asked-cut-fair" } else { "asked-cut" });
+        let kind = if fair {
+            PrimitiveKind::FairMutex
+        } else {
+            PrimitiveKind::Mutex
+        };
+        let guard = lock_of(&holder, &name, fair).lock().await.unwrap();
+        proxy.set_blackhole(true);
+        let asked = operator.request_release(&name, kind).await.unwrap();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !guard.is_release_requested(),
+            "heard through a silent connection"
+        );
+        proxy.set_blackhole(false);
+        if tokio::time::timeout(session / 4 + SLACK, guard.release_requested())
+            .await
+            .is_err()
+        {
+            panic!(
+                "fair={fair}: the request was not heard after the partition; the lease is {:?}",
+                guard.status()
+            );
+        }
+        assert!(guard.is_held(), "{:?}", guard.status());
+        guard.release().await.unwrap();
+        let next = lock_of(&operator, &name, fair).try_lock().await.unwrap();
+        next.expect("the asked holder's release left its node")
+            .release()
+            .await
+            .unwrap();
+    }
+}
+
+/// The operator's request lands but its reply is lost: the call fails with
+/// a retryable error, the holder hears the request all the same, and
+/// asking again (what a caller does with a retryable error) finds the
+/// holder asked and changes nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_reply_is_lost_still_reaches_the_holder() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let operator = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(20))
+            .operation_timeout(Duration::from_millis(800)),
+    )
+    .await
+    .unwrap();
+    let holder = provider(&zk.connect_string()).await;
+    let name = unique_name("asked-lost-reply");
+    let guard = holder.rw_lock(&name).unwrap().write().lock().await.unwrap();
+    // Only the write carries our nodes' data (the reads before it carry
+    // paths): its reply is the one lost.
+    proxy.lose_reply_to(b"distlock owner=");
+    let e = operator
+        .request_release(&name, PrimitiveKind::ReadWrite)
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(proxy.swallowed_some(SLACK).await, "no reply was lost");
+    tokio::time::timeout(SLACK, guard.release_requested())
+        .await
+        .expect("the request that landed was not heard");
+    proxy.cut();
+    proxy.heal();
+    // Asking again, as a caller does after a retryable error (the first
+    // tries may meet the connection being replaced).
+    let deadline = Instant::now() + SLACK;
+    let asked = loop {
+        match operator
+            .request_release(&name, PrimitiveKind::ReadWrite)
+            .await
+        {
+            Ok(asked) => break asked,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("asking again failed: {e:?}"),
+        }
+    };
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].release_requested, "{asked:?}");
+    assert!(guard.is_held(), "{:?}", guard.status());
+    guard.release().await.unwrap();
+    let snap = holder
+        .inspect(&name, PrimitiveKind::ReadWrite)
+        .await
+        .unwrap();
+    assert!(snap.holders.is_empty(), "{:?}", snap.holders);
 }

@@ -5,11 +5,19 @@
 //                                             hold, release, print "released"
 //        CuratorPeer HOSTS PATH try            print "acquired" or "busy" (waits at most 0.5 s)
 //        CuratorPeer HOSTS PATH counter        print a DistributedAtomicLong's value
+//        CuratorPeer HOSTS PATH revocable SECONDS  acquire a revocable InterProcessMutex
+//                                             (makeRevocable), print "acquired", hold until
+//                                             asked to release or SECONDS pass, release, print
+//                                             "released as asked" or "released"
+//        CuratorPeer HOSTS PATH revoke         Revoker.attemptRevoke on every participant node
+//                                             of the mutex at PATH; print "asked N"
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorPeer {
@@ -38,6 +46,30 @@ public class CuratorPeer {
                     if (got) {
                         mutex.release();
                     }
+                    break;
+                }
+                case "revocable": {
+                    InterProcessMutex mutex = new InterProcessMutex(client, path);
+                    CountDownLatch asked = new CountDownLatch(1);
+                    // The listener runs on Curator's event thread; the
+                    // mutex is released by the thread that holds it.
+                    mutex.makeRevocable(m -> asked.countDown());
+                    mutex.acquire();
+                    System.out.println("acquired");
+                    System.out.flush();
+                    long millis = (long) (Double.parseDouble(args[3]) * 1000);
+                    boolean wasAsked = asked.await(millis, TimeUnit.MILLISECONDS);
+                    mutex.release();
+                    System.out.println(wasAsked ? "released as asked" : "released");
+                    break;
+                }
+                case "revoke": {
+                    int n = 0;
+                    for (String node : new InterProcessMutex(client, path).getParticipantNodes()) {
+                        Revoker.attemptRevoke(client, node);
+                        n++;
+                    }
+                    System.out.println("asked " + n);
                     break;
                 }
                 case "counter": {
