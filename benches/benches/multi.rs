@@ -1,5 +1,5 @@
 //! Several names at once (`LockSet`) against taking them one by one, in
-//! process and on Redis: `cargo bench -p distlock-benches --bench multi`.
+//! process, on Redis and on ZooKeeper: `cargo bench -p distlock-benches --bench multi`.
 //!
 //! * `lock_all/<backend>/<n>`: `LockSet::lock` + `MultiGuard::release` of
 //!   `n` names (taken in order, released all at once).
@@ -12,8 +12,9 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use distlock::mem::MemProvider;
 use distlock::redis::RedisProvider;
+use distlock::zk::{ZkOptions, ZkProvider};
 use distlock::{LockSet, Provider};
-use test_support::RedisServer;
+use test_support::{RedisServer, ZkCluster};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -26,6 +27,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn sets(c: &mut Criterion) {
     let rt = runtime();
     let redis = RedisServer::start();
+    let zk = ZkCluster::standalone();
     let providers: Vec<(&str, Arc<dyn Provider>)> = vec![
         ("mem", Arc::new(MemProvider::new())),
         (
@@ -33,6 +35,15 @@ fn sets(c: &mut Criterion) {
             Arc::new(
                 rt.block_on(RedisProvider::connect(&redis.url()))
                     .expect("connect"),
+            ),
+        ),
+        (
+            "zk",
+            Arc::new(
+                rt.block_on(ZkProvider::connect_with(ZkOptions::new(
+                    zk.connect_string(),
+                )))
+                .expect("zk"),
             ),
         ),
     ];
