@@ -385,7 +385,10 @@ impl LockGuard {
     /// lease (ZooKeeper: the session is the lease, it cannot be extended);
     /// [`Error::NotHeld`] when the lease is no longer held (and `lost()`
     /// fires); a connection error when the server could not be asked (the
-    /// lease may still run out).
+    /// lease may still run out). On Redis, also [`Error::InvalidOptions`]
+    /// for a TTL longer than an earlier extension that went unanswered on a
+    /// connection since given up (it may still land; see the Redis crate's
+    /// liveness docs): extend for at most that TTL, or release.
     ///
     /// # Cancellation safety
     ///

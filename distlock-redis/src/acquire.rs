@@ -116,7 +116,7 @@ impl Acquisition<'_> {
         };
         // A fresh token per attempt: an undo still running for an earlier
         // attempt can never release a later one's hold.
-        let lease = RedisLease::new(shared, keys, self.name, &pinned);
+        let lease = RedisLease::new(shared, keys, self.name, &pinned, self.lease.ttl());
         let mut undo = CleanupGuard::arm(
             "undo acquire",
             Arc::new(Undo {

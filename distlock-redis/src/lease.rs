@@ -2,6 +2,7 @@
 //! on one kept connection), the undo of an attempt whose outcome is
 //! unknown, and the decoding its scripts' replies share.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,11 @@ use crate::net::{Pinned, Sticky};
 /// 128 random bits as 32 hex digits (the shape of redis-py's tokens).
 pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// `ttl` in whole milliseconds, saturating.
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Undoes what an acquire attempt may have left (cancelled, timed out,
@@ -125,25 +131,47 @@ pub(crate) fn guard_parts(
 /// renewal and shorten the lease behind the local deadline. A connection
 /// found dead is replaced (nothing more can land from it). The connection
 /// is let go once the lease is released.
+///
+/// A renewal left unanswered for the response timeout lets its connection
+/// go too, so a connection that stays open but goes silent for good does
+/// not take the lease with it: the next renewal pins a fresh one (the
+/// provider has replaced its silent connection by then). The unanswered
+/// renewal may still land later, from the old socket, and set its TTL
+/// then; a renewal sent afterwards on the fresh connection for a longer
+/// TTL could be cut short by it behind the guard's back. So the shortest
+/// such TTL bounds every later renewal of the lease ([`RedisLease::floor_ms`]),
+/// and only a renewal at least as long as every TTL asked so far (the
+/// acquisition's included) lets its connection go on a timeout: the
+/// watchdog renews with one TTL and never meets the bound, even after a
+/// shorter manual `extend` went unanswered (that one keeps the
+/// connection); a manual `extend` for longer than the bound is refused.
 pub(crate) struct RedisLease {
     shared: Arc<Context>,
     keys: LeaseKeys,
     pub(crate) token: String,
     name: Name,
     conn: Sticky,
+    /// The shortest TTL (ms) of a renewal given up unanswered on a
+    /// connection let go (`u64::MAX`: none): the longest renewal that is
+    /// safe to send on another connection.
+    floor_ms: AtomicU64,
+    /// The longest TTL (ms) asked so far: the acquisition's, or a
+    /// renewal's.
+    longest_ms: AtomicU64,
     /// The lease's status cell (the guard's): a renewal that finds the
     /// hold asked to release says so there.
     pub(crate) signal: LeaseSignal,
 }
 
 impl RedisLease {
-    /// The lease of one acquire attempt, with a fresh token, pinned to the
-    /// attempt's connection.
+    /// The lease of one acquire attempt for `ttl`, with a fresh token,
+    /// pinned to the attempt's connection.
     pub(crate) fn new(
         shared: &Arc<Context>,
         keys: LeaseKeys,
         name: &Name,
         pinned: &Pinned,
+        ttl: Duration,
     ) -> Arc<RedisLease> {
         // A fresh token per attempt: an undo still running for an earlier
         // attempt can never delete a later one's key. The lock family's
@@ -171,6 +199,8 @@ impl RedisLease {
             token,
             name: name.clone(),
             conn: Sticky::new(Some(pinned)),
+            floor_ms: AtomicU64::new(u64::MAX),
+            longest_ms: AtomicU64::new(millis(ttl)),
             signal: LeaseSignal::new(),
         })
     }
@@ -215,16 +245,33 @@ impl RedisLease {
 #[async_trait]
 impl LeaseBackend for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<()> {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let ms = millis(ttl);
         let fence_ms = self.shared.options.fence_ttl_ms(ms);
         let invocation = match &self.keys {
             LeaseKeys::Lock(keys) => keys.extend(&self.token, ms, fence_ms),
             LeaseKeys::Queued(recipe) => recipe.extend(&self.token, ms, fence_ms),
         };
-        let (reply, acked): (i64, _) = self
+        let floor = self.floor_ms.load(Ordering::SeqCst);
+        if ms > floor {
+            return Err(Error::InvalidOptions(format!(
+                "a renewal of {ms} ms: an earlier one of {floor} ms was left unanswered on a \
+                 connection that may still deliver it, so this lease can be renewed for at most \
+                 {floor} ms"
+            )));
+        }
+        let longest = self.longest_ms.fetch_max(ms, Ordering::SeqCst).max(ms);
+        let reply = self
             .conn
             .script_acked(&self.shared.commands, "extend", &invocation)
-            .await?;
+            .await;
+        if matches!(reply, Err(Error::Timeout { .. })) && ms >= longest {
+            // Unanswered: the connection may be silent for good. The next
+            // renewal goes out on a fresh one, bounded by this one's TTL
+            // (no shorter than any asked before).
+            self.floor_ms.fetch_min(ms, Ordering::SeqCst);
+            self.conn.let_go();
+        }
+        let (reply, acked): (i64, _) = reply?;
         self.owned(reply == 1 || reply == 3)?;
         // 3: extended, and someone asked this hold to release.
         if reply == 3 && self.signal.request_release() {

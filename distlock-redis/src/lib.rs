@@ -155,6 +155,24 @@
 //!   the command path is answered; a provider that cannot hear replies
 //!   drops out of every line at most `H + T` after its last refresh that
 //!   ran, itself at most `H` after the path went deaf.
+//! * **A held lease moves off a silent connection.** A lease's renewals
+//!   and release keep to one connection, so they land in the order sent.
+//!   A renewal left unanswered for `T` lets that connection go, and the
+//!   watchdog's next try (a quarter of the renewal interval later) goes out
+//!   on a fresh one: a lease outlives a command connection that stays open
+//!   but goes silent for good, provided `T` plus that pause fits in the
+//!   time left (with the defaults, 2 s of the 20 s a renewal leaves).
+//!   Because the unanswered renewal may still land later from the old
+//!   socket and set its TTL then, no later renewal of that lease may ask
+//!   for a longer TTL than it did; and only a renewal at least as long as
+//!   every TTL the lease asked before lets its connection go (a shorter
+//!   manual `extend` that goes unanswered keeps it). The watchdog renews
+//!   with one TTL and never meets this bound; a manual `extend` for longer
+//!   is refused with
+//!   [`Error::InvalidOptions`](distlock_core::Error::InvalidOptions) (extend
+//!   for at most that TTL, or release). On a pool or Redis Cluster the
+//!   fresh connection is the next one the pool or cluster client gives
+//!   (neither replaces a connection on a timeout).
 //! * **A place in the plain mutex's line expires by itself.** Each place
 //!   has a deadline (`{PREFIX NAME}:waiting:alive`, by the server's `TIME`)
 //!   that its provider pushes on only while its pub/sub connection is known

@@ -435,3 +435,99 @@ async fn a_request_whose_reply_is_lost_still_reaches_the_holder() {
     assert!(guard.is_held());
     guard.release().await.unwrap();
 }
+
+/// The held lease's command connection stays open but goes silent for good
+/// (a half-open socket: nothing it sends reaches the server, nothing comes
+/// back), while new connections work. The watchdog's renewal times out
+/// there, moves to a fresh connection and renews: the lease outlives the
+/// silence by far more than its TTL and is released as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_connection_goes_silent_renews_on_a_fresh_one() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("silent-holder");
+    let locks = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let key = locks.lock_key(&name).unwrap();
+    let ttl = Duration::from_secs(3);
+    let guard = locks
+        .with_lease(LeaseOptions::new(ttl).unwrap())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let value = redis.cli(&["GET", &key]);
+    let before = proxy.accepted_connections();
+    assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
+    // Three TTLs of silence on the lease's own connection.
+    let mut lost = std::pin::pin!(guard.lost());
+    assert!(
+        tokio::time::timeout(ttl * 3, &mut lost).await.is_err(),
+        "the lease was lost to a silent connection: {:?}",
+        guard.status()
+    );
+    assert!(guard.is_held(), "{:?}", guard.status());
+    assert_eq!(redis.cli(&["GET", &key]), value, "the hold is still ours");
+    assert!(
+        redis.cli(&["PTTL", &key]).parse::<i64>().unwrap() > 0,
+        "the server's TTL runs"
+    );
+    assert!(
+        proxy.accepted_connections() > before,
+        "the renewals moved to a new connection"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0");
+}
+
+/// Manual mode: an `extend` that times out on a silent connection may
+/// still land later there (the socket stays open), so a longer extension
+/// sent on a fresh connection could be cut short by it behind the guard's
+/// back. After such a timeout the lease moves to a fresh connection, an
+/// extension no longer than the unanswered one works, and a longer one is
+/// refused with a typed error that changes nothing. A shorter extension
+/// that times out keeps the connection (and bounds nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_extend_that_timed_out_bounds_the_next_ones() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("silent-extend");
+    let locks = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let key = locks.lock_key(&name).unwrap();
+    let guard = locks
+        .with_lease(LeaseOptions::manual(Duration::from_secs(10)).unwrap())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
+    let before = proxy.accepted_connections();
+    let shorter = guard.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(shorter.is_retryable(), "{shorter:?}");
+    assert_eq!(proxy.accepted_connections(), before, "kept the connection");
+    let unanswered = guard.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert!(unanswered.is_retryable(), "{unanswered:?}");
+    let longer = guard.extend(Duration::from_secs(15)).await.unwrap_err();
+    assert!(
+        matches!(longer, distlock_core::Error::InvalidOptions(_)),
+        "{longer:?}"
+    );
+    let left: i64 = redis.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(left > 0 && left <= 10_000, "untouched: {left} ms");
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    let left: i64 = redis.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(left > 0 && left <= 10_000, "extended to 10 s: {left} ms");
+    guard.release().await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0");
+}
