@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::lease::cleanup::{Cleanup, CleanupGuard};
 use crate::lease::lifecycle::Lifecycle;
 use crate::lease::parts::GuardParts;
-use crate::lease::signal::{LeaseSignal, RequestHook, State as SignalState};
+use crate::lease::signal::{Hook, LeaseSignal, State as SignalState};
 pub use crate::lease::status::{LeaseStatus, LostReason};
 use crate::lease::terms::{LeaseBackend, LeaseTerms};
 use crate::lease::{LeaseOptions, Renewal};
@@ -204,7 +204,14 @@ impl LockGuard {
         let cell = metrics.clone();
         parts
             .signal
-            .on_request(RequestHook(Box::new(move || cell.release_requested(true))));
+            .on_request(Hook(Box::new(move || cell.release_requested(true))));
+        // A lost lease is neither suspended nor asked any more, though its
+        // guard may live on.
+        let cell = metrics.clone();
+        parts.signal.on_lost(Hook(Box::new(move || {
+            cell.suspended(false);
+            cell.release_requested(false);
+        })));
         let watchdog = Watchdog::spawn(
             &handle,
             parts.name.clone(),

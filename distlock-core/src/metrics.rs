@@ -10,8 +10,8 @@
 //! | `distlock_wait_seconds` | histogram | how long each acquire call took, whatever its outcome |
 //! | `distlock_waiters` | gauge | acquire calls of this process waiting now |
 //! | `distlock_holds` | gauge | guards of this process holding now |
-//! | `distlock_suspended` | gauge | guards of this process whose renewals are failing now (`LeaseStatus::Suspended`), until a renewal succeeds or the guard ends |
-//! | `distlock_release_requested` | gauge | guards of this process whose holder was asked to release ([`Provider::request_release`](crate::Provider::request_release)) and still holds, until the guard ends |
+//! | `distlock_suspended` | gauge | guards of this process whose renewals are failing now (`LeaseStatus::Suspended`), until a renewal succeeds, the lease is found lost, or the guard ends |
+//! | `distlock_release_requested` | gauge | guards of this process whose holder was asked to release ([`Provider::request_release`](crate::Provider::request_release)) and still holds: until the lease is found lost or the guard ends |
 //! | `distlock_release_requests_total` | counter | requests to release heard by guards of this process (once per guard) |
 //! | `distlock_hold_seconds` | histogram | from acquisition to the guard's end (release, drop or loss) |
 //! | `distlock_handoff_seconds` | histogram | for an acquisition that a wake-up ended (a release message on Redis, a watch event on ZooKeeper, a release in the process on `mem`): from that wake-up to the acquisition |

@@ -128,4 +128,38 @@ async fn release_requests_are_counted_while_they_are_pending() {
     drop(guard);
     assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
     assert_eq!(counter("distlock_release_requests_total", &fair), 2);
+    // A guard asked, then evicted, is no longer counted while it lives on.
+    let guard = a.fair_mutex("m/asked").unwrap().lock().await.unwrap();
+    operator
+        .request_release("m/asked", distlock_core::PrimitiveKind::FairMutex)
+        .await
+        .unwrap();
+    assert_eq!(gauge("distlock_release_requested", &fair), 1.0);
+    operator
+        .force_release("m/asked", distlock_core::PrimitiveKind::FairMutex)
+        .await
+        .unwrap();
+    assert!(matches!(
+        guard.lost().await,
+        LostReason::Taken | LostReason::Deleted
+    ));
+    assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
+    // A manual lease asked, then left to expire, likewise.
+    let guard = a
+        .with_lease(LeaseOptions::manual(Duration::from_millis(100)).unwrap())
+        .unwrap()
+        .fair_mutex("m/asked")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    operator
+        .request_release("m/asked", distlock_core::PrimitiveKind::FairMutex)
+        .await
+        .unwrap();
+    assert_eq!(gauge("distlock_release_requested", &fair), 1.0);
+    assert_eq!(guard.lost().await, LostReason::Expired);
+    assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
+    drop(guard);
+    assert_eq!(gauge("distlock_release_requested", &fair), 0.0);
 }

@@ -8,12 +8,13 @@ use tokio::time::{sleep_until, Instant};
 
 use super::status::{LeaseStatus, LostReason};
 
-/// What a guard runs when its lease is first asked to release.
-pub(crate) struct RequestHook(pub(crate) Box<dyn Fn() + Send + Sync>);
+/// What a guard runs when its lease is first asked to release, or found
+/// lost (its metrics count it).
+pub(crate) struct Hook(pub(crate) Box<dyn Fn() + Send + Sync>);
 
-impl std::fmt::Debug for RequestHook {
+impl std::fmt::Debug for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RequestHook")
+        f.write_str("Hook")
     }
 }
 
@@ -41,7 +42,10 @@ pub struct LeaseSignal {
     tx: Arc<watch::Sender<State>>,
     /// What the guard does when a request to release is first heard (its
     /// metrics count it), once a guard owns this lease.
-    on_request: Arc<OnceLock<RequestHook>>,
+    on_request: Arc<OnceLock<Hook>>,
+    /// What the guard does when the lease is found lost (its metrics stop
+    /// counting it as suspended or asked), once a guard owns this lease.
+    on_lost: Arc<OnceLock<Hook>>,
 }
 
 impl Default for LeaseSignal {
@@ -62,6 +66,7 @@ impl LeaseSignal {
                 release_requested: false,
             })),
             on_request: Arc::default(),
+            on_lost: Arc::default(),
         }
     }
 
@@ -108,8 +113,20 @@ impl LeaseSignal {
     }
 
     /// Sets what runs when a request to release is first heard (once).
-    pub(crate) fn on_request(&self, hook: RequestHook) {
+    pub(crate) fn on_request(&self, hook: Hook) {
         let _ = self.on_request.set(hook);
+    }
+
+    /// Sets what runs when the lease is found lost (once).
+    pub(crate) fn on_lost(&self, hook: Hook) {
+        let _ = self.on_lost.set(hook);
+    }
+
+    /// Runs the lost hook, if set.
+    fn run_lost_hook(&self) {
+        if let Some(hook) = self.on_lost.get() {
+            (hook.0)();
+        }
     }
 
     /// The current status; a lease whose deadline has passed is marked
@@ -146,6 +163,7 @@ impl LeaseSignal {
         });
         if expired {
             tracing::warn!(%reason, "distlock lease lost");
+            self.run_lost_hook();
         }
         expired
     }
@@ -199,6 +217,7 @@ impl LeaseSignal {
         let changed = self.transition(|s| s.is_active().then_some(LeaseStatus::Lost(reason)));
         if changed {
             tracing::warn!(%reason, "distlock lease lost");
+            self.run_lost_hook();
         }
         changed
     }
