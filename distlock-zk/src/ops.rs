@@ -436,37 +436,54 @@ pub(crate) async fn force_release(
     kind: PrimitiveKind,
 ) -> Result<ForceReleased> {
     let state = read(ctx, name, dir, kind).await?;
-    let timeout = ctx.timeout;
     let session = ctx.sessions.get().await?;
-    let deletes = state.holds.iter().map(|hold| {
-        let client = &session.client;
-        async move { client.delete(&hold.path, None).await }
-    });
-    let deleted =
-        with_timeout("force release", timeout, futures::future::join_all(deletes)).await?;
+    let deleted = on_each_hold(ctx, "force release", &state.holds, |hold| {
+        session.client.delete(&hold.path, None)
+    })
+    .await?;
     let mut evicted = 0;
     for (hold, outcome) in state.holds.iter().zip(deleted) {
         match outcome {
             Ok(()) => {
                 evicted += 1;
-                tracing::warn!(
-                    name = %name,
-                    kind = %kind,
-                    node = %hold.path,
-                    owner = hold.holder.owner.as_deref().unwrap_or("-"),
-                    foreign = hold.holder.foreign.as_deref().unwrap_or("-"),
-                    "distlock force-release deleted a holder's node"
-                );
+                hold.log(name, kind, true);
             }
             // Released meanwhile: not evicted by us.
             Err(ZkError::NoNode) => {}
-            Err(e) => return Err(from_zk("force release", timeout, e)),
+            Err(e) => return Err(from_zk("force release", ctx.timeout, e)),
         }
     }
     Ok(ForceReleased {
         evicted,
         fence: None,
     })
+}
+
+/// Sends `send` for every hold at once (each request goes out as its
+/// future is made, before the first answer is awaited), within one
+/// response timeout for them all; the outcomes in the order of `holds`.
+async fn on_each_hold<T, F: std::future::Future<Output = std::result::Result<T, ZkError>>>(
+    ctx: &Context,
+    operation: &'static str,
+    holds: &[Hold],
+    send: impl FnMut(&Hold) -> F,
+) -> Result<Vec<std::result::Result<T, ZkError>>> {
+    let requests: Vec<F> = holds.iter().map(send).collect();
+    with_timeout(operation, ctx.timeout, futures::future::join_all(requests)).await
+}
+
+impl Hold {
+    /// Logs what an operator's call did to this hold: deleted its node
+    /// (`evicted`, a warning) or asked it to release.
+    fn log(&self, name: &Name, kind: PrimitiveKind, evicted: bool) {
+        let owner = self.holder.owner.as_deref().unwrap_or("-");
+        let foreign = self.holder.foreign.as_deref().unwrap_or("-");
+        if evicted {
+            tracing::warn!(name = %name, kind = %kind, node = %self.path, owner, foreign, "distlock force-release deleted a holder's node");
+        } else {
+            tracing::info!(name = %name, kind = %kind, node = %self.path, owner, foreign, "distlock asked a holder to release");
+        }
+    }
 }
 
 /// `Provider::request_release`: writes the request on every holding node
@@ -485,33 +502,16 @@ pub(crate) async fn request_release(
     if state.holds.is_empty() {
         return Ok(Vec::new());
     }
-    let timeout = ctx.timeout;
     let session = ctx.sessions.get().await?;
-    // Each request is sent when its future is made: all are in flight
-    // before the first answer is awaited.
-    let writes: Vec<_> = state
-        .holds
-        .iter()
-        .map(|hold| session.client.set_data(&hold.path, &hold.ask.0, hold.ask.1))
-        .collect();
-    let written = with_timeout(
-        "request release",
-        timeout,
-        futures::future::join_all(writes),
-    )
+    let written = on_each_hold(ctx, "request release", &state.holds, |hold| {
+        session.client.set_data(&hold.path, &hold.ask.0, hold.ask.1)
+    })
     .await?;
     let mut asked = Vec::with_capacity(state.holds.len());
     for (hold, outcome) in state.holds.into_iter().zip(written) {
         match outcome {
             Ok(_) | Err(ZkError::BadVersion) => {
-                tracing::info!(
-                    name = %name,
-                    kind = %kind,
-                    node = %hold.path,
-                    owner = hold.holder.owner.as_deref().unwrap_or("-"),
-                    foreign = hold.holder.foreign.as_deref().unwrap_or("-"),
-                    "distlock asked a holder to release"
-                );
+                hold.log(name, kind, false);
                 asked.push(Holder {
                     release_requested: true,
                     ..hold.holder
@@ -519,7 +519,7 @@ pub(crate) async fn request_release(
             }
             // Released meanwhile: nobody to ask.
             Err(ZkError::NoNode) => {}
-            Err(e) => return Err(from_zk("request release", timeout, e)),
+            Err(e) => return Err(from_zk("request release", ctx.timeout, e)),
         }
     }
     Ok(asked)
