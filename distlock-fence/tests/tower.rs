@@ -1,5 +1,6 @@
-//! `FenceLayer` in front of axum services, over real HTTP on 127.0.0.1:
-//! the answers (admitted, 409, 400), and the starved holder whose late
+//! `FenceLayer` in front of axum services and of a bare hyper one, over
+//! real HTTP on 127.0.0.1: the answers (admitted, 409, 400, 503 while the
+//! fence's store cannot be reached), and the starved holder whose late
 //! write is refused.
 #![cfg(feature = "tower")]
 #![allow(clippy::unwrap_used)]
@@ -404,4 +405,160 @@ async fn a_starved_holders_late_write_gets_409_and_changes_nothing() {
         "the lost update the fence prevents"
     );
     new.release().await.unwrap();
+}
+
+/// The layer in front of a bare hyper 1 service (no axum): a tower
+/// `service_fn` under the layer, served by hyper's HTTP/1 connection
+/// through hyper-util's tower adapter. Admitted, stale and bad requests get
+/// the same answers as under axum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_serves_a_bare_hyper_service() {
+    use http_body_util::Full;
+    use hyper::body::Incoming;
+    use tower::ServiceBuilder;
+
+    let store: Arc<MemFence<String>> = Arc::new(MemFence::new());
+    let inner = {
+        let store = Arc::clone(&store);
+        tower::service_fn(move |request: http::Request<Incoming>| {
+            let store = Arc::clone(&store);
+            async move {
+                let a = request.extensions().get::<Admitted>().cloned().unwrap();
+                let written = store.write(&a.resource, a.token, |v| *v = Some("hyper".into()));
+                let body = match written {
+                    Ok(()) => format!("{} {:?}", a.resource, a.token),
+                    Err(e) => e.to_string(),
+                };
+                Ok::<_, std::convert::Infallible>(http::Response::new(Full::<bytes::Bytes>::from(
+                    body,
+                )))
+            }
+        })
+    };
+    let service = ServiceBuilder::new()
+        .layer(FenceLayer::new(Arc::clone(&store)))
+        .service(inner);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await
+                    .unwrap();
+            });
+        }
+    });
+    let resource = unique_name("hyper");
+    let request = |token: &str| {
+        put_request("/value")
+            .header("fencing-token", token)
+            .header("fencing-resource", &resource)
+            .body(String::new())
+            .unwrap()
+    };
+    let a = send(addr, request("7")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body, format!("{resource} {:?}", FenceToken::exclusive(7)));
+    let a = send(addr, request("6")).await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert_eq!(a.header("fencing-highest"), Some("7"));
+    let a = send(addr, request("seven")).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(store.highest(&resource).unwrap().token, 7);
+}
+
+/// The fence's store cannot be reached (its connection goes through a
+/// proxy that stops forwarding): the layer answers 503 within the store's
+/// response timeout and calls nothing; once the store is back, the same
+/// request is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_is_503_and_calls_nothing() {
+    let redis = test_support::redis::shared();
+    let proxy = test_support::Proxy::start(redis.addr());
+    let data = RedisProvider::connect_with(
+        &format!("redis://{}", proxy.addr()),
+        distlock_redis::RedisOptions::new().response_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let fence = Arc::new(RedisFence::new(&data));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler = {
+        let calls = Arc::clone(&calls);
+        move || async move {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            StatusCode::OK
+        }
+    };
+    let app = Router::new()
+        .route("/value", put(handler))
+        .layer(FenceLayer::new(Arc::clone(&fence)));
+    let addr = serve(app).await;
+    let resource = unique_name("unreachable");
+    let request = |token: u64| {
+        put_request("/value")
+            .header("fencing-token", token.to_string())
+            .header("fencing-resource", &resource)
+            .body(String::new())
+            .unwrap()
+    };
+    assert_eq!(send(addr, request(3)).await.status, 200);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Reset, and nothing forwarded while the blackhole lasts.
+    proxy.set_blackhole(true);
+    proxy.cut();
+    let started = std::time::Instant::now();
+    let a = send(addr, request(4)).await;
+    assert_eq!(a.status, 503, "{}", a.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "answered within the store's timeouts: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    proxy.set_blackhole(false);
+    proxy.heal();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = send(addr, request(4)).await;
+        if a.status == 200 {
+            break;
+        }
+        assert_eq!(a.status, 503, "{}", a.body);
+        assert!(std::time::Instant::now() < deadline, "the store came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(fence.highest(&resource).await.unwrap().token, 4);
+    // A reset right after the admission was forwarded: it ran on the
+    // server, its answer is lost. 503 again, and the inner service is not
+    // called; the same request sent again is admitted (the same token is
+    // the same holder's), and a lower one is still refused.
+    proxy.reset_after_request(b"EVAL");
+    let a = send(addr, request(5)).await;
+    assert_eq!(a.status, 503, "{}", a.body);
+    // Counted just after the reset is sent.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while proxy.resets() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the reset happened");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = send(addr, request(5)).await;
+        if a.status == 200 {
+            break;
+        }
+        assert_eq!(a.status, 503, "{}", a.body);
+        assert!(std::time::Instant::now() < deadline, "the store came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(send(addr, request(4)).await.status, 409);
+    assert_eq!(fence.highest(&resource).await.unwrap().token, 5);
 }
