@@ -64,6 +64,7 @@ use async_trait::async_trait;
 use distlock_core::fence::{check_resource, Fence, FenceToken, Highest};
 use distlock_core::{Error, Result};
 pub use tokio_postgres;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 /// The table's DDL, for the default table name `distlock_fence`.
@@ -178,10 +179,35 @@ impl PgFence {
         client.batch_execute(&self.ddl).await.map_err(map_error)
     }
 
+    /// The resource's numbers as committed, read on any client or
+    /// transaction (one typed statement, [`HIGHEST`]): what
+    /// [`Fence::highest`] reads, outside a transaction of yours. After a
+    /// `COMMIT` whose answer was lost (a connection error: the commit may
+    /// or may not have happened), it says what the table holds now; to
+    /// finish the work, retry the whole transaction with the same token:
+    /// the same holder's token is admitted again (make its write
+    /// idempotent), and a newer holder's admission refuses it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad resource name; the server's errors
+    /// as [`map_error`] maps them.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only reads.
+    pub async fn read_highest<C: GenericClient + Sync>(
+        &self,
+        client: &C,
+        resource: &str,
+    ) -> Result<Highest> {
+        self.read(client, resource).await
+    }
+
     async fn read<C: GenericClient + Sync>(&self, client: &C, resource: &str) -> Result<Highest> {
         let resource = check_resource(resource)?;
         let row = client
-            .query_opt(&self.highest, &[&resource])
+            .query_typed_opt(&self.highest, &[(&resource, Type::TEXT)])
             .await
             .map_err(map_error)?;
         row.map_or(Ok(Highest::default()), |r| numbers(&r))
@@ -200,8 +226,17 @@ impl<'t> Fence<Transaction<'t>> for PgFence {
         let token = token.check()?;
         let text = token.token().to_string();
         let exclusive = token.is_exclusive();
+        // Typed parameters: one round trip (Parse, Bind, Execute in one
+        // go), not a prepare first.
         let row = tx
-            .query_opt(&self.admit, &[&resource, &text, &exclusive])
+            .query_typed_opt(
+                &self.admit,
+                &[
+                    (&resource, Type::TEXT),
+                    (&text, Type::TEXT),
+                    (&exclusive, Type::BOOL),
+                ],
+            )
             .await
             .map_err(map_error)?;
         match row {

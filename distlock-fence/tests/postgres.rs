@@ -400,3 +400,87 @@ async fn another_table() {
     let mut tx = db.transaction().await.unwrap();
     assert_eq!(fence.highest(&mut tx, &r).await.unwrap().token, 3);
 }
+
+/// Connects to the test PostgreSQL through `proxy`.
+async fn connect_through(proxy: &test_support::Proxy) -> Client {
+    let _ = connect().await; // the tables exist
+    let conn_str = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        proxy.addr().port()
+    );
+    let (client, conn) = tokio_postgres::connect(&conn_str, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// BEGIN; admit `token` on `resource`; write `v`; COMMIT.
+async fn fenced_write(db: &mut Client, resource: &str, token: u64, v: u64) -> Result<()> {
+    let mut tx = db.transaction().await.map_err(pg)?;
+    PgFence::new()
+        .admit(&mut tx, resource, FenceToken::exclusive(token))
+        .await?;
+    tx.execute(SET_VALUE, &[&resource, &v.to_string()])
+        .await
+        .map_err(pg)?;
+    tx.commit().await.map_err(pg)
+}
+
+/// The `COMMIT` reaches the server and runs, but the connection is reset
+/// right after it, so its answer never comes: the caller gets a typed,
+/// retryable connection error and cannot tell whether it committed.
+/// `read_highest` on another connection shows the commit happened; the
+/// transaction retried with the same token is admitted again (same
+/// holder), and a lower token is still refused. When the reset comes
+/// instead of the `COMMIT` (never forwarded), nothing of the transaction
+/// is left: the admission rolled back with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost() {
+    let fence = PgFence::new();
+    let mut other = connect().await;
+    for landed in [true, false] {
+        let proxy = test_support::Proxy::start(test_support::postgres::shared().addr());
+        let resource = unique_name("lost-commit");
+        let mut db = connect_through(&proxy).await;
+        fenced_write(&mut db, &resource, 5, 50).await.unwrap();
+        if landed {
+            proxy.reset_after_request(b"COMMIT");
+        } else {
+            proxy.reset_instead_of_request(b"COMMIT");
+        }
+        let lost = fenced_write(&mut db, &resource, 7, 70).await.unwrap_err();
+        assert!(
+            matches!(lost, Error::Connection { .. }) && lost.is_retryable(),
+            "landed {landed}: {lost:?}"
+        );
+        // Counted just after the reset is sent.
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while proxy.resets() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "landed {landed}: {lost:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let now = fence.read_highest(&other, &resource).await.unwrap();
+        if landed {
+            assert_eq!(now.token, 7, "the COMMIT ran");
+            assert_eq!(value(&other, &resource).await, Some(70));
+        } else {
+            assert_eq!(now.token, 5, "nothing of the transaction is left");
+            assert_eq!(value(&other, &resource).await, Some(50));
+        }
+        // The retry, on a new connection, with the same token.
+        let mut again = connect_through(&proxy).await;
+        fenced_write(&mut again, &resource, 7, 70).await.unwrap();
+        assert_eq!(
+            fence.read_highest(&other, &resource).await.unwrap().token,
+            7
+        );
+        assert_eq!(value(&other, &resource).await, Some(70));
+        let stale = fenced_write(&mut other, &resource, 6, 60)
+            .await
+            .unwrap_err();
+        assert!(stale.is_stale(), "{stale:?}");
+        assert_eq!(value(&other, &resource).await, Some(70));
+    }
+}
