@@ -18,7 +18,9 @@
 //!   waiters and its live head, for every script of the fair mutex and the
 //!   election that reads the head), and the read-write lock's and the
 //!   semaphore's queue (addressed wake-ups, purges, expiries);
-//! * `line_pop.lua`: the first live provider in a plain mutex's line.
+//! * `line_pop.lua`: the first live provider in a plain mutex's line;
+//! * `asked.lua`: a renewal's answer, extended or extended and asked to
+//!   release (`request_release.lua`'s mark), for every kind's extend.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -49,16 +51,16 @@ scripts! {
     MUTEX_RELEASE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_release.lua"));
     MUTEX_PASS = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/line_pop.lua"), include_str!("scripts/mutex_pass.lua"));
     LINE_ALIVE = include_str!("scripts/line_alive.lua");
-    EXTEND = include_str!("scripts/extend.lua");
+    EXTEND = concat!(include_str!("scripts/asked.lua"), include_str!("scripts/extend.lua"));
     FAIR_ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/fair_acquire.lua"));
     FAIR_LEAVE = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/fair_leave.lua"));
     ELECT_LEADER = include_str!("scripts/elect_leader.lua");
     RW_ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_acquire.lua"));
     RW_RELEASE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/rw_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/rw_release.lua"));
-    RW_EXTEND = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/rw_extend.lua"));
+    RW_EXTEND = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/asked.lua"), include_str!("scripts/rw_extend.lua"));
     SEM_ACQUIRE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/fence.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_acquire.lua"));
     SEM_RELEASE = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/sem_admit.lua"), include_str!("scripts/queue.lua"), include_str!("scripts/sem_release.lua"));
-    SEM_EXTEND = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/sem_extend.lua"));
+    SEM_EXTEND = concat!(include_str!("scripts/holds.lua"), include_str!("scripts/kind.lua"), include_str!("scripts/asked.lua"), include_str!("scripts/sem_extend.lua"));
     REDLOCK_ACQUIRE = include_str!("scripts/redlock_acquire.lua");
     REDLOCK_RAISE = include_str!("scripts/redlock_raise.lua");
     REDLOCK_INSPECT = include_str!("scripts/redlock_inspect.lua");

@@ -27,11 +27,4 @@ if KEYS[5] and redis.pcall('GET', KEYS[5]) == 'distlock:election' then
   redis.call('PEXPIRE', KEYS[5], ARGV[2])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if redis.pcall('HEXISTS', KEYS[3], ARGV[1]) == 1 then
-  local left = redis.call('PTTL', KEYS[3])
-  if left >= 0 and left < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  end
-  return 3
-end
-return 1
+return asked(KEYS[3], ARGV[1], ARGV[2])

@@ -10,14 +10,6 @@
 -- The holder records (KEYS[6]) are kept at least as long as the hold.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function asked()
-  if redis.pcall('HEXISTS', KEYS[9], ARGV[1]) ~= 1 then return 1 end
-  local left = redis.call('PTTL', KEYS[9])
-  if left >= 0 and left < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[9], ARGV[2])
-  end
-  return 3
-end
 local function stretch(key, at)
   local left = redis.pcall('PTTL', key)
   if type(left) ~= 'number' or left == -2 then return end
@@ -32,7 +24,7 @@ if ARGV[3] == 'w' then
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
   kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
   if extended ~= 1 then return extended end
-  return asked()
+  return asked(KEYS[9], ARGV[1], ARGV[2])
 end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
@@ -46,4 +38,4 @@ redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(top[2]) + 1))
 stretch(KEYS[6], now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[5], ARGV[4])
 kind_keep(KEYS[8], 'distlock:rw', kind_latest(now, KEYS[2], KEYS[1]))
-return asked()
+return asked(KEYS[9], ARGV[1], ARGV[2])

@@ -11,14 +11,6 @@
 -- The permits key and the holder records expire with the last holder.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function asked()
-  if redis.pcall('HEXISTS', KEYS[9], ARGV[1]) ~= 1 then return 1 end
-  local left = redis.call('PTTL', KEYS[9])
-  if left >= 0 and left < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[9], ARGV[2])
-  end
-  return 3
-end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -33,4 +25,4 @@ redis.call('PEXPIREAT', KEYS[1], at)
 redis.pcall('PEXPIREAT', KEYS[6], at)
 redis.call('PEXPIRE', KEYS[5], ARGV[4])
 kind_keep(KEYS[8], 'distlock:semaphore', kind_latest(now, KEYS[2]))
-return asked()
+return asked(KEYS[9], ARGV[1], ARGV[2])
