@@ -2,7 +2,9 @@
 //! `HSET` and `INCRBY` against the same write through `RedisFence` (one
 //! script that checks the token, writes and records it), interleaved round
 //! by round so machine noise hits both alike; and the in-process fence's
-//! write against a plain mutex-guarded map insert.
+//! write against a plain mutex-guarded map insert; on one PostgreSQL
+//! (loopback), a transaction `BEGIN; upsert; COMMIT` against the same with
+//! `PgFence::admit` first.
 //! `cargo bench -p distlock-benches --bench fence`;
 //! `DISTLOCK_BENCH_ROUNDS` sets the rounds (default 3000). Writes
 //! `results/fence.md`.
@@ -13,7 +15,8 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use distlock::fence::{FenceToken, MemFence};
+use distlock::fence::postgres::{tokio_postgres, PgFence};
+use distlock::fence::{Fence, FenceToken, MemFence};
 use distlock::redis::redis;
 use distlock::redis::{RedisFence, RedisProvider};
 use test_support::RedisServer;
@@ -127,6 +130,48 @@ fn main() {
         }
         rows
     });
+    // PostgreSQL: the user's transaction, unfenced and fenced.
+    let pg = test_support::postgres::PostgresServer::start();
+    rows.push(rt.block_on(async {
+        let (mut db, conn) = tokio_postgres::connect(&pg.conn_str(), tokio_postgres::NoTls)
+            .await
+            .expect("postgres");
+        tokio::spawn(conn);
+        let fence = PgFence::new();
+        fence.migrate(&db).await.expect("migrate");
+        db.batch_execute(
+            "CREATE TABLE IF NOT EXISTS bench_values (k text PRIMARY KEY, v bigint NOT NULL)",
+        )
+        .await
+        .expect("table");
+        let upsert = db
+            .prepare("INSERT INTO bench_values VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v")
+            .await
+            .expect("prepare");
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let v = i64::try_from(round).unwrap_or(0) + 1;
+            let start = Instant::now();
+            let tx = db.transaction().await.expect("begin");
+            tx.execute(&upsert, &[&"bench/raw", &v]).await.expect("upsert");
+            tx.commit().await.expect("commit");
+            a.push(start.elapsed());
+            let start = Instant::now();
+            let mut tx = db.transaction().await.expect("begin");
+            fence
+                .admit(&mut tx, "bench/fenced", FenceToken::exclusive(v.unsigned_abs()))
+                .await
+                .expect("admit");
+            tx.execute(&upsert, &[&"bench/fenced", &v]).await.expect("upsert");
+            tx.commit().await.expect("commit");
+            b.push(start.elapsed());
+        }
+        (
+            "PostgreSQL transaction (BEGIN; upsert; COMMIT)".to_owned(),
+            median(a),
+            median(b),
+        )
+    }));
     // In process: the closure's write under the fence against the same
     // insert under a plain mutex (no I/O: the check's own cost).
     let plain: Mutex<HashMap<String, u64>> = Mutex::new(HashMap::new());
@@ -145,7 +190,7 @@ fn main() {
     }
     rows.push(("in-process write".to_owned(), median(a), median(b)));
     let mut table = String::from(
-        "| write (loopback redis-server) | unfenced median (µs) | fenced median (µs) | fenced ÷ unfenced |\n|---|---:|---:|---:|\n",
+        "| write (loopback server) | unfenced median (µs) | fenced median (µs) | fenced ÷ unfenced |\n|---|---:|---:|---:|\n",
     );
     for (what, raw, fenced) in &rows {
         let _ = writeln!(
