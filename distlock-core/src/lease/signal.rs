@@ -40,12 +40,18 @@ pub(crate) struct State {
 #[derive(Clone, Debug)]
 pub struct LeaseSignal {
     tx: Arc<watch::Sender<State>>,
-    /// What the guard does when a request to release is first heard (its
-    /// metrics count it), once a guard owns this lease.
-    on_request: Arc<OnceLock<Hook>>,
-    /// What the guard does when the lease is found lost (its metrics stop
-    /// counting it as suspended or asked), once a guard owns this lease.
-    on_lost: Arc<OnceLock<Hook>>,
+    /// What the guard does, once it owns this lease, when a request to
+    /// release is first heard (its metrics count it) and when the lease is
+    /// found lost (its metrics stop counting it as suspended or asked).
+    /// One allocation for both.
+    hooks: Arc<Hooks>,
+}
+
+/// The guard's hooks on its lease's signal, each set once.
+#[derive(Debug, Default)]
+struct Hooks {
+    on_request: OnceLock<Hook>,
+    on_lost: OnceLock<Hook>,
 }
 
 impl Default for LeaseSignal {
@@ -65,8 +71,7 @@ impl LeaseSignal {
                 hold_end: None,
                 release_requested: false,
             })),
-            on_request: Arc::default(),
-            on_lost: Arc::default(),
+            hooks: Arc::default(),
         }
     }
 
@@ -84,7 +89,7 @@ impl LeaseSignal {
             true
         });
         if changed {
-            if let Some(hook) = self.on_request.get() {
+            if let Some(hook) = self.hooks.on_request.get() {
                 (hook.0)();
             }
             tracing::info!("distlock holder asked to release");
@@ -114,17 +119,17 @@ impl LeaseSignal {
 
     /// Sets what runs when a request to release is first heard (once).
     pub(crate) fn on_request(&self, hook: Hook) {
-        let _ = self.on_request.set(hook);
+        let _ = self.hooks.on_request.set(hook);
     }
 
     /// Sets what runs when the lease is found lost (once).
     pub(crate) fn on_lost(&self, hook: Hook) {
-        let _ = self.on_lost.set(hook);
+        let _ = self.hooks.on_lost.set(hook);
     }
 
     /// Runs the lost hook, if set.
     fn run_lost_hook(&self) {
-        if let Some(hook) = self.on_lost.get() {
+        if let Some(hook) = self.hooks.on_lost.get() {
             (hook.0)();
         }
     }
