@@ -3,7 +3,7 @@
 //! unknown, and the decoding its scripts' replies share.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -132,19 +132,26 @@ pub(crate) fn guard_parts(
 /// found dead is replaced (nothing more can land from it). The connection
 /// is let go once the lease is released.
 ///
-/// A renewal left unanswered for the response timeout lets its connection
-/// go too, so a connection that stays open but goes silent for good does
-/// not take the lease with it: the next renewal pins a fresh one (the
-/// provider has replaced its silent connection by then). The unanswered
-/// renewal may still land later, from the old socket, and set its TTL
-/// then; a renewal sent afterwards on the fresh connection for a longer
-/// TTL could be cut short by it behind the guard's back. So the shortest
-/// such TTL bounds every later renewal of the lease ([`RedisLease::floor_ms`]),
-/// and only a renewal at least as long as every TTL asked so far (the
-/// acquisition's included) lets its connection go on a timeout: the
-/// watchdog renews with one TTL and never meets the bound, even after a
-/// shorter manual `extend` went unanswered (that one keeps the
-/// connection); a manual `extend` for longer than the bound is refused.
+/// A renewal left unanswered for the response timeout may let its
+/// connection go too, so a connection that stays open but goes silent for
+/// good does not take the lease with it: the next renewal pins a fresh one
+/// (the provider has replaced its silent connection by then). What was
+/// sent on the old socket and never answered may still land later, alone
+/// or as a prefix of what was sent (a socket can deliver some requests and
+/// die before the rest), and set its TTL then; a renewal sent afterwards on
+/// the fresh connection for a longer TTL could be cut short by it behind
+/// the guard's back. So the lease keeps the TTLs of its renewals sent on
+/// the current connection and not yet answered ([`RedisLease::unanswered`],
+/// cancelled ones included: an answer to a later renewal on the same
+/// connection proves every earlier one ran, and clears them), and:
+///
+/// * a timed-out renewal lets the connection go only if it is the shortest
+///   of them and no shorter than the acquisition's TTL (the watchdog's), so
+///   the watchdog never meets the bound that follows; otherwise the
+///   connection is kept, and later renewals go out behind what it holds;
+/// * the shortest unanswered TTL of a connection let go (on a timeout or a
+///   connection error) bounds every later renewal of the lease
+///   ([`RedisLease::floor_ms`]): a longer one is refused, unsent.
 pub(crate) struct RedisLease {
     shared: Arc<Context>,
     keys: LeaseKeys,
@@ -155,9 +162,11 @@ pub(crate) struct RedisLease {
     /// connection let go (`u64::MAX`: none): the longest renewal that is
     /// safe to send on another connection.
     floor_ms: AtomicU64,
-    /// The longest TTL (ms) asked so far: the acquisition's, or a
-    /// renewal's.
-    longest_ms: AtomicU64,
+    /// The acquisition's TTL (ms): the watchdog's.
+    acquired_ms: u64,
+    /// The TTLs (ms) of the renewals sent on the current connection and not
+    /// answered yet (timed out or cancelled).
+    unanswered: Mutex<Vec<u64>>,
     /// The lease's status cell (the guard's): a renewal that finds the
     /// hold asked to release says so there.
     pub(crate) signal: LeaseSignal,
@@ -200,9 +209,16 @@ impl RedisLease {
             name: name.clone(),
             conn: Sticky::new(Some(pinned)),
             floor_ms: AtomicU64::new(u64::MAX),
-            longest_ms: AtomicU64::new(millis(ttl)),
+            acquired_ms: millis(ttl),
+            unanswered: Mutex::new(Vec::new()),
             signal: LeaseSignal::new(),
         })
+    }
+
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs a compare-and-act script; `true` when it acted.
@@ -259,17 +275,40 @@ impl LeaseBackend for RedisLease {
                  {floor} ms"
             )));
         }
-        let longest = self.longest_ms.fetch_max(ms, Ordering::SeqCst).max(ms);
+        // Unanswered until its reply says otherwise (a cancelled renewal
+        // stays so).
+        self.unanswered().push(ms);
         let reply = self
             .conn
             .script_acked(&self.shared.commands, "extend", &invocation)
             .await;
-        if matches!(reply, Err(Error::Timeout { .. })) && ms >= longest {
-            // Unanswered: the connection may be silent for good. The next
-            // renewal goes out on a fresh one, bounded by this one's TTL
-            // (no shorter than any asked before).
-            self.floor_ms.fetch_min(ms, Ordering::SeqCst);
-            self.conn.let_go();
+        match &reply {
+            Err(Error::Timeout { .. }) => {
+                let mut unanswered = self.unanswered();
+                let shortest = unanswered.iter().copied().min().unwrap_or(ms);
+                if shortest == ms && ms >= self.acquired_ms {
+                    // The connection may be silent for good: the next
+                    // renewal goes out on a fresh one, bounded by this one.
+                    self.floor_ms.fetch_min(ms, Ordering::SeqCst);
+                    unanswered.clear();
+                    self.conn.let_go();
+                }
+            }
+            Err(Error::Connection { .. }) => {
+                // Let go already: whatever it still held bounds the rest.
+                let mut unanswered = self.unanswered();
+                if let Some(shortest) = unanswered.iter().copied().min() {
+                    self.floor_ms.fetch_min(shortest, Ordering::SeqCst);
+                }
+                unanswered.clear();
+            }
+            // Answered (a reply, or the server's error): everything sent
+            // before on this connection ran.
+            Ok(_) | Err(Error::Server { .. } | Error::NotAllowed { .. }) => {
+                self.unanswered().clear();
+            }
+            // Not sent, or no word from the server: nothing is known.
+            Err(_) => {}
         }
         let (reply, acked): (i64, _) = reply?;
         self.owned(reply == 1 || reply == 3)?;

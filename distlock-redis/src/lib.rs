@@ -162,17 +162,27 @@
 //!   on a fresh one: a lease outlives a command connection that stays open
 //!   but goes silent for good, provided `T` plus that pause fits in the
 //!   time left (with the defaults, 2 s of the 20 s a renewal leaves).
-//!   Because the unanswered renewal may still land later from the old
-//!   socket and set its TTL then, no later renewal of that lease may ask
-//!   for a longer TTL than it did; and only a renewal at least as long as
-//!   every TTL the lease asked before lets its connection go (a shorter
-//!   manual `extend` that goes unanswered keeps it). The watchdog renews
-//!   with one TTL and never meets this bound; a manual `extend` for longer
-//!   is refused with
-//!   [`Error::InvalidOptions`](distlock_core::Error::InvalidOptions) (extend
-//!   for at most that TTL, or release). On a pool or Redis Cluster the
-//!   fresh connection is the next one the pool or cluster client gives
-//!   (neither replaces a connection on a timeout).
+//!   What the old socket still carried may land later, alone or as a
+//!   prefix (a socket can deliver some requests and die before the rest),
+//!   and set its TTL then. So the lease counts every renewal sent on its
+//!   connection and not answered (cancelled ones too; an answer to a later
+//!   one proves they ran), and:
+//!   * it lets the connection go on a timeout only when the renewal that
+//!     timed out is the shortest of them and no shorter than the lease's
+//!     TTL. Otherwise it keeps the connection, and later renewals queue
+//!     behind what it holds: a shorter manual `extend` cancelled or
+//!     unanswered costs this recovery, never safety;
+//!   * the shortest TTL left unanswered on a connection it let go (on a
+//!     timeout or a connection error) bounds every later renewal. The
+//!     watchdog renews with the lease's TTL and does not meet this bound
+//!     after a timeout of its own; a manual `extend` for longer is refused
+//!     with [`Error::InvalidOptions`](distlock_core::Error::InvalidOptions)
+//!     (extend for at most that TTL, or release).
+//!
+//!   With `pool_size` or on Redis Cluster there is **no such recovery**:
+//!   the next connection is whatever the pool or the cluster client gives,
+//!   which may be the same silent one (neither replaces a connection on a
+//!   timeout), and the lease then ends at its deadline.
 //! * **A place in the plain mutex's line expires by itself.** Each place
 //!   has a deadline (`{PREFIX NAME}:waiting:alive`, by the server's `TIME`)
 //!   that its provider pushes on only while its pub/sub connection is known

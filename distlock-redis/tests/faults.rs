@@ -490,8 +490,7 @@ async fn a_lease_whose_connection_goes_silent_renews_on_a_fresh_one() {
 /// sent on a fresh connection could be cut short by it behind the guard's
 /// back. After such a timeout the lease moves to a fresh connection, an
 /// extension no longer than the unanswered one works, and a longer one is
-/// refused with a typed error that changes nothing. A shorter extension
-/// that times out keeps the connection (and bounds nothing).
+/// refused with a typed error that changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_extend_that_timed_out_bounds_the_next_ones() {
     let redis = test_support::redis::shared();
@@ -512,10 +511,6 @@ async fn a_manual_extend_that_timed_out_bounds_the_next_ones() {
         .await
         .unwrap();
     assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
-    let before = proxy.accepted_connections();
-    let shorter = guard.extend(Duration::from_secs(5)).await.unwrap_err();
-    assert!(shorter.is_retryable(), "{shorter:?}");
-    assert_eq!(proxy.accepted_connections(), before, "kept the connection");
     let unanswered = guard.extend(Duration::from_secs(10)).await.unwrap_err();
     assert!(unanswered.is_retryable(), "{unanswered:?}");
     let longer = guard.extend(Duration::from_secs(15)).await.unwrap_err();
@@ -530,4 +525,133 @@ async fn a_manual_extend_that_timed_out_bounds_the_next_ones() {
     assert!(left > 0 && left <= 10_000, "extended to 10 s: {left} ms");
     guard.release().await.unwrap();
     assert_eq!(redis.cli(&["EXISTS", &key]), "0");
+}
+
+/// A lock held by `guard` (through the proxy) that `other` (direct) can
+/// take: both at once is two holders.
+async fn two_holders(guard: &distlock_core::LockGuard, other: &RedisProvider, name: &str) -> bool {
+    let g = other.mutex(name).unwrap().try_lock().await.unwrap();
+    let both = g.is_some() && guard.is_held();
+    if let Some(g) = g {
+        g.release().await.unwrap();
+    }
+    both
+}
+
+/// Manual mode. A shorter extension X is held up (proxy delay) and times
+/// out; then full-length ones time out behind it. X then reaches the
+/// server alone (a prefix of what the socket carried) and the connection
+/// is reset before the rest arrives. Were the lease to move to a fresh
+/// connection on the full-length timeout and renew there, X's landing would
+/// cut the server's TTL short behind the guard's deadline: the guard must
+/// never read held while another client can take the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_extension_landing_alone_later_never_makes_two_holders() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("prefix-lands");
+    let locks = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let guard = locks
+        .with_lease(LeaseOptions::manual(Duration::from_secs(30)).unwrap())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    proxy.set_delay(Duration::from_secs(3));
+    let (x, ()) = tokio::join!(guard.extend(Duration::from_millis(2345)), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.set_delay(Duration::ZERO);
+        proxy.reset_after_request(b"$4\r\n2345\r\n");
+    });
+    assert!(x.is_err(), "X is held up: {x:?}");
+    // Full-length extensions, answered or not.
+    let _ = guard.extend(Duration::from_secs(30)).await;
+    let _ = guard.extend(Duration::from_secs(30)).await;
+    while started.elapsed() < Duration::from_secs(8) {
+        assert!(!two_holders(&guard, &other, &name).await, "two holders");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(proxy.resets(), 1, "X reached the server, then the reset");
+}
+
+/// Watchdog mode: a short extension cancelled by its caller (future
+/// dropped) is still on the connection; the watchdog's renewals time out
+/// behind it; it then lands alone and the connection is reset. Never two
+/// holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_short_extension_landing_later_never_makes_two_holders() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("cancelled-lands");
+    let locks = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let other = connect(&redis.url(), RedisOptions::new()).await;
+    let started = Instant::now();
+    let guard = locks
+        .with_lease(LeaseOptions::new(Duration::from_secs(6)).unwrap())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    // Just before the watchdog's first renewal (at 2 s).
+    tokio::time::sleep(Duration::from_millis(1900).saturating_sub(started.elapsed())).await;
+    proxy.set_delay(Duration::from_secs(3));
+    let x = tokio::time::timeout(
+        Duration::from_millis(100),
+        guard.extend(Duration::from_millis(1234)),
+    )
+    .await;
+    assert!(x.is_err(), "cancelled in flight");
+    proxy.set_delay(Duration::ZERO);
+    proxy.reset_after_request(b"$4\r\n1234\r\n");
+    while started.elapsed() < Duration::from_secs(9) {
+        assert!(!two_holders(&guard, &other, &name).await, "two holders");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Watchdog mode, after one extension longer than the watchdog's TTL was
+/// answered: the lease still moves off a connection that goes silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_extended_once_for_longer_still_moves_off_a_silent_connection() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let name = unique_name("longer-then-silent");
+    let locks = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let ttl = Duration::from_secs(3);
+    let guard = locks
+        .with_lease(LeaseOptions::new(ttl).unwrap())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    guard.extend(ttl * 2).await.unwrap();
+    let before = proxy.accepted_connections();
+    assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
+    let lost = tokio::time::timeout(ttl * 4, guard.lost()).await;
+    assert!(lost.is_err(), "lost to a silent connection: {lost:?}");
+    assert!(
+        proxy.accepted_connections() > before,
+        "moved to a new connection"
+    );
+    guard.release().await.unwrap();
 }
