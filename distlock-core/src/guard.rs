@@ -208,10 +208,7 @@ impl LockGuard {
         // A lost lease is neither suspended nor asked any more, though its
         // guard may live on.
         let cell = metrics.clone();
-        parts.signal.on_lost(Hook(Box::new(move || {
-            cell.suspended(false);
-            cell.release_requested(false);
-        })));
+        parts.signal.on_lost(Hook(Box::new(move || cell.ended())));
         let watchdog = Watchdog::spawn(
             &handle,
             parts.name.clone(),

@@ -279,6 +279,9 @@ pub(crate) struct CellInner {
     labels: std::sync::OnceLock<Labels>,
     /// Counted in `distlock_suspended` now.
     suspended: AtomicBool,
+    /// The lease was found lost: it is suspended no more, whatever a
+    /// renewal that failed meanwhile says.
+    ended: AtomicBool,
     /// Asked to release: counted in `distlock_release_requested` now
     /// (`Some(true)`), or once asked and no longer (`Some(false)`).
     asked: std::sync::Mutex<Option<bool>>,
@@ -335,11 +338,35 @@ impl Cell {
     #[cfg(feature = "metrics")]
     pub(crate) fn suspended(&self, on: bool) {
         if let Some(labels) = self.get() {
-            if self.0.suspended.swap(on, Ordering::Relaxed) != on {
+            if on && self.0.ended.load(Ordering::SeqCst) {
+                return;
+            }
+            if self.0.suspended.swap(on, Ordering::SeqCst) != on {
                 imp::suspended(labels, if on { 1.0 } else { -1.0 });
+            }
+            // Found lost meanwhile: its hook's reset may have come first.
+            if on
+                && self.0.ended.load(Ordering::SeqCst)
+                && self.0.suspended.swap(false, Ordering::SeqCst)
+            {
+                imp::suspended(labels, -1.0);
             }
         }
     }
+
+    /// The lease was found lost: no longer counted as suspended or asked
+    /// (though its guard may live on), whatever comes after.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn ended(&self) {
+        self.0.ended.store(true, Ordering::SeqCst);
+        self.suspended(false);
+        self.release_requested(false);
+    }
+
+    /// Does nothing without the feature.
+    #[cfg(not(feature = "metrics"))]
+    #[allow(clippy::unused_self)]
+    pub(crate) fn ended(&self) {}
 
     /// Does nothing without the feature.
     #[cfg(not(feature = "metrics"))]
@@ -358,6 +385,8 @@ impl Cell {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match (*asked, on) {
+            // Heard as the lease ended: not counted.
+            (None, true) if self.0.ended.load(Ordering::SeqCst) => {}
             (None, true) => {
                 *asked = Some(true);
                 if let Some(labels) = self.get() {
