@@ -461,7 +461,13 @@ async fn a_commit_whose_answer_is_lost() {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let now = fence.read_highest(&other, &resource).await.unwrap();
+        // A COMMIT that ran may take a moment to show on another session.
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        let mut now = fence.read_highest(&other, &resource).await.unwrap();
+        while landed && now.token != 7 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            now = fence.read_highest(&other, &resource).await.unwrap();
+        }
         if landed {
             assert_eq!(now.token, 7, "the COMMIT ran");
             assert_eq!(value(&other, &resource).await, Some(70));

@@ -508,7 +508,9 @@ async fn an_unreachable_store_is_503_and_calls_nothing() {
     };
     assert_eq!(send(addr, request(3)).await.status, 200);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-    // Reset, and nothing forwarded while the blackhole lasts.
+    // The store's connection is cut, and nothing is forwarded while the
+    // blackhole lasts (the first 503 may come from the cut connection's
+    // error, later ones from the response timeout).
     proxy.set_blackhole(true);
     proxy.cut();
     let started = std::time::Instant::now();
@@ -548,6 +550,13 @@ async fn an_unreachable_store_is_503_and_calls_nothing() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // The admission did run: seen on a connection that bypasses the proxy.
+    let direct = RedisFence::new(&RedisProvider::connect(&redis.url()).await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while direct.highest(&resource).await.unwrap().token != 5 {
+        assert!(std::time::Instant::now() < deadline, "the admission ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let a = send(addr, request(5)).await;
