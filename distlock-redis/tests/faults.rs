@@ -436,6 +436,31 @@ async fn a_request_whose_reply_is_lost_still_reaches_the_holder() {
     guard.release().await.unwrap();
 }
 
+/// A provider whose connections all go through a new proxy (response
+/// timeout 300 ms), holding the mutex of a fresh name under `lease`: the
+/// proxy, the provider, the name and the guard.
+async fn held_through_proxy(
+    prefix: &str,
+    lease: LeaseOptions,
+) -> (Proxy, RedisProvider, String, distlock_core::LockGuard) {
+    let proxy = Proxy::start(test_support::redis::shared().addr());
+    let name = unique_name(prefix);
+    let locks = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let guard = locks
+        .with_lease(lease)
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    (proxy, locks, name, guard)
+}
+
 /// The held lease's command connection stays open but goes silent for good
 /// (a half-open socket: nothing it sends reaches the server, nothing comes
 /// back), while new connections work. The watchdog's renewal times out
@@ -444,23 +469,10 @@ async fn a_request_whose_reply_is_lost_still_reaches_the_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_connection_goes_silent_renews_on_a_fresh_one() {
     let redis = test_support::redis::shared();
-    let proxy = Proxy::start(redis.addr());
-    let name = unique_name("silent-holder");
-    let locks = connect(
-        &format!("redis://{}", proxy.addr()),
-        RedisOptions::new().response_timeout(Duration::from_millis(300)),
-    )
-    .await;
-    let key = locks.lock_key(&name).unwrap();
     let ttl = Duration::from_secs(3);
-    let guard = locks
-        .with_lease(LeaseOptions::new(ttl).unwrap())
-        .unwrap()
-        .mutex(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
+    let (proxy, locks, name, guard) =
+        held_through_proxy("silent-holder", LeaseOptions::new(ttl).unwrap()).await;
+    let key = locks.lock_key(&name).unwrap();
     let value = redis.cli(&["GET", &key]);
     let before = proxy.accepted_connections();
     assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
@@ -494,22 +506,12 @@ async fn a_lease_whose_connection_goes_silent_renews_on_a_fresh_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_extend_that_timed_out_bounds_the_next_ones() {
     let redis = test_support::redis::shared();
-    let proxy = Proxy::start(redis.addr());
-    let name = unique_name("silent-extend");
-    let locks = connect(
-        &format!("redis://{}", proxy.addr()),
-        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    let (proxy, locks, name, guard) = held_through_proxy(
+        "silent-extend",
+        LeaseOptions::manual(Duration::from_secs(10)).unwrap(),
     )
     .await;
     let key = locks.lock_key(&name).unwrap();
-    let guard = locks
-        .with_lease(LeaseOptions::manual(Duration::from_secs(10)).unwrap())
-        .unwrap()
-        .mutex(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
     assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
     let unanswered = guard.extend(Duration::from_secs(10)).await.unwrap_err();
     assert!(unanswered.is_retryable(), "{unanswered:?}");
@@ -548,22 +550,12 @@ async fn two_holders(guard: &distlock_core::LockGuard, other: &RedisProvider, na
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_extension_landing_alone_later_never_makes_two_holders() {
     let redis = test_support::redis::shared();
-    let proxy = Proxy::start(redis.addr());
-    let name = unique_name("prefix-lands");
-    let locks = connect(
-        &format!("redis://{}", proxy.addr()),
-        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    let (proxy, _locks, name, guard) = held_through_proxy(
+        "prefix-lands",
+        LeaseOptions::manual(Duration::from_secs(30)).unwrap(),
     )
     .await;
     let other = connect(&redis.url(), RedisOptions::new()).await;
-    let guard = locks
-        .with_lease(LeaseOptions::manual(Duration::from_secs(30)).unwrap())
-        .unwrap()
-        .mutex(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
     let started = Instant::now();
     proxy.set_delay(Duration::from_secs(3));
     let (x, ()) = tokio::join!(guard.extend(Duration::from_millis(2345)), async {
@@ -589,23 +581,13 @@ async fn a_shorter_extension_landing_alone_later_never_makes_two_holders() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_short_extension_landing_later_never_makes_two_holders() {
     let redis = test_support::redis::shared();
-    let proxy = Proxy::start(redis.addr());
-    let name = unique_name("cancelled-lands");
-    let locks = connect(
-        &format!("redis://{}", proxy.addr()),
-        RedisOptions::new().response_timeout(Duration::from_millis(300)),
+    let started = Instant::now();
+    let (proxy, _locks, name, guard) = held_through_proxy(
+        "cancelled-lands",
+        LeaseOptions::new(Duration::from_secs(6)).unwrap(),
     )
     .await;
     let other = connect(&redis.url(), RedisOptions::new()).await;
-    let started = Instant::now();
-    let guard = locks
-        .with_lease(LeaseOptions::new(Duration::from_secs(6)).unwrap())
-        .unwrap()
-        .mutex(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
     // Just before the watchdog's first renewal (at 2 s).
     tokio::time::sleep(Duration::from_millis(1900).saturating_sub(started.elapsed())).await;
     proxy.set_delay(Duration::from_secs(3));
@@ -627,23 +609,9 @@ async fn a_cancelled_short_extension_landing_later_never_makes_two_holders() {
 /// answered: the lease still moves off a connection that goes silent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_extended_once_for_longer_still_moves_off_a_silent_connection() {
-    let redis = test_support::redis::shared();
-    let proxy = Proxy::start(redis.addr());
-    let name = unique_name("longer-then-silent");
-    let locks = connect(
-        &format!("redis://{}", proxy.addr()),
-        RedisOptions::new().response_timeout(Duration::from_millis(300)),
-    )
-    .await;
     let ttl = Duration::from_secs(3);
-    let guard = locks
-        .with_lease(LeaseOptions::new(ttl).unwrap())
-        .unwrap()
-        .mutex(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
+    let (proxy, _locks, _name, guard) =
+        held_through_proxy("longer-then-silent", LeaseOptions::new(ttl).unwrap()).await;
     guard.extend(ttl * 2).await.unwrap();
     let before = proxy.accepted_connections();
     assert_eq!(proxy.silence_connections_that_sent(b"EVALSHA"), 1);
