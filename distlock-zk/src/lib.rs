@@ -126,7 +126,12 @@
 //!   moves that deadline on. The quarter kept back covers a touch that a
 //!   follower forwards to the leader late (followers forward session touches
 //!   in their pings, every tickTime/2, and ZooKeeper keeps session timeouts
-//!   at 2 × tickTime or more). A partitioned
+//!   at 2 × tickTime or more). So a lease outlives any outage of its
+//!   connection, a leader's failover included, that ends within about
+//!   **timeout/2 − timeout/16** (the last check may be a quarter old when
+//!   the outage starts; a failed one is retried every timeout/16): 2.6 s
+//!   with the default 6 s session. Choose the session timeout for the
+//!   elections your ensemble takes (`ZkOptions::session_timeout`). A partitioned
 //!   holder's `lost()` (reason `Expired`) therefore fires before the server
 //!   can expire the session and hand the lock to anybody else, not when the
 //!   client library gives up on the session (zookeeper-client does so at

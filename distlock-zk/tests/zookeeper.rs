@@ -95,22 +95,31 @@ async fn unfair_mutex_wakes_every_waiter_on_release() {
     );
 }
 
+/// The session timeout of the failover test's holder. Its lease is
+/// documented to survive any outage of its connection shorter than
+/// `SESSION / 2` less one retry (`LeaseTerms::Session`: lost at `3/4` of
+/// the timeout after the last confirmed check, checks every `1/4`, a
+/// failed one retried after `1/16`), so 30 s tolerates a failover of
+/// some 13 s: the ensemble's election, slowed by a loaded machine, stays
+/// well inside it.
+const SESSION: Duration = Duration::from_secs(30);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_survives_the_ensemble_leader_being_killed() {
     let mut zk = ZkCluster::start(3);
     let hosts = zk.connect_string();
     let name = unique_name("failover");
-    let holder =
-        ZkProvider::connect_with(ZkOptions::new(&hosts).session_timeout(Duration::from_secs(10)))
-            .await
-            .unwrap();
+    let holder = ZkProvider::connect_with(ZkOptions::new(&hosts).session_timeout(SESSION))
+        .await
+        .unwrap();
     let other = provider(&hosts).await;
     let guard = holder.fair_mutex(&name).unwrap().lock().await.unwrap();
     let token = guard.fencing_token();
     let leader = zk.leader().unwrap();
+    let killed = Instant::now();
     zk.kill(leader);
     // Wait for the ensemble to serve again, then check the lock is intact.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = killed + Duration::from_secs(30);
     loop {
         match other.fair_mutex(&name).unwrap().try_lock().await {
             Ok(None) => break,
@@ -119,10 +128,28 @@ async fn a_lock_survives_the_ensemble_leader_being_killed() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let outage = killed.elapsed();
+    eprintln!("failover outage {outage:?}");
     let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
-    assert!(lost.is_err(), "lost() fired across a failover: {lost:?}");
-    assert!(guard.is_held());
-    guard.release().await.unwrap();
+    // The margin the docs promise, less the 2 s watched above and the
+    // time the holder's own reconnection may take beyond the other's.
+    let promised = SESSION / 2 - SESSION / 16 - Duration::from_secs(4);
+    if outage < promised {
+        assert!(
+            lost.is_err(),
+            "lost() fired across a failover of {outage:?}: {lost:?}"
+        );
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+    } else {
+        // A failover longer than the margin may cost the lease, and then
+        // only as documented: expired locally, never taken.
+        assert!(
+            matches!(lost, Err(_) | Ok(LostReason::Expired)),
+            "after a failover of {outage:?}: {lost:?}"
+        );
+        let _ = guard.release().await;
+    }
     let next = other.fair_mutex(&name).unwrap().lock().await.unwrap();
     assert!(next.fencing_token() > token);
     next.release().await.unwrap();
