@@ -48,7 +48,9 @@ done
 
 step "cargo test"
 log=$(mktemp)
-cargo test --workspace --all-features 2>&1 | tee "$log"
+# The same tests as `cargo test --workspace --all-features`, two binaries
+# at a time (DISTLOCK_TEST_JOBS): see scripts/run-tests.py.
+python3 scripts/run-tests.py 2>&1 | tee "$log"
 read -r passed failed < <(awk '/^test result:/ {
     for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) }
 } END { print p + 0, f + 0 }' "$log")
