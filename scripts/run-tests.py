@@ -9,7 +9,10 @@ target (`cargo test --no-run`, the same flags), then runs the binaries on
 tests on one more job. Each binary runs as `cargo test` runs it: from its
 package's directory, with `CARGO_MANIFEST_DIR` set; each keeps its own
 servers on ports of its own (test-support picks free ports and retries a
-start that lost its port).
+start that lost its port). One risk is left: a server a test kills and
+restarts on its port could find that port taken meanwhile by another
+binary's new server (a port out of some 28 000, in the moment between the
+kill and the restart); the restart then fails loudly.
 
 A binary's output is printed whole when it ends, under the `Running` line
 cargo would print, so the log reads as cargo's. How long each took is kept

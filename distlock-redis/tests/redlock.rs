@@ -64,9 +64,9 @@ mod over_five {
 
 /// Fast failure detection for the fault tests. The connect timeout is what
 /// `connect` gives a quorum of masters to load the scripts (four round trips
-/// each, after the handshake); a killed master refuses at once whatever it
-/// is, so it is not kept short: 500 ms was once not enough beside two test
-/// runs on 2 cores.
+/// each, after the handshake). A killed master fails at once whatever the
+/// timeout, so it need not be short: 500 ms was once not enough beside two
+/// test runs on 2 cores.
 fn quick() -> RedisOptions {
     RedisOptions::new()
         .response_timeout(Duration::from_millis(300))
