@@ -187,9 +187,76 @@ async fn a_majority_down_is_a_typed_error_and_leaves_nothing_on_the_live_master(
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let r = RedlockProvider::connect_with(&urls, quick()).await;
     assert!(
-        matches!(r, Err(ref e) if e.is_retryable()),
+        matches!(r, Err(Error::Connection { .. })),
         "connect without a quorum: {r:?}"
     );
+    // The error says why: the quorum, and each master that failed.
+    let why = chain(&r.unwrap_err());
+    assert!(why.contains("1 of 3 masters answered"), "{why}");
+    assert!(why.contains("a quorum is 2"), "{why}");
+    for i in [1, 2] {
+        let addr = m.node(i).addr().to_string();
+        assert!(why.contains(&addr), "{addr} is not named: {why}");
+    }
+}
+
+/// An error and its sources, as one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// A connect that runs out of time without a quorum: with one master down
+/// and one silent, it is a connection error naming both (not the first
+/// failure alone, which would send a user after the wrong master); with
+/// every master silent, a timeout. Either returns within the connect
+/// timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_runs_out_of_time_names_the_silent_and_the_failed_masters() {
+    let mut m = RedisMasters::start(3);
+    let urls = m.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let within = Duration::from_secs(1);
+    m.node_mut(1).kill();
+    m.node(2).pause();
+    let start = Instant::now();
+    let r = RedlockProvider::connect_with(&urls, quick().connect_timeout(within)).await;
+    let took = start.elapsed();
+    assert!(
+        matches!(r, Err(Error::Connection { .. })),
+        "connect with one master down and one silent: {r:?}"
+    );
+    let why = chain(&r.unwrap_err());
+    let (down, silent) = (m.node(1).addr().to_string(), m.node(2).addr().to_string());
+    assert!(why.contains("a quorum is 2"), "{why}");
+    assert!(why.contains(&format!("{down}: connection")), "{why}");
+    assert!(why.contains(&format!("{silent}: no answer")), "{why}");
+    assert!(took < within + Duration::from_secs(1), "took {took:?}");
+    // Every master silent: nothing failed, time ran out.
+    m.node(0).pause();
+    let start = Instant::now();
+    let r =
+        RedlockProvider::connect_with(&[urls[0], urls[2]], quick().connect_timeout(within)).await;
+    let took = start.elapsed();
+    m.node(0).resume();
+    m.node(2).resume();
+    assert!(
+        matches!(
+            r,
+            Err(Error::Timeout {
+                operation: "connect",
+                ..
+            })
+        ),
+        "connect with every master silent: {r:?}"
+    );
+    assert!(took < within + Duration::from_secs(1), "took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

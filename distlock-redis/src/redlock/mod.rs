@@ -86,6 +86,50 @@ pub(crate) struct Shared {
     owner: String,
 }
 
+/// Why a connect found no quorum: the source of its [`Error::Connection`].
+#[derive(Debug)]
+struct NoQuorum {
+    masters: usize,
+    quorum: usize,
+    answered: usize,
+    /// `host:port` and its failure, in the order they came.
+    failed: Vec<(String, Error)>,
+    /// `host:port` of the masters with no answer: still loading, or timed
+    /// out.
+    silent: Vec<String>,
+    within: Duration,
+}
+
+impl fmt::Display for NoQuorum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} masters answered within {:?}, a quorum is {}",
+            self.answered, self.masters, self.within, self.quorum
+        )?;
+        for (addr, e) in &self.failed {
+            // Each cause once: redis-rs's I/O errors repeat their source.
+            let mut said = e.to_string();
+            write!(f, "; {addr}: {said}")?;
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                let cause = s.to_string();
+                if !said.contains(&cause) {
+                    write!(f, ": {cause}")?;
+                }
+                said = cause;
+                source = s.source();
+            }
+        }
+        for addr in &self.silent {
+            write!(f, "; {addr}: no answer")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NoQuorum {}
+
 /// Redlock over N independent Redis masters, with fencing tokens that stay
 /// monotone across them.
 ///
@@ -376,9 +420,13 @@ impl RedlockProvider {
     ///
     /// [`Error::InvalidUrl`] for a bad URL (no host, a bad port, a master
     /// named twice, an unknown or repeated option), [`Error::InvalidOptions`]
-    /// for a bad option value or `pool_size`; [`Error::Connection`] or
-    /// [`Error::Timeout`] when fewer than a quorum of masters answer within
-    /// the connect timeout.
+    /// for a bad option value or `pool_size`. When fewer than a quorum of
+    /// masters answer within the connect timeout: [`Error::Timeout`] if the
+    /// others only gave no answer in time, else [`Error::Connection`], whose
+    /// source names every master that failed (with its error) and every one
+    /// that gave no answer; a refusal that retrying will not mend
+    /// ([`Error::NotAllowed`] for credentials or an ACL, [`Error::Server`])
+    /// comes as it is.
     ///
     /// # Cancellation safety
     ///
@@ -507,13 +555,20 @@ impl RedlockProvider {
     /// others go on loading in the background until that timeout or the
     /// provider's close, whichever comes first. A master
     /// that comes later loads them at first use (`NOSCRIPT`).
+    ///
+    /// Without a quorum: a refusal that retrying will not mend (credentials,
+    /// an ACL, a server error) as it is; [`Error::Timeout`] when every master
+    /// short of the quorum just gave no answer in time (still loading, or
+    /// timed out); else [`Error::Connection`] whose source (`NoQuorum`)
+    /// names every master that failed, and how, and every one silent.
     async fn wait_for_quorum(&self) -> Result<()> {
         let timeout = self.shared.options.connect_timeout;
         let mut pings: futures::stream::FuturesUnordered<_> = self
             .shared
             .masters
             .iter()
-            .map(|m| {
+            .enumerate()
+            .map(|(i, m)| {
                 let mut conn = m.conn.clone();
                 async move {
                     for script in [
@@ -522,32 +577,26 @@ impl RedlockProvider {
                         &*RELEASE,
                         &*REDLOCK_EXTEND,
                     ] {
-                        script
-                            .prepare_invoke()
-                            .load_async(&mut conn)
-                            .await
-                            .map_err(|e| from_redis("connect", timeout, e))?;
+                        if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
+                            return (i, Err(from_redis("connect", timeout, e)));
+                        }
                     }
-                    Ok::<(), Error>(())
+                    (i, Ok::<(), Error>(()))
                 }
             })
             .collect();
         let until = tokio::time::Instant::now() + timeout;
-        let (mut up, mut first_error) = (0, None);
-        while up < self.shared.quorum {
+        let mut up = Vec::new();
+        let mut failed: Vec<(usize, Error)> = Vec::new();
+        while up.len() < self.shared.quorum {
             match tokio::time::timeout_at(until, futures::StreamExt::next(&mut pings)).await {
-                Ok(Some(Ok(_))) => up += 1,
-                Ok(Some(Err(e))) => {
-                    first_error.get_or_insert(e);
-                }
+                Ok(Some((i, Ok(())))) => up.push(i),
+                Ok(Some((i, Err(e)))) => failed.push((i, e)),
                 Ok(None) | Err(_) => {
                     for m in &self.shared.masters {
                         m.subscriber.shut_down();
                     }
-                    return Err(first_error.unwrap_or(Error::Timeout {
-                        operation: "connect",
-                        after: timeout,
-                    }));
+                    return Err(self.no_quorum(&up, failed, timeout));
                 }
             }
         }
@@ -565,6 +614,43 @@ impl RedlockProvider {
             }));
         }
         Ok(())
+    }
+
+    /// The error of a connect that found the masters `up` answering, fewer
+    /// than a quorum, within `timeout`, the masters of `failed` refused (in
+    /// the order they did) and the rest not answering (still loading, or
+    /// timed out).
+    fn no_quorum(&self, up: &[usize], mut failed: Vec<(usize, Error)>, timeout: Duration) -> Error {
+        if let Some(at) = failed.iter().position(|(_, e)| !e.is_retryable()) {
+            return failed.swap_remove(at).1;
+        }
+        // A master whose load timed out gave no answer, as one still loading.
+        failed.retain(|(_, e)| !e.is_timeout());
+        if failed.is_empty() {
+            return Error::Timeout {
+                operation: "connect",
+                after: timeout,
+            };
+        }
+        let masters = &self.shared.masters;
+        let silent = (0..masters.len())
+            .filter(|i| !up.contains(i) && !failed.iter().any(|(f, _)| f == i))
+            .map(|i| masters[i].addr.clone())
+            .collect();
+        Error::connection(
+            "redis",
+            NoQuorum {
+                masters: masters.len(),
+                quorum: self.shared.quorum,
+                answered: up.len(),
+                failed: failed
+                    .into_iter()
+                    .map(|(i, e)| (masters[i].addr.clone(), e))
+                    .collect(),
+                silent,
+                within: timeout,
+            },
+        )
     }
 
     /// The options in force.
