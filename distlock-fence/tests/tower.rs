@@ -524,16 +524,7 @@ async fn an_unreachable_store_is_503_and_calls_nothing() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     proxy.set_blackhole(false);
     proxy.heal();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let a = send(addr, request(4)).await;
-        if a.status == 200 {
-            break;
-        }
-        assert_eq!(a.status, 503, "{}", a.body);
-        assert!(std::time::Instant::now() < deadline, "the store came back");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    admitted_once_the_store_is_back(addr, || request(4)).await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(fence.highest(&resource).await.unwrap().token, 4);
     // A reset right after the admission was forwarded: it ran on the
@@ -557,17 +548,26 @@ async fn an_unreachable_store_is_503_and_calls_nothing() {
         assert!(std::time::Instant::now() < deadline, "the admission ran");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    admitted_once_the_store_is_back(addr, || request(5)).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(send(addr, request(4)).await.status, 409);
+    assert_eq!(fence.highest(&resource).await.unwrap().token, 5);
+}
+
+/// Sends `request()` until the layer admits it (200), within 10 s: only
+/// 503 (the store not reachable yet) may come before.
+async fn admitted_once_the_store_is_back(
+    addr: SocketAddr,
+    request: impl Fn() -> http::Request<String>,
+) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let a = send(addr, request(5)).await;
+        let a = send(addr, request()).await;
         if a.status == 200 {
-            break;
+            return;
         }
         assert_eq!(a.status, 503, "{}", a.body);
         assert!(std::time::Instant::now() < deadline, "the store came back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
-    assert_eq!(send(addr, request(4)).await.status, 409);
-    assert_eq!(fence.highest(&resource).await.unwrap().token, 5);
 }
