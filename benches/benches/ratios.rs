@@ -18,6 +18,46 @@ use test_support::{RedisServer, ZkCluster};
 const RELEASE_LUA: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
+/// What the wire allows a lock with a fencing token floored at the
+/// server's clock (the crate docs, Fencing tokens): the fewest calls such
+/// an acquisition can run, `SET NX PX … GET`, `TIME`, `SET` of the counter
+/// `… GET`. KEYS[1] lock, KEYS[2] counter; ARGV[1] value, ARGV[2] TTL ms.
+const FENCED_ACQUIRE_LUA: &str = "
+local held = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if held then return {0, 0} end
+local t = redis.call('TIME')
+local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local old = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[2], 'GET'))
+if old and old >= token then
+  token = old + 1
+  redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[2])
+end
+return {1, token}";
+
+/// Its release: compare-and-delete, then one look for anyone waiting
+/// (`EXISTS`), the least a release that hands over must do.
+const FENCED_RELEASE_LUA: &str = "
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+return 1";
+
+/// distlock's own two scripts (the plain mutex's acquire and release, with
+/// their preludes in the order `distlock-redis/src/scripts.rs` gives), to
+/// be run raw: the server's share of a lock + release without the
+/// client's. Their KEYS and ARGV are in each file's opening lines.
+const OUR_ACQUIRE_LUA: &str = concat!(
+    include_str!("../../distlock-redis/src/scripts/holds.lua"),
+    include_str!("../../distlock-redis/src/scripts/fence.lua"),
+    include_str!("../../distlock-redis/src/scripts/acquire.lua")
+);
+const OUR_RELEASE_LUA: &str = concat!(
+    include_str!("../../distlock-redis/src/scripts/holds.lua"),
+    include_str!("../../distlock-redis/src/scripts/queue.lua"),
+    include_str!("../../distlock-redis/src/scripts/line_pop.lua"),
+    include_str!("../../distlock-redis/src/scripts/mutex_release.lua")
+);
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -64,9 +104,50 @@ fn main() {
             .expect("redis");
         let mutex = locks.mutex("ratio/redis").expect("name");
         let rslock = rslock::LockManager::new(vec![redis_server.url()]);
+        let fenced = (
+            redis::Script::new(FENCED_ACQUIRE_LUA),
+            redis::Script::new(FENCED_RELEASE_LUA),
+        );
+        let scripts = (
+            redis::Script::new(OUR_ACQUIRE_LUA),
+            redis::Script::new(OUR_RELEASE_LUA),
+        );
+        // The keys distlock's mutex uses for a name (its keyspace table).
+        let k = "ratio/scripts";
+        let acquire_keys: Vec<String> = std::iter::once(k.to_owned())
+            .chain(
+                [
+                    "fence",
+                    "holder",
+                    "waiting",
+                    "handoff",
+                    "waiting:alive",
+                    "listening",
+                ]
+                .iter()
+                .map(|s| format!("{{{k}}}:{s}")),
+            )
+            .collect();
+        let release_keys: Vec<String> = std::iter::once(k.to_owned())
+            .chain(
+                [
+                    "fair:queue",
+                    "fair:timeouts",
+                    "holder",
+                    "fair:owners",
+                    "waiting",
+                    "handoff",
+                    "waiting:alive",
+                    "listening",
+                ]
+                .iter()
+                .map(|s| format!("{{{k}}}:{s}")),
+            )
+            .collect();
         let (mut floor, mut ours, mut peer, mut ping) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..rounds {
+        let (mut wire, mut raw_scripts) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
             let c = &mut conn;
             ping.push(
                 time(async {
@@ -101,6 +182,62 @@ fn main() {
                 })
                 .await,
             );
+            let value = format!("{round:032x}|ratio");
+            wire.push(
+                time(async {
+                    let (status, _): (i64, u64) = fenced
+                        .0
+                        .key("ratio/fenced")
+                        .key("{ratio/fenced}:fence")
+                        .arg(&value)
+                        .arg(30_000)
+                        .invoke_async(c)
+                        .await
+                        .expect("fenced acquire");
+                    assert_eq!(status, 1, "the fenced floor's lock is free");
+                    let released: i64 = fenced
+                        .1
+                        .key("ratio/fenced")
+                        .key("{ratio/fenced}:waiting")
+                        .arg(&value)
+                        .invoke_async(c)
+                        .await
+                        .expect("fenced release");
+                    assert_eq!(released, 1, "the fenced floor's lock was ours");
+                })
+                .await,
+            );
+            raw_scripts.push(
+                time(async {
+                    let mut acquire = scripts.0.prepare_invoke();
+                    for key in &acquire_keys {
+                        acquire.key(key);
+                    }
+                    // As `RedisMutex` sends a first attempt of `lock()`.
+                    acquire
+                        .arg(&value)
+                        .arg(30_000)
+                        .arg("ratio")
+                        .arg("pratio")
+                        .arg("1")
+                        .arg("0")
+                        .arg("0")
+                        .arg(1_000)
+                        .arg(1_000)
+                        .arg(30_000);
+                    let (status, _, _): (i64, u64, i64) =
+                        acquire.invoke_async(c).await.expect("our acquire");
+                    assert_eq!(status, 1, "our scripts' lock is free");
+                    let mut release = scripts.1.prepare_invoke();
+                    for key in &release_keys {
+                        release.key(key);
+                    }
+                    release.arg(&value).arg("ratio:released").arg(50);
+                    let released: i64 = release.invoke_async(c).await.expect("our release");
+                    assert_eq!(released, 1, "our scripts' lock was ours");
+                })
+                .await,
+            );
             peer.push(
                 time(async {
                     let l = rslock
@@ -113,12 +250,34 @@ fn main() {
             );
         }
         let floor_median = median(floor);
+        let (ours, wire) = (median(ours), median(wire));
         pairs.push(Pair {
             what: "redis/mutex lock+release",
             floor: "raw SET NX PX + EVALSHA compare-and-delete",
             target: "≤ 1.2",
             floor_median,
-            subject_median: median(ours),
+            subject_median: ours,
+        });
+        pairs.push(Pair {
+            what: "redis fenced floor (3 + 3 calls in 2 scripts, raw)",
+            floor: "raw SET NX PX + EVALSHA compare-and-delete",
+            target: "-",
+            floor_median,
+            subject_median: wire,
+        });
+        pairs.push(Pair {
+            what: "redis/mutex's two scripts, raw",
+            floor: "raw SET NX PX + EVALSHA compare-and-delete",
+            target: "-",
+            floor_median,
+            subject_median: median(raw_scripts),
+        });
+        pairs.push(Pair {
+            what: "redis/mutex lock+release",
+            floor: "the fenced floor",
+            target: "-",
+            floor_median: wire,
+            subject_median: ours,
         });
         pairs.push(Pair {
             what: "rslock lock+unlock (peer)",
