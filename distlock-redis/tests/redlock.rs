@@ -190,9 +190,10 @@ async fn a_majority_down_is_a_typed_error_and_leaves_nothing_on_the_live_master(
         matches!(r, Err(Error::Connection { .. })),
         "connect without a quorum: {r:?}"
     );
-    // The error says why: the quorum, and each master that failed.
+    // The error says why: the quorum, and each master that failed (it comes
+    // once the second failed, whether the live one answered by then or not).
     let why = chain(&r.unwrap_err());
-    assert!(why.contains("1 of 3 masters answered"), "{why}");
+    assert!(why.contains("2 of 3 masters failed and "), "{why}");
     assert!(why.contains("a quorum is 2"), "{why}");
     for i in [1, 2] {
         let addr = m.node(i).addr().to_string();
@@ -217,6 +218,43 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// failure alone, which would send a user after the wrong master); with
 /// every master silent, a timeout. Either returns within the connect
 /// timeout.
+/// Once too many masters refused for a quorum, connect fails at once: it
+/// does not wait out the connect timeout for a silent master that could not
+/// make a quorum even if it answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_cannot_reach_a_quorum_fails_without_waiting_for_the_silent() {
+    let mut m = RedisMasters::start(3);
+    let urls = m.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let within = Duration::from_secs(30);
+    m.node_mut(0).kill();
+    m.node_mut(1).kill();
+    m.node(2).pause();
+    let start = Instant::now();
+    let r = RedlockProvider::connect_with(&urls, quick().connect_timeout(within)).await;
+    let took = start.elapsed();
+    m.node(2).resume();
+    assert!(
+        matches!(r, Err(Error::Connection { .. })),
+        "connect with two masters down and one silent: {r:?}"
+    );
+    let why = chain(&r.unwrap_err());
+    assert!(
+        why.contains("2 of 3 masters failed and 0 answered"),
+        "{why}"
+    );
+    for i in [0, 1] {
+        let addr = m.node(i).addr().to_string();
+        assert!(why.contains(&format!("{addr}: connection")), "{why}");
+    }
+    let silent = m.node(2).addr().to_string();
+    assert!(why.contains(&format!("{silent}: no answer")), "{why}");
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?}: it waited for the silent master"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_that_runs_out_of_time_names_the_silent_and_the_failed_masters() {
     let mut m = RedisMasters::start(3);

@@ -97,16 +97,28 @@ struct NoQuorum {
     /// `host:port` of the masters with no answer: still loading, or timed
     /// out.
     silent: Vec<String>,
-    within: Duration,
+    /// The connect timeout, when it ran out; `None` when the connect ended
+    /// before it, as soon as too many masters had failed for a quorum.
+    within: Option<Duration>,
 }
 
 impl fmt::Display for NoQuorum {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} of {} masters answered within {:?}, a quorum is {}",
-            self.answered, self.masters, self.within, self.quorum
-        )?;
+        match self.within {
+            Some(within) => write!(
+                f,
+                "{} of {} masters answered within {within:?}, a quorum is {}",
+                self.answered, self.masters, self.quorum
+            )?,
+            None => write!(
+                f,
+                "{} of {} masters failed and {} answered, a quorum is {}",
+                self.failed.len(),
+                self.masters,
+                self.answered,
+                self.quorum
+            )?,
+        }
         for (addr, e) in &self.failed {
             // Each cause once: redis-rs's I/O errors repeat their source.
             let mut said = e.to_string();
@@ -426,7 +438,9 @@ impl RedlockProvider {
     /// source names every master that failed (with its error) and every one
     /// that gave no answer; a refusal that retrying will not mend
     /// ([`Error::NotAllowed`] for credentials or an ACL, [`Error::Server`])
-    /// comes as it is.
+    /// comes as it is. Once so many masters failed (refused the connection,
+    /// say) that the rest cannot make a quorum, the error comes at once,
+    /// not at the end of the connect timeout.
     ///
     /// # Cancellation safety
     ///
@@ -560,7 +574,8 @@ impl RedlockProvider {
     /// an ACL, a server error) as it is; [`Error::Timeout`] when every master
     /// short of the quorum just gave no answer in time (still loading, or
     /// timed out); else [`Error::Connection`] whose source (`NoQuorum`)
-    /// names every master that failed, and how, and every one silent.
+    /// names every master that failed, and how, and every one silent. It
+    /// ends as soon as too many failed for the rest to make a quorum.
     async fn wait_for_quorum(&self) -> Result<()> {
         let timeout = self.shared.options.connect_timeout;
         let mut pings: futures::stream::FuturesUnordered<_> = self
@@ -591,12 +606,22 @@ impl RedlockProvider {
         while up.len() < self.shared.quorum {
             match tokio::time::timeout_at(until, futures::StreamExt::next(&mut pings)).await {
                 Ok(Some((i, Ok(())))) => up.push(i),
-                Ok(Some((i, Err(e)))) => failed.push((i, e)),
+                Ok(Some((i, Err(e)))) => {
+                    failed.push((i, e));
+                    // Too many failed for a quorum: no need to wait for the
+                    // rest (a refused connection fails at once).
+                    if self.shared.masters.len() - failed.len() < self.shared.quorum {
+                        for m in &self.shared.masters {
+                            m.subscriber.shut_down();
+                        }
+                        return Err(self.no_quorum(&up, failed, None));
+                    }
+                }
                 Ok(None) | Err(_) => {
                     for m in &self.shared.masters {
                         m.subscriber.shut_down();
                     }
-                    return Err(self.no_quorum(&up, failed, timeout));
+                    return Err(self.no_quorum(&up, failed, Some(timeout)));
                 }
             }
         }
@@ -617,10 +642,16 @@ impl RedlockProvider {
     }
 
     /// The error of a connect that found the masters `up` answering, fewer
-    /// than a quorum, within `timeout`, the masters of `failed` refused (in
-    /// the order they did) and the rest not answering (still loading, or
-    /// timed out).
-    fn no_quorum(&self, up: &[usize], mut failed: Vec<(usize, Error)>, timeout: Duration) -> Error {
+    /// than a quorum, the masters of `failed` refused (in the order they
+    /// did) and the rest not answering (still loading, or timed out), when
+    /// the connect timeout `within` ran out (`None`: before it, once too
+    /// many had failed for a quorum).
+    fn no_quorum(
+        &self,
+        up: &[usize],
+        mut failed: Vec<(usize, Error)>,
+        within: Option<Duration>,
+    ) -> Error {
         if let Some(at) = failed.iter().position(|(_, e)| !e.is_retryable()) {
             return failed.swap_remove(at).1;
         }
@@ -629,7 +660,7 @@ impl RedlockProvider {
         if failed.is_empty() {
             return Error::Timeout {
                 operation: "connect",
-                after: timeout,
+                after: within.unwrap_or(self.shared.options.connect_timeout),
             };
         }
         let masters = &self.shared.masters;
@@ -648,7 +679,7 @@ impl RedlockProvider {
                     .map(|(i, e)| (masters[i].addr.clone(), e))
                     .collect(),
                 silent,
-                within: timeout,
+                within,
             },
         )
     }
