@@ -213,6 +213,49 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// A master that takes the connection but answers no command (`CLIENT
+/// PAUSE`) fails at its response timeout, and counts as failed: with the
+/// other two refused or up, a quorum is out of reach then, and the connect
+/// ends there, counting it among the failed and saying it gave no answer;
+/// alone, it is a timeout that says how long it waited (its response
+/// timeout, not the connect timeout it did not wait out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_whose_script_load_times_out_counts_as_failed() {
+    let mut m = RedisMasters::start(3);
+    let urls = m.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let within = Duration::from_secs(30);
+    m.node_mut(0).kill();
+    // (No UNPAUSE: a paused server holds it too; the server ends with the
+    // test.)
+    assert_eq!(m.node(1).cli(&["CLIENT", "PAUSE", "60000", "ALL"]), "OK");
+    let start = Instant::now();
+    let r = RedlockProvider::connect_with(&urls, quick().connect_timeout(within)).await;
+    let took = start.elapsed();
+    assert!(
+        matches!(r, Err(Error::Connection { .. })),
+        "connect with a master down and one paused: {r:?}"
+    );
+    let why = chain(&r.unwrap_err());
+    assert!(why.contains("2 of 3 masters failed and "), "{why}");
+    let paused = m.node(1).addr().to_string();
+    assert!(
+        why.contains(&format!("{paused}: no answer (connect timed out after")),
+        "{why}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let start = Instant::now();
+    let r = RedlockProvider::connect_with(&[urls[1]], quick().connect_timeout(within)).await;
+    let took = start.elapsed();
+    let Err(Error::Timeout { after, .. }) = r else {
+        panic!("connect to a paused master alone: {r:?}")
+    };
+    assert!(
+        after >= Duration::from_millis(300) && after <= took && took < Duration::from_secs(10),
+        "after {after:?}, took {took:?}"
+    );
+}
+
 /// A connect that runs out of time without a quorum: with one master down
 /// and one silent, it is a connection error naming both (not the first
 /// failure alone, which would send a user after the wrong master); with

@@ -86,16 +86,22 @@ pub(crate) struct Shared {
     owner: String,
 }
 
+/// The time since `started`, in whole milliseconds (for an error message).
+fn waited(started: tokio::time::Instant) -> Duration {
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(ms)
+}
+
 /// Why a connect found no quorum: the source of its [`Error::Connection`].
 #[derive(Debug)]
 struct NoQuorum {
     masters: usize,
     quorum: usize,
     answered: usize,
-    /// `host:port` and its failure, in the order they came.
+    /// `host:port` and its failure (a refusal, or a timeout: no answer
+    /// within the response or connect timeout), in the order they came.
     failed: Vec<(String, Error)>,
-    /// `host:port` of the masters with no answer: still loading, or timed
-    /// out.
+    /// `host:port` of the masters still loading when the connect ended.
     silent: Vec<String>,
     /// The connect timeout, when it ran out; `None` when the connect ended
     /// before it, as soon as too many masters had failed for a quorum.
@@ -120,6 +126,10 @@ impl fmt::Display for NoQuorum {
             )?,
         }
         for (addr, e) in &self.failed {
+            if e.is_timeout() {
+                write!(f, "; {addr}: no answer ({e})")?;
+                continue;
+            }
             // Each cause once: redis-rs's I/O errors repeat their source.
             let mut said = e.to_string();
             write!(f, "; {addr}: {said}")?;
@@ -578,6 +588,7 @@ impl RedlockProvider {
     /// ends as soon as too many failed for the rest to make a quorum.
     async fn wait_for_quorum(&self) -> Result<()> {
         let timeout = self.shared.options.connect_timeout;
+        let started = tokio::time::Instant::now();
         let mut pings: futures::stream::FuturesUnordered<_> = self
             .shared
             .masters
@@ -593,14 +604,17 @@ impl RedlockProvider {
                         &*REDLOCK_EXTEND,
                     ] {
                         if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
-                            return (i, Err(from_redis("connect", timeout, e)));
+                            // A timeout says how long it waited: the
+                            // response timeout or the connect timeout,
+                            // whichever ran out.
+                            return (i, Err(from_redis("connect", waited(started), e)));
                         }
                     }
                     (i, Ok::<(), Error>(()))
                 }
             })
             .collect();
-        let until = tokio::time::Instant::now() + timeout;
+        let until = started + timeout;
         let mut up = Vec::new();
         let mut failed: Vec<(usize, Error)> = Vec::new();
         while up.len() < self.shared.quorum {
@@ -614,14 +628,14 @@ impl RedlockProvider {
                         for m in &self.shared.masters {
                             m.subscriber.shut_down();
                         }
-                        return Err(self.no_quorum(&up, failed, None));
+                        return Err(self.no_quorum(&up, failed, None, waited(started)));
                     }
                 }
                 Ok(None) | Err(_) => {
                     for m in &self.shared.masters {
                         m.subscriber.shut_down();
                     }
-                    return Err(self.no_quorum(&up, failed, Some(timeout)));
+                    return Err(self.no_quorum(&up, failed, Some(timeout), timeout));
                 }
             }
         }
@@ -642,25 +656,26 @@ impl RedlockProvider {
     }
 
     /// The error of a connect that found the masters `up` answering, fewer
-    /// than a quorum, the masters of `failed` refused (in the order they
-    /// did) and the rest not answering (still loading, or timed out), when
-    /// the connect timeout `within` ran out (`None`: before it, once too
-    /// many had failed for a quorum).
+    /// than a quorum, the masters of `failed` refused or timed out (in the
+    /// order they did) and the rest still loading, when the connect timeout
+    /// `within` ran out (`None`: before it, once too many had failed for a
+    /// quorum), `waited` after it began.
     fn no_quorum(
         &self,
         up: &[usize],
         mut failed: Vec<(usize, Error)>,
         within: Option<Duration>,
+        waited: Duration,
     ) -> Error {
         if let Some(at) = failed.iter().position(|(_, e)| !e.is_retryable()) {
             return failed.swap_remove(at).1;
         }
-        // A master whose load timed out gave no answer, as one still loading.
-        failed.retain(|(_, e)| !e.is_timeout());
-        if failed.is_empty() {
+        // Nobody refused: the masters short of a quorum only gave no answer
+        // in time (the connect's, or their own response timeout).
+        if failed.iter().all(|(_, e)| e.is_timeout()) {
             return Error::Timeout {
                 operation: "connect",
-                after: within.unwrap_or(self.shared.options.connect_timeout),
+                after: within.unwrap_or(waited),
             };
         }
         let masters = &self.shared.masters;
