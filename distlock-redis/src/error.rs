@@ -24,10 +24,13 @@ pub(crate) fn from_redis(operation: &'static str, timeout: Duration, e: RedisErr
             source: Box::new(e),
         };
     }
+    // `LOADING`: a server loading its dataset (after a restart) refuses
+    // every command until it is done; retrying mends it.
     if e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_cluster_error()
+        || e.code() == Some("LOADING")
     {
         return Error::connection("redis", e);
     }

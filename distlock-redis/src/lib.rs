@@ -399,8 +399,9 @@
 //!   than asked ([`WAIT`](#replica-acknowledgement-wait)) is given back
 //!   before the call returns;
 //! * while the caller waits, a retryable failure (a connection error, a
-//!   timeout) is ridden out with the same back-off until its deadline;
-//!   `try_lock` returns it.
+//!   timeout, a server that answers `LOADING` while it loads its dataset
+//!   after a restart) is ridden out with the same back-off until its
+//!   deadline; `try_lock` returns it.
 //!
 //! # Ids
 //!

@@ -623,3 +623,69 @@ async fn a_lease_extended_once_for_longer_still_moves_off_a_silent_connection() 
     );
     guard.release().await.unwrap();
 }
+
+/// A server that restarts with a dataset to load answers `LOADING` to every
+/// command until it is done. That is a retryable failure: `try_lock` says
+/// so (never a server error, which callers do not retry), and `lock()`
+/// rides it out and takes the lock once the server has loaded, within its
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_waits_out_a_server_loading_its_dataset() {
+    // 20 000 keys at 200 µs each: some 4 s of LOADING after the restart
+    // (events are served every KiB loaded, so clients get their answer).
+    let mut server = test_support::RedisServer::start_with(&[
+        "--key-load-delay",
+        "200",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let mut fill = redis::pipe();
+    for i in 0..20_000 {
+        fill.set(format!("ballast:{i}"), i).ignore();
+    }
+    fill.query_async::<()>(&mut raw).await.unwrap();
+    redis::cmd("SAVE")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    drop(raw);
+    let locks = connect(&server.url(), RedisOptions::new()).await;
+    let mutex = locks.mutex(&unique_name("loading")).unwrap();
+    server.kill();
+    // `restart` returns once the server answers PING, after the load.
+    let restarted = std::thread::spawn(move || {
+        server.restart();
+        server
+    });
+    // Until the server answers LOADING (refused connections before it).
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < until, "the server never answered LOADING");
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+            let r = redis::cmd("PING").query_async::<String>(&mut c).await;
+            if matches!(&r, Err(e) if e.code() == Some("LOADING")) {
+                break;
+            }
+            assert!(r.is_err(), "loaded before the test saw it load: {r:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = mutex.try_lock().await;
+    assert!(
+        matches!(&refused, Err(e) if e.is_retryable()),
+        "try_lock while the server loads: {refused:?}"
+    );
+    let guard = mutex
+        .lock_timeout(Duration::from_secs(30))
+        .await
+        .expect("lock() rides out LOADING")
+        .expect("acquired within 30 s");
+    let server = tokio::task::spawn_blocking(move || restarted.join().unwrap())
+        .await
+        .unwrap();
+    let keys: u64 = server.cli(&["DBSIZE"]).parse().unwrap();
+    assert!(keys > 20_000, "the ballast and the lock: {keys} keys");
+    guard.release().await.unwrap();
+}
