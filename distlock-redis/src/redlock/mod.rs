@@ -101,7 +101,8 @@ struct NoQuorum {
     /// `host:port` and its failure (a refusal, or a timeout: no answer
     /// within the response or connect timeout), in the order they came.
     failed: Vec<(String, Error)>,
-    /// `host:port` of the masters still loading when the connect ended.
+    /// `host:port` of the masters still loading the scripts (no answer yet)
+    /// when the connect ended.
     silent: Vec<String>,
     /// The connect timeout, when it ran out; `None` when the connect ended
     /// before it, as soon as too many masters had failed for a quorum.
