@@ -201,6 +201,20 @@ async fn a_majority_down_is_a_typed_error_and_leaves_nothing_on_the_live_master(
     }
 }
 
+/// Connects to `urls` with the quick options and `within` to connect,
+/// which must fail with a connection error (`case` says what the masters
+/// do): that error and its sources as one line, and how long it took.
+async fn failed_connect(urls: &[&str], within: Duration, case: &str) -> (String, Duration) {
+    let start = Instant::now();
+    let r = RedlockProvider::connect_with(urls, quick().connect_timeout(within)).await;
+    let took = start.elapsed();
+    assert!(
+        matches!(r, Err(Error::Connection { .. })),
+        "connect with {case}: {r:?}"
+    );
+    (chain(&r.unwrap_err()), took)
+}
+
 /// An error and its sources, as one line.
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
@@ -229,14 +243,7 @@ async fn a_master_whose_script_load_times_out_counts_as_failed() {
     // (No UNPAUSE: a paused server holds it too; the server ends with the
     // test.)
     assert_eq!(m.node(1).cli(&["CLIENT", "PAUSE", "60000", "ALL"]), "OK");
-    let start = Instant::now();
-    let r = RedlockProvider::connect_with(&urls, quick().connect_timeout(within)).await;
-    let took = start.elapsed();
-    assert!(
-        matches!(r, Err(Error::Connection { .. })),
-        "connect with a master down and one paused: {r:?}"
-    );
-    let why = chain(&r.unwrap_err());
+    let (why, took) = failed_connect(&urls, within, "a master down and one paused").await;
     assert!(why.contains("2 of 3 masters failed and "), "{why}");
     let paused = m.node(1).addr().to_string();
     assert!(
@@ -256,11 +263,6 @@ async fn a_master_whose_script_load_times_out_counts_as_failed() {
     );
 }
 
-/// A connect that runs out of time without a quorum: with one master down
-/// and one silent, it is a connection error naming both (not the first
-/// failure alone, which would send a user after the wrong master); with
-/// every master silent, a timeout. Either returns within the connect
-/// timeout.
 /// Once too many masters refused for a quorum, connect fails at once: it
 /// does not wait out the connect timeout for a silent master that could not
 /// make a quorum even if it answered.
@@ -273,15 +275,8 @@ async fn a_connect_that_cannot_reach_a_quorum_fails_without_waiting_for_the_sile
     m.node_mut(0).kill();
     m.node_mut(1).kill();
     m.node(2).pause();
-    let start = Instant::now();
-    let r = RedlockProvider::connect_with(&urls, quick().connect_timeout(within)).await;
-    let took = start.elapsed();
+    let (why, took) = failed_connect(&urls, within, "two masters down and one silent").await;
     m.node(2).resume();
-    assert!(
-        matches!(r, Err(Error::Connection { .. })),
-        "connect with two masters down and one silent: {r:?}"
-    );
-    let why = chain(&r.unwrap_err());
     assert!(
         why.contains("2 of 3 masters failed and 0 answered"),
         "{why}"
@@ -298,6 +293,11 @@ async fn a_connect_that_cannot_reach_a_quorum_fails_without_waiting_for_the_sile
     );
 }
 
+/// A connect that runs out of time without a quorum: with one master down
+/// and one silent, it is a connection error naming both (not the first
+/// failure alone, which would send a user after the wrong master); with
+/// every master silent, a timeout. Either returns within the connect
+/// timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_that_runs_out_of_time_names_the_silent_and_the_failed_masters() {
     let mut m = RedisMasters::start(3);
@@ -306,14 +306,7 @@ async fn a_connect_that_runs_out_of_time_names_the_silent_and_the_failed_masters
     let within = Duration::from_secs(1);
     m.node_mut(1).kill();
     m.node(2).pause();
-    let start = Instant::now();
-    let r = RedlockProvider::connect_with(&urls, quick().connect_timeout(within)).await;
-    let took = start.elapsed();
-    assert!(
-        matches!(r, Err(Error::Connection { .. })),
-        "connect with one master down and one silent: {r:?}"
-    );
-    let why = chain(&r.unwrap_err());
+    let (why, took) = failed_connect(&urls, within, "one master down and one silent").await;
     let (down, silent) = (m.node(1).addr().to_string(), m.node(2).addr().to_string());
     assert!(why.contains("a quorum is 2"), "{why}");
     assert!(why.contains(&format!("{down}: connection")), "{why}");
