@@ -618,6 +618,8 @@ impl RedlockProvider {
         let until = started + timeout;
         let mut up = Vec::new();
         let mut failed: Vec<(usize, Error)> = Vec::new();
+        // The connect timeout, if it ran out.
+        let mut ran_out = None;
         while up.len() < self.shared.quorum {
             match tokio::time::timeout_at(until, futures::StreamExt::next(&mut pings)).await {
                 Ok(Some((i, Ok(())))) => up.push(i),
@@ -626,19 +628,20 @@ impl RedlockProvider {
                     // Too many failed for a quorum: no need to wait for the
                     // rest (a refused connection fails at once).
                     if self.shared.masters.len() - failed.len() < self.shared.quorum {
-                        for m in &self.shared.masters {
-                            m.subscriber.shut_down();
-                        }
-                        return Err(self.no_quorum(&up, failed, None, waited(started)));
+                        break;
                     }
                 }
                 Ok(None) | Err(_) => {
-                    for m in &self.shared.masters {
-                        m.subscriber.shut_down();
-                    }
-                    return Err(self.no_quorum(&up, failed, Some(timeout), timeout));
+                    ran_out = Some(timeout);
+                    break;
                 }
             }
+        }
+        if up.len() < self.shared.quorum {
+            for m in &self.shared.masters {
+                m.subscriber.shut_down();
+            }
+            return Err(self.no_quorum(&up, failed, ran_out, waited(started)));
         }
         if !pings.is_empty() {
             // Until the connect timeout, or a `close()` (which must not find
