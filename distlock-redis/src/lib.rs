@@ -46,7 +46,9 @@
 //!   PX GET`, `TIME`, `SET GET`; `GET`, `DEL`, one `EXISTS` of the fair
 //!   queue, the line and the listeners).
 //! * **Release**: compare-and-delete (only our value), then, when anyone
-//!   waits or listens, the hand-over and a `PUBLISH` on the lock's channel. **Extend**: compare-and-`PEXPIRE`. Both have redis-py's
+//!   waits or listens, the hand-over and a `PUBLISH` on the lock's channel
+//!   (a hand-over to the line overwrites our value with the reservation, in
+//!   the same script, rather than deleting it first). **Extend**: compare-and-`PEXPIRE`. Both have redis-py's
 //!   `Lock` semantics. Scripts run by `EVALSHA`, loaded on `NOSCRIPT`.
 //! * **Watchdog**: the core watchdog renews at TTL/3 while the guard lives;
 //!   a renewal that finds another owner fires `lost()`.

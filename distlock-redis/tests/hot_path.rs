@@ -92,6 +92,75 @@ async fn one_uncontended_lock_and_release_run_at_most_six_commands_inside_script
     locks.close().await.unwrap();
 }
 
+/// A release with a provider in line sets the lock key to that provider's
+/// reservation in one write: the key goes from the holder's value to the
+/// reservation to the waiter's value, never deleted in between (a `DEL`
+/// and a `SET` of the reservation were two calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_overwrites_the_lock_key_without_deleting_it() {
+    // A server of its own: MONITOR sees this test's commands only.
+    let redis = RedisServer::start();
+    let (holder, waiter) = (connect(&redis.url()).await, connect(&redis.url()).await);
+    let name = unique_name("hand-over");
+    let key = holder.lock_key(&name).unwrap();
+    let line = format!("{{{key}}}:waiting");
+    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+    let waiting = {
+        let lock = waiter.mutex(&name).unwrap();
+        tokio::spawn(async move { lock.lock_timeout(Duration::from_secs(30)).await })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while redis.cli(&["ZCARD", &line]) != "1" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never joined the line"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let inside = commands_inside_scripts(&redis, async {
+        guard.release().await.unwrap();
+        let handed = waiting
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("handed over within 30 s");
+        handed.release().await.unwrap();
+    })
+    .await;
+    println!("{} commands inside scripts:", inside.len());
+    for command in &inside {
+        println!("  {command}");
+    }
+    let on_key: Vec<&String> = inside
+        .iter()
+        .filter(|c| c.split(' ').nth(1) == Some(&format!("\"{key}\"")[..]))
+        .collect();
+    // The release: GET, SET (the reservation); the claim: SET NX … GET
+    // (finds it), SET; the waiter's own release: GET, DEL.
+    let verbs: Vec<&str> = on_key
+        .iter()
+        .map(|c| c.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        verbs,
+        ["\"GET\"", "\"SET\"", "\"SET\"", "\"SET\"", "\"GET\"", "\"DEL\""],
+        "{on_key:#?}"
+    );
+    assert!(
+        on_key[1].contains("PX"),
+        "the reservation expires: {}",
+        on_key[1]
+    );
+    assert!(
+        inside
+            .iter()
+            .any(|c| c.starts_with("\"PUBLISH\"") && c.contains("to:")),
+        "the release wakes the waiter by its id: {inside:#?}"
+    );
+    holder.close().await.unwrap();
+    waiter.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fencing_counter_ahead_of_the_clock_goes_on_from_where_it_is() {
     let redis = test_support::redis::shared();

@@ -13,20 +13,22 @@
 -- ARGV[1] the lock's value, ARGV[2] release channel, ARGV[3] reservation
 -- TTL in ms
 -- Returns 1 when released, 0 when the lock is not ours (nothing changed).
--- Nobody waits (no fair queue, no line, no listener: one EXISTS): nothing
--- more, three calls in all. Else the hand-over: 'to:<id>' of the first
--- live fair waiter; else the first live waiting provider is taken off the
--- line (dead ones are dropped), the lock key is set to its reservation
--- (holds.lua) for ARGV[3] ms and 'to:<provider id>' wakes one waiter there
--- (one wake-up per release across all providers); else 'released' (one
--- plain waiter of each provider that listens wakes, as for clients that do
--- not queue).
+-- Nobody waits (no fair queue, no line, no listener: one EXISTS): the
+-- lock key is deleted, three calls in all. Else the hand-over: 'to:<id>'
+-- of the first live fair waiter; else the first live waiting provider is
+-- taken off the line (dead ones are dropped), the lock key is set to its
+-- reservation (holds.lua) for ARGV[3] ms and 'to:<provider id>' wakes one
+-- waiter there (one wake-up per release across all providers); else
+-- 'released' (one plain waiter of each provider that listens wakes, as for
+-- clients that do not queue). The reservation overwrites our value, which
+-- no one sees in between (scripts run atomically): the key is deleted only
+-- when it is left free.
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', KEYS[2], KEYS[6], KEYS[9]) == 0 then
+  redis.call('DEL', KEYS[1])
   return 1
 end
 local head = nil
@@ -38,6 +40,7 @@ if redis.call('TYPE', KEYS[2])['ok'] == 'zset'
   head = fair_head(KEYS[2], KEYS[3], KEYS[5])
 end
 if head then
+  redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)
   return 1
 end
@@ -46,6 +49,7 @@ if nxt then
   redis.call('SET', KEYS[1], HANDOFF_PREFIX .. nxt, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], 'to:' .. nxt)
 else
+  redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
 end
 return 1
