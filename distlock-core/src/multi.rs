@@ -208,15 +208,29 @@ impl LockSet {
     /// cleans up as [`Lock::acquire`] does.
     pub async fn acquire(&self, wait: Wait) -> Result<Option<MultiGuard>> {
         let started = std::time::Instant::now();
+        // A deadline already reached asks no wait of anyone: each name once,
+        // as `try_lock` does, rather than none at all.
+        let wait = match wait {
+            Wait::Until(at) if at <= Instant::now() => Wait::No,
+            wait => wait,
+        };
         let mut taken: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             let got = match wait {
                 Wait::No => lock.try_lock().await,
                 Wait::Forever => lock.lock().await.map(Some),
-                Wait::Until(at) => {
-                    lock.lock_timeout(at.saturating_duration_since(Instant::now()))
-                        .await
-                }
+                // The member in flight at the set's deadline is dropped
+                // there (cancellation safe: what it made is removed in the
+                // background). Left to its own `lock_timeout`, each member
+                // could answer up to one response timeout past the
+                // deadline, and the next one would still be tried: one
+                // response timeout per member on a slow server.
+                Wait::Until(at) => tokio::time::timeout_at(
+                    at,
+                    lock.lock_timeout(at.saturating_duration_since(Instant::now())),
+                )
+                .await
+                .unwrap_or(Ok(None)),
             };
             match got {
                 Ok(Some(guard)) => taken.push(guard),
@@ -270,6 +284,13 @@ impl LockSet {
 
     /// Waits at most `timeout` (counted from this call, for the whole set)
     /// for every name; `Ok(None)`, holding none, when they did not all come.
+    ///
+    /// It returns within `timeout` plus the time to release what was taken
+    /// (one response timeout of the backend at most, the releases running
+    /// side by side), however many names the set has: the member being
+    /// acquired at the deadline is dropped there, and no later member is
+    /// tried. A zero `timeout` tries each name once, as
+    /// [`LockSet::try_lock`].
     ///
     /// # Errors
     ///

@@ -693,3 +693,35 @@ async fn a_lock_waits_out_a_server_loading_its_dataset() {
     assert!(keys > 20_000, "the ballast and the lock: {keys} keys");
     guard.release().await.unwrap();
 }
+
+/// `LockSet::lock_timeout(1 s)` of ten names on a server whose every
+/// request takes about 400 ms: within 1 s plus one response timeout
+/// (before: a member per request past the deadline, about 4 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_keeps_its_deadline_on_a_slow_server() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let response_timeout = Duration::from_secs(1);
+    let slow = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(response_timeout),
+    )
+    .await;
+    let direct = connect(&redis.url(), RedisOptions::new()).await;
+    // Scripts loaded before the delay: the members run them, not a reload.
+    let warm = slow
+        .mutex(&unique_name("warm-up"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    test_support::multi::set_keeps_its_deadline_on_a_slow_server(
+        &proxy,
+        |name| slow.mutex(name).unwrap(),
+        |name| direct.mutex(name).unwrap(),
+        response_timeout,
+        "redis mutex",
+    )
+    .await;
+}

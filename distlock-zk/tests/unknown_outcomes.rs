@@ -572,6 +572,32 @@ async fn every_wait_keeps_its_deadline_through_a_partition() {
     }
 }
 
+/// `LockSet::lock_timeout(1 s)` of ten names on a server whose every
+/// request takes about 400 ms: within 1 s plus one operation timeout
+/// (before: a member per request past the deadline, several seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_keeps_its_deadline_on_a_slow_server() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let operation_timeout = Duration::from_secs(1);
+    let slow = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(20))
+            .operation_timeout(operation_timeout),
+    )
+    .await
+    .unwrap();
+    let direct = provider(&zk.connect_string()).await;
+    test_support::multi::set_keeps_its_deadline_on_a_slow_server(
+        &proxy,
+        |name| slow.mutex(name).unwrap(),
+        |name| direct.mutex(name).unwrap(),
+        operation_timeout,
+        "zookeeper mutex",
+    )
+    .await;
+}
+
 /// The sum of `zk_packets_received` over the ensemble (`mntr`).
 fn packets_received(zk: &test_support::ZkCluster) -> u64 {
     use std::io::{Read, Write};

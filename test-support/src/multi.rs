@@ -298,3 +298,53 @@ pub async fn multi_contention<F: Fixture>(fx: &F) {
         t.expect("task");
     }
 }
+
+/// A set of ten free names through `proxy`, every byte of which is delayed
+/// so that one request takes about 400 ms (well inside the client's
+/// `response_timeout`): `lock_timeout(1 s)` must return within 1 s plus one
+/// response timeout (the members taken by then are released, side by
+/// side), not one request per member past the deadline, and leave every
+/// name free once the proxy is healed. `make` builds the set's member for a
+/// name on the proxied client; `direct` checks the names afterwards.
+///
+/// # Panics
+///
+/// When the set overran its bound, or a name stayed held; `what` names the
+/// case.
+pub async fn set_keeps_its_deadline_on_a_slow_server(
+    proxy: &crate::proxy::Proxy,
+    make: impl Fn(&str) -> Arc<dyn Lock>,
+    direct: impl Fn(&str) -> Arc<dyn Lock>,
+    response_timeout: Duration,
+    what: &str,
+) {
+    let names = names("multi_slow", 10);
+    let set = LockSet::from_locks(names.iter().map(|n| make(n))).expect("a valid set");
+    proxy.set_delay(Duration::from_millis(200));
+    let timeout = Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(30), set.lock_timeout(timeout))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: lock_timeout(1 s) of a set hung"));
+    let took = started.elapsed();
+    proxy.set_delay(Duration::ZERO);
+    let bound = timeout + response_timeout + SLACK.min(Duration::from_millis(500));
+    assert!(
+        took <= bound,
+        "{what}: lock_timeout({timeout:?}) of ten names took {took:?} (bound {bound:?})"
+    );
+    match got {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("{what}: ten names at ~400 ms each came within 1 s"),
+        Err(e) => assert!(e.is_retryable(), "{what}: untyped failure: {e:?}"),
+    }
+    for name in &names {
+        let lock = direct(name);
+        let guard = lock
+            .lock_timeout(SLACK)
+            .await
+            .expect("lock_timeout")
+            .unwrap_or_else(|| panic!("{what}: {name} still held {SLACK:?} after the set gave up"));
+        guard.release().await.expect("release");
+    }
+}
