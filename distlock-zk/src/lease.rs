@@ -57,6 +57,14 @@ pub(crate) struct ZkLease {
     /// The lease's status: a lease known lost (its node deleted) never
     /// takes the one-request release.
     signal: LeaseSignal,
+    /// The one-request release's delete was sent once: a second run of the
+    /// release (after the first was dropped half-way, or gave up) must not
+    /// send another. That first delete may land only now, and the next
+    /// holder may create the node at version 0 at once: a second delete at
+    /// version 0 would delete theirs. Later runs look first (the check of
+    /// czxid and owner, sent after the first delete on the same session, is
+    /// answered after it).
+    quick_sent: AtomicBool,
 }
 
 impl ZkLease {
@@ -119,6 +127,9 @@ impl ZkLease {
         if self.signal.is_release_requested() {
             // Our node's data was written since its create: not at 0.
             return Quick::NotAtZero;
+        }
+        if self.quick_sent.swap(true, Ordering::SeqCst) {
+            return Quick::Unknown;
         }
         let timeout = self.ctx.timeout;
         match with_timeout(
@@ -264,6 +275,7 @@ pub(crate) fn guard(
         own_path,
         sweep: acquired.sweep,
         signal: signal.clone(),
+        quick_sent: AtomicBool::new(false),
     });
     let parts = GuardParts {
         name: name.clone(),

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{Error, Lock, Provider};
+use distlock_core::{Error, LeaseStatus, Lock, Provider};
 use distlock_zk::zookeeper_client::{self, Acls, CreateMode};
 use distlock_zk::{ZkOptions, ZkProvider};
 use test_support::{unique_name, Proxy};
@@ -596,6 +596,53 @@ async fn a_set_keeps_its_deadline_on_a_slow_server() {
         "zookeeper mutex",
     )
     .await;
+}
+
+/// A release of the unfair mutex cancelled half-way, its delete still on
+/// the (slow) wire: the release finished in the background must not send
+/// a second delete at version 0, which would land after the first and
+/// delete the node the next holder created meanwhile (before: the next
+/// holder's lock was deleted under it, `lost()` fired, and a third client
+/// could take the lock beside it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_half_way_never_deletes_the_next_holders_node() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let slow = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(20))
+            .operation_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let next = provider(&zk.connect_string()).await;
+    let name = unique_name("cancelled-release");
+    let guard = slow.mutex(&name).unwrap().lock().await.unwrap();
+    let lock = next.mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.lock_timeout(SLACK * 2).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Each way 150 ms: the delete lands 150 ms after it is sent, and the
+    // next holder's create comes right after that.
+    proxy.set_delay(Duration::from_millis(150));
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release finished within 50 ms through a 300 ms round trip"
+    );
+    let taken = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the lock passes on once the release lands");
+    // Long enough for anything the cancelled release sent to land.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set_delay(Duration::ZERO);
+    assert_eq!(
+        taken.status(),
+        LeaseStatus::Held,
+        "the next holder's node was deleted by a release of the one before"
+    );
+    taken.release().await.unwrap();
 }
 
 /// The sum of `zk_packets_received` over the ensemble (`mntr`).
