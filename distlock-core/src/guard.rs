@@ -105,6 +105,10 @@ impl Cleanup for Release {
     async fn clean_up(&self) -> Result<()> {
         self.0.release().await
     }
+
+    fn response_timeout(&self) -> Option<Duration> {
+        self.0.response_timeout()
+    }
 }
 
 /// Proof of holding a lease on a named lock.
@@ -464,6 +468,15 @@ impl LockGuard {
         };
         tracing::debug!(name = %self.name, token = self.token, owner = %held.lifecycle.owner(), ok = result.is_ok(), elapsed_us = started.elapsed().as_micros(), "distlock lease released");
         result
+    }
+
+    /// How long the backend waits for one answer of its server
+    /// ([`LeaseBackend::response_timeout`]); `None` once released, or when
+    /// the backend has no such bound.
+    pub(crate) fn response_timeout(&self) -> Option<Duration> {
+        self.held
+            .as_ref()
+            .and_then(|held| held.release.response_timeout())
     }
 
     fn take_held(&mut self) -> Option<Held> {

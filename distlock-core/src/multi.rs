@@ -47,7 +47,9 @@
 //! All or nothing is by undo, not by a single atomic step: when a name
 //! cannot be had (`try_lock` finds it busy, the deadline of `lock_timeout`
 //! passes, an error), the names already taken are released, and awaited,
-//! before the call returns; between the two another client may have seen
+//! before the call returns (each for at most one response timeout of its
+//! backend: one not done by then, in a partition, finishes in the
+//! background); between the two another client may have seen
 //! them held, which is harmless (a set never shows as half-held to its own
 //! holder: it gets a [`MultiGuard`] or nothing). A cancelled acquisition
 //! (its future dropped) releases what it took in the background, as a
@@ -285,11 +287,12 @@ impl LockSet {
     /// Waits at most `timeout` (counted from this call, for the whole set)
     /// for every name; `Ok(None)`, holding none, when they did not all come.
     ///
-    /// It returns within `timeout` plus the time to release what was taken
-    /// (one response timeout of the backend at most, the releases running
-    /// side by side), however many names the set has: the member being
-    /// acquired at the deadline is dropped there, and no later member is
-    /// tried. A zero `timeout` tries each name once, as
+    /// It returns within `timeout` plus one response timeout of the
+    /// backend, however many names the set has: the member being acquired
+    /// at the deadline is dropped there, no later member is tried, and the
+    /// members taken are released side by side, each awaited for one
+    /// response timeout at most (one not done by then finishes in the
+    /// background). A zero `timeout` tries each name once, as
     /// [`LockSet::try_lock`].
     ///
     /// # Errors
@@ -312,17 +315,34 @@ impl fmt::Debug for LockSet {
     }
 }
 
-/// Releases what an acquisition took before it gave up, every one awaited.
+/// Releases what an acquisition took before it gave up, side by side, each
+/// awaited for at most its backend's response timeout
+/// ([`LeaseBackend::response_timeout`](crate::backend::LeaseBackend::response_timeout)):
+/// a release not done by then (a partition) finishes in the background, as
+/// a dropped guard's does, so that the caller is not held past its bound.
 async fn undo(taken: Vec<LockGuard>) {
     let results = futures::future::join_all(taken.into_iter().map(|guard| {
         let name = guard.name().clone();
-        async move { (name, guard.release().await) }
+        let bound = guard.response_timeout();
+        async move {
+            let released = match bound {
+                Some(bound) => tokio::time::timeout(bound, guard.release()).await,
+                None => Ok(guard.release().await),
+            };
+            (name, released)
+        }
     }))
     .await;
     for (name, result) in results {
-        if let Err(error) = result {
+        match result {
+            Ok(Ok(())) => {}
             // The lease or session ends it if the release did not land.
-            tracing::warn!(%name, %error, "distlock lock set: undoing a member failed");
+            Ok(Err(error)) => {
+                tracing::warn!(%name, %error, "distlock lock set: undoing a member failed");
+            }
+            Err(_) => {
+                tracing::debug!(%name, "distlock lock set: undoing a member goes on in the background");
+            }
         }
     }
 }

@@ -341,6 +341,10 @@ impl LeaseBackend for RedisLease {
         self.conn.let_go();
         self.owned(acted)
     }
+
+    fn response_timeout(&self) -> Option<Duration> {
+        Some(self.shared.commands.timeout)
+    }
 }
 
 /// How an acquire script answered, for every family: `W` is what a

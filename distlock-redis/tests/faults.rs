@@ -725,3 +725,28 @@ async fn a_set_keeps_its_deadline_on_a_slow_server() {
     )
     .await;
 }
+
+/// `LockSet::lock_timeout(1 s)` partitioned while it holds two names and
+/// waits for a third: it returns within 1 s plus one response timeout,
+/// the two it took released (or left to their leases) on the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_keeps_its_deadline_through_a_partition() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let response_timeout = Duration::from_millis(500);
+    let cut = connect(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new().response_timeout(response_timeout),
+    )
+    .await;
+    let direct = connect(&redis.url(), RedisOptions::new()).await;
+    let lease = LeaseOptions::new(Duration::from_secs(5)).unwrap();
+    test_support::multi::set_keeps_its_deadline_through_a_partition(
+        &proxy,
+        |name| cut.with_lease(lease).unwrap().mutex(name).unwrap(),
+        |name| direct.mutex(name).unwrap(),
+        response_timeout,
+        "redis mutex",
+    )
+    .await;
+}

@@ -244,6 +244,10 @@ impl LeaseBackend for ZkLease {
             }
         }
     }
+
+    fn response_timeout(&self) -> Option<Duration> {
+        Some(self.ctx.timeout)
+    }
 }
 
 /// Turns an acquired node into a guard and starts watching it.

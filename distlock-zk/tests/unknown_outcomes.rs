@@ -598,6 +598,31 @@ async fn a_set_keeps_its_deadline_on_a_slow_server() {
     .await;
 }
 
+/// `LockSet::lock_timeout(1 s)` partitioned while it holds two names and
+/// waits for a third: it returns within 1 s plus one operation timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_keeps_its_deadline_through_a_partition() {
+    let zk = test_support::zookeeper::shared();
+    let proxy = Proxy::start(zk.addr(0));
+    let operation_timeout = Duration::from_millis(700);
+    let cut = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(4))
+            .operation_timeout(operation_timeout),
+    )
+    .await
+    .unwrap();
+    let direct = provider(&zk.connect_string()).await;
+    test_support::multi::set_keeps_its_deadline_through_a_partition(
+        &proxy,
+        |name| cut.mutex(name).unwrap(),
+        |name| direct.mutex(name).unwrap(),
+        operation_timeout,
+        "zookeeper mutex",
+    )
+    .await;
+}
+
 /// A release of the unfair mutex cancelled half-way, its delete still on
 /// the (slow) wire: the release finished in the background must not send
 /// a second delete at version 0, which would land after the first and

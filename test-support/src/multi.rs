@@ -348,3 +348,64 @@ pub async fn set_keeps_its_deadline_on_a_slow_server(
         guard.release().await.expect("release");
     }
 }
+
+/// A set of three names through `proxy`, the last held by `blocker`: the
+/// set takes the first two and waits for the third; 300 ms before its 1 s
+/// deadline the proxy partitions it (blackhole and cut). `lock_timeout`
+/// must return within 1 s plus one response timeout, releases of the two
+/// it took included, and the two must be free again once the proxy heals.
+///
+/// # Panics
+///
+/// When the set overran its bound or acquired, or a name stayed held;
+/// `what` names the case.
+pub async fn set_keeps_its_deadline_through_a_partition(
+    proxy: &crate::proxy::Proxy,
+    make: impl Fn(&str) -> Arc<dyn Lock>,
+    direct: impl Fn(&str) -> Arc<dyn Lock>,
+    response_timeout: Duration,
+    what: &str,
+) {
+    let names = names("multi_partition", 3);
+    let held = direct(&names[2])
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("a fresh name");
+    let set = LockSet::from_locks(names.iter().map(|n| make(n))).expect("a valid set");
+    let timeout = Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(async move { set.lock_timeout(timeout).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.set_blackhole(true);
+    proxy.cut();
+    let got = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: lock_timeout(1 s) of a set hung"))
+        .expect("the waiting task");
+    let took = started.elapsed();
+    proxy.heal();
+    let bound = timeout + response_timeout + SLACK.min(Duration::from_millis(500));
+    assert!(
+        took <= bound,
+        "{what}: lock_timeout({timeout:?}) partitioned took {took:?} (bound {bound:?})"
+    );
+    match got {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("{what}: took a set whose last name is held"),
+        Err(e) => assert!(e.is_retryable(), "{what}: untyped failure: {e:?}"),
+    }
+    held.release().await.expect("release");
+    // A release left to the background lands once the client is back: a
+    // connection attempt made during the partition may first take its
+    // connect timeout (5 s on ZooKeeper) to give up.
+    for name in &names[..2] {
+        let lock = direct(name);
+        let guard = lock
+            .lock_timeout(Duration::from_secs(5) + SLACK * 2)
+            .await
+            .expect("lock_timeout")
+            .unwrap_or_else(|| panic!("{what}: {name} still held after the set gave up"));
+        guard.release().await.expect("release");
+    }
+}

@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::runtime::Handle;
@@ -31,6 +32,12 @@ pub trait Cleanup: Send + Sync + 'static {
     /// May be dropped at any point and run again: a second run must be
     /// harmless.
     async fn clean_up(&self) -> Result<()>;
+
+    /// How long the backend waits for one answer of its server, if it has
+    /// such a bound ([`LeaseBackend::response_timeout`](crate::backend::LeaseBackend::response_timeout)).
+    fn response_timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Runs a [`Cleanup`] unless disarmed: now with [`CleanupGuard::run_now`], or
@@ -77,6 +84,12 @@ impl CleanupGuard {
     /// The work is done and kept: nothing to clean up.
     pub fn disarm(&mut self) {
         self.armed = None;
+    }
+
+    /// The armed cleanup's [`Cleanup::response_timeout`]; `None` once
+    /// disarmed.
+    pub fn response_timeout(&self) -> Option<Duration> {
+        self.armed.as_ref().and_then(|c| c.response_timeout())
     }
 
     /// Runs the cleanup now and disarms once it has finished. If this future

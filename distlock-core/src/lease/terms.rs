@@ -43,6 +43,16 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// its own, so a second call must be harmless (it finds the lease gone and
     /// returns `NotHeld`).
     async fn release(&self) -> Result<()>;
+
+    /// How long this backend waits for one answer of its server (its
+    /// response or operation timeout), if it has such a bound. The core
+    /// waits no longer than this for a release it makes on the caller's
+    /// behalf past the caller's deadline (a [`LockSet`](crate::multi::LockSet)
+    /// undoing what it took); one not done by then finishes in the
+    /// background. `None` (the default): no bound, the release is awaited.
+    fn response_timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// How long a lease lasts and what keeps it.

@@ -703,6 +703,10 @@ impl LeaseBackend for RedlockLease {
             after: self.shared.options.response_timeout,
         }))
     }
+
+    fn response_timeout(&self) -> Option<Duration> {
+        Some(self.shared.options.response_timeout)
+    }
 }
 
 /// `EVALSHA` of `script` with `keys` (arguments to be added).
