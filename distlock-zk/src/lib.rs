@@ -295,10 +295,13 @@
 //!   `%XX` (so the name has no `/`, and no `-` before `-latch-`). Curator
 //!   orders latch nodes by the sequence after the last `latch-`, as we do.
 //!
-//! [`Provider::inspect`] reads a name in **two requests** whatever the
-//! number of waiters: one multi-read of the directory's data and children
-//! (of `locks` and `leases` for a semaphore), then one multi-read of the
-//! data and stat of every child (one more per 512 children). It shows
+//! [`Provider::inspect`] reads a name in **two round trips** whatever the
+//! number of waiters: a `sync` (so that a follower answers with every
+//! write committed before it, a hold another client was just given
+//! included) with one multi-read of the directory's data and children (of
+//! `locks` and `leases` for a semaphore) pipelined behind it, then one
+//! multi-read of the data and stat of every child (one more per 512
+//! children). It shows
 //! each holder's owner, its fencing token (the node's `czxid`, the
 //! guard's token), when it acquired (the node's `ctime`), and its lease
 //! (`LeaseLeft::Session` with the node's `ephemeralOwner`); the waiters

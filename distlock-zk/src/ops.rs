@@ -15,8 +15,9 @@
 //!
 //! Data that does not begin with the word `distlock` is a foreign node's.
 //!
-//! `inspect` costs two requests: one multi-read of the directory's data and
-//! its children (of `locks` and `leases` for a semaphore), and one
+//! `inspect` costs three requests in two round trips: a `sync` with one
+//! multi-read of the directory's data and its children (of `locks` and
+//! `leases` for a semaphore) pipelined behind it, and one
 //! multi-read of the data and stat of every child (none when there is no
 //! child; one per [`READ_BATCH`] children beyond that). The mutex and the
 //! fair mutex are one lock (`kinds`): either kind reads the unfair node with
@@ -180,9 +181,24 @@ async fn first_read(
     for path in reads {
         reader.add_get_data(path).map_err(zk(timeout))?;
     }
-    let results = with_timeout("inspect", timeout, reader.commit())
-        .await?
-        .map_err(zk(timeout))?;
+    // A `sync` first, pipelined before the reads (a session's requests are
+    // answered in order): a follower answers them only once it has every
+    // write the leader had committed when the `sync` reached it, so an
+    // operator's read sees a hold whose acquisition returned to another
+    // client through another server (without it, a lagging follower showed
+    // no holder and `force_release` evicted nobody).
+    let synced = session.client.sync(dir);
+    let (synced, results) = with_timeout(
+        "inspect",
+        timeout,
+        futures::future::join(synced, reader.commit()),
+    )
+    .await?;
+    match synced {
+        Ok(()) | Err(ZkError::NoNode) => {}
+        Err(e) => return Err(zk(timeout)(e)),
+    }
+    let results = results.map_err(zk(timeout))?;
     let mut results = results.into_iter();
     let data = |results: &mut std::vec::IntoIter<MultiReadResult>| match results.next() {
         Some(MultiReadResult::Data { data, stat }) => Ok(Some((data, stat))),

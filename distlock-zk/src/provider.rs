@@ -209,9 +209,10 @@ impl Provider for ZkProvider {
         &self.ctx.owner
     }
 
-    /// Reads the name's nodes in two requests (see the crate docs,
-    /// "Inspect and force-release"): a multi-read of the directory and its
-    /// children, then one multi-read of every child's data and stat.
+    /// Reads the name's nodes in two round trips (see the crate docs,
+    /// "Inspect and force-release"): a `sync` and a multi-read of the
+    /// directory and its children, then one multi-read of every child's
+    /// data and stat.
     ///
     /// # Errors
     ///
