@@ -9,7 +9,7 @@
 //! | backend unreachable or too slow: refused, reset, server or quorum down, no answer in time | `Err(Error::Connection)`, `Err(Error::Timeout)` | [`Error::is_retryable`], [`Error::is_timeout`] |
 //! | replicas did not acknowledge (Redis `wait_replicas`) | `Err(Error::NotReplicated)`, nothing held | [`Error::is_retryable`] |
 //! | not allowed: wrong credentials, an ACL without the needed permission | `Err(Error::NotAllowed)` | [`Error::is_not_allowed`] |
-//! | bad input: name, options, URL, unknown scheme or feature off | `Err(Error::InvalidName / InvalidOptions / InvalidUrl / UnsupportedBackend)` | [`Error::is_invalid_input`] |
+//! | bad input: name (of a lock, or of a fenced resource), options, URL, unknown scheme or feature off | `Err(Error::InvalidName / InvalidOptions / InvalidUrl / UnsupportedBackend)` | [`Error::is_invalid_input`] |
 //! | the name holds something else (another type of key, a foreign node), or a semaphore held under another number of permits | `Err(Error::Conflict)`, `Err(Error::PermitsMismatch)`; nothing changed | [`Error::is_conflict`] |
 //! | the lease was lost while held | [`LockGuard::lost`](crate::LockGuard::lost) resolves with a [`LostReason`](crate::LostReason); `extend` and `release` give `Err(Error::NotHeld)` | [`Error::is_not_held`] |
 //! | the provider was closed | `Err(Error::Closed)` | the variant |
@@ -40,7 +40,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A name given for a lock, election or id generator is not valid.
+    /// A name given for a lock, election or id generator, or a fenced
+    /// resource's name ([the rule](crate::fence#resource-names)), is not
+    /// valid.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {
         /// The rejected name (truncated to 64 characters).

@@ -42,7 +42,15 @@
 //!
 //! **Admit first, then write.** A refused admission is
 //! [`Error::Stale`] and writes nothing; it is no SQL error, so **the
-//! transaction stays usable** (a refusal does not abort it). What you
+//! transaction stays usable** (a refusal does not abort it). A resource
+//! name outside [the rule every fence
+//! shares](distlock_core::fence#resource-names) (a NUL byte, which a
+//! `text` column cannot hold, any other control character, a reserved
+//! shape, ...) is [`Error::InvalidName`] before any statement is sent: the
+//! transaction stays usable too. The rule leaves every other character to
+//! the database's encoding: use a `UTF8` database (PostgreSQL's usual
+//! default), since a character a `LATIN1` or `SQL_ASCII` database cannot
+//! store is a server error that aborts the transaction. What you
 //! wrote in it *before* `admit` is still in it: drop (roll back) the
 //! transaction on `Stale`, do not commit it.
 //!

@@ -19,7 +19,7 @@
 //! |---|---|
 //! | token admitted by [`Fence::admit`] | the inner service's, the request carrying [`Admitted`] in its extensions |
 //! | token below the resource's highest ([`Error::Stale`]) | `409 Conflict`, header `Fencing-Highest: N`, body `{"error":"stale fencing token","token":T,"highest":N}` |
-//! | no or unreadable `Fencing-Token`, token 0, no or bad resource | `400 Bad Request`, a one-line text body saying which |
+//! | no or unreadable `Fencing-Token`, token 0, no resource, or one outside [the resource rule](distlock_core::fence#resource-names) (a control character, the shape of a fence or of a lock's internal key, ...) | `400 Bad Request`, a one-line text body saying which; nothing admitted, the service not called |
 //! | the fence's store failed, retryably ([`Error::is_retryable`]) | `503 Service Unavailable` |
 //! | the fence's store failed otherwise | `500 Internal Server Error` |
 //!

@@ -490,3 +490,50 @@ async fn a_commit_whose_answer_is_lost() {
         assert_eq!(value(&other, &resource).await, Some(70));
     }
 }
+
+/// A resource PostgreSQL cannot store (a NUL byte), or of a reserved shape,
+/// is refused with `Error::InvalidName` before anything is sent: the
+/// caller's transaction is not aborted, its later statements run and its
+/// commit writes them; the admission recorded nothing.
+#[tokio::test]
+async fn a_refused_resource_leaves_the_transaction_usable() {
+    let mut db = connect().await;
+    let fence = PgFence::new();
+    let r = unique_name("pg_nul");
+    let mut tx = db.transaction().await.unwrap();
+    for bad in [
+        format!("{r}\0"),
+        format!("\0{r}"),
+        format!("{r}\n"),
+        format!("{{{r}}}:distlock:highest"),
+        format!("{{{r}}}:fence"),
+    ] {
+        let e = fence
+            .admit(&mut tx, &bad, FenceToken::exclusive(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidName { .. }), "{bad:?}: {e:?}");
+        let e = fence.highest(&mut tx, &bad).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidName { .. }), "{bad:?}: {e:?}");
+        let e = fence.read_highest(&tx, &bad).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidName { .. }), "{bad:?}: {e:?}");
+    }
+    // The transaction goes on: a later statement runs, and commits.
+    tx.execute(SET_VALUE, &[&r, &"7"]).await.unwrap();
+    fence
+        .admit(&mut tx, &r, FenceToken::exclusive(5))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(value(&db, &r).await, Some(7));
+    assert_eq!(highest(&mut db, &r).await.token, 5);
+    let rows: i64 = db
+        .query_one(
+            "SELECT count(*) FROM distlock_fence WHERE strpos(resource, $1) > 0",
+            &[&r],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "only the valid resource has a row");
+}

@@ -571,3 +571,94 @@ async fn admitted_once_the_store_is_back(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A resource from a request that names another resource's fence or a
+/// lock's internals (as a header or through the layer's closure), or holds
+/// a control character, is a client error: `400 Bad Request` saying why,
+/// the inner service is not called, and the fenced resource it points at
+/// keeps its highest token, so its stale holder stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_or_control_resource_is_400_and_changes_no_fence() {
+    let data = RedisProvider::connect(&test_support::redis::shared().url())
+        .await
+        .unwrap();
+    let fence = Arc::new(RedisFence::new(&data));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The service deletes what the request names, through the fence.
+    let delete = {
+        let (fence, calls) = (Arc::clone(&fence), Arc::clone(&calls));
+        move |Extension(a): Extension<Admitted>| async move {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match fence.del(&a.resource, a.token).await {
+                Ok(_) => (StatusCode::OK, String::new()),
+                Err(e) => (StatusCode::CONFLICT, e.to_string()),
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/value", put(delete.clone()))
+        .layer(FenceLayer::new(Arc::clone(&fence)));
+    let by_header = serve(app).await;
+    // The tenant from the path, as a service would take it.
+    let app = Router::new()
+        .route("/tenants/{*tenant}", put(delete))
+        .layer(
+            FenceLayer::new(Arc::clone(&fence)).resource_from(|r: &http::Request<_>| {
+                let tenant = r.uri().path().strip_prefix("/tenants/")?;
+                let tenant = tenant.replace("%7B", "{").replace("%7D", "}");
+                Some(tenant.replace("%00", "\0"))
+            }),
+        );
+    let by_path = serve(app).await;
+
+    let k = unique_name("tower_reserved");
+    fence
+        .set(&k, "hundred", FenceToken::exclusive(100))
+        .await
+        .unwrap();
+    let before = fence.highest(&k).await.unwrap();
+    let reserved = [
+        RedisFence::fence_key(&k).unwrap(),
+        format!("{{{k}}}:fence"),
+        format!("{{{k}}}:rw:writer"),
+    ];
+    for (resource, why) in reserved
+        .iter()
+        .map(|r| (r.clone(), "reserved"))
+        .chain([(format!("{k}\tx"), "control")])
+    {
+        let a = send(
+            by_header,
+            put_request("/value")
+                .fencing_token(FenceToken::exclusive(5))
+                .fenced_resource(&resource)
+                .body(String::new())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(a.status, 400, "{resource:?}: {}", a.body);
+        assert!(a.body.contains(why), "{resource:?}: {}", a.body);
+    }
+    for path in [
+        format!("/tenants/%7B{k}%7D:distlock:highest"),
+        format!("/tenants/%7B{k}%7D:fence"),
+        format!("/tenants/{k}%00"),
+    ] {
+        let a = send(
+            by_path,
+            put_request(&path)
+                .fencing_token(FenceToken::exclusive(5))
+                .body(String::new())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(fence.highest(&k).await.unwrap(), before);
+    assert!(fence
+        .set(&k, "five", FenceToken::exclusive(5))
+        .await
+        .unwrap_err()
+        .is_stale());
+}

@@ -61,6 +61,16 @@ const BODY_MARKER: &str = "-- distlock: the user's body\n";
 /// slot. A fence is never deleted by distlock (deleting it would let a
 /// stale holder in again): a few dozen bytes per fenced key.
 ///
+/// Keys follow the [resource rule](distlock_core::fence#resource-names),
+/// checked before anything is sent: a fenced write never names a fence
+/// (its own key's or another's: it cannot delete or lower one) nor a lock's
+/// internal keys (`{LOCK}:fence`, ...), even when the key comes from a
+/// request. It cannot tell a lock's own key (the provider's key prefix and
+/// the lock's name) from yours: build a key that comes from a request
+/// under a prefix no lock key starts with (`data:` and the request's id,
+/// the locks under [`RedisOptions::key_prefix`](crate::RedisOptions::key_prefix)
+/// `("locks:")`), or keep the locks in another database.
+///
 /// **A lost reply.** A write whose reply does not come back (a reset, the
 /// response timeout) is [`Error::Connection`] or [`Error::Timeout`]:
 /// retryable, and the outcome is unknown (it may have landed or not); it
@@ -120,17 +130,15 @@ impl GuardedScript {
 
 /// The fence hash of `key`, in `key`'s Cluster slot: `{key}:distlock:highest`,
 /// or for a key with a hash tag `{tag}…`, `{tag}:distlock:highest:key`.
+///
+/// The resource rule refuses every key of a fence's shape, so no fenced
+/// write names a fence (its own or another key's), and a key with a `}`
+/// but no hash tag (`{key}…` would hash the part before that `}`: another
+/// slot).
 fn fence_key(key: &str) -> Result<String> {
     check_resource(key)?;
     if let Some(tag) = hash_tag(key) {
         return Ok(format!("{{{tag}}}:distlock:highest:{key}"));
-    }
-    if key.contains('}') {
-        // `{key}…` would hash the part before that `}`: another slot.
-        return Err(Error::InvalidName {
-            name: key.chars().take(64).collect(),
-            reason: "a fenced key with a '}' needs a {hash tag} of its own (its fence must share its Cluster slot)",
-        });
     }
     Ok(format!("{{{key}}}:distlock:highest"))
 }
@@ -199,10 +207,12 @@ impl RedisFence {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`] for an empty key, one over
+    /// [`Error::InvalidName`] for a key the [resource
+    /// rule](distlock_core::fence#resource-names) refuses: empty, over
     /// [`MAX_RESOURCE_LEN`](distlock_core::fence::MAX_RESOURCE_LEN) bytes,
-    /// or a key with a `}` but no hash tag (its fence could not share its
-    /// slot).
+    /// with a control character, with a `}` but no hash tag (its fence
+    /// could not share its slot), or of the shape of distlock's own keys
+    /// (a fence itself, a lock's counter, ...).
     pub fn fence_key(key: &str) -> Result<String> {
         fence_key(key)
     }
@@ -261,8 +271,10 @@ impl RedisFence {
     /// # Errors
     ///
     /// [`Error::Stale`] when a newer holder wrote (nothing written);
-    /// [`Error::InvalidName`] / [`Error::InvalidOptions`] for a bad key or
-    /// token 0; [`Error::Conflict`] when the key's fence is not a fence;
+    /// [`Error::InvalidName`] for a key the [resource
+    /// rule](distlock_core::fence#resource-names) refuses (a fence, a
+    /// lock's internals, a control character, ...) and
+    /// [`Error::InvalidOptions`] for token 0, both before anything is sent; [`Error::Conflict`] when the key's fence is not a fence;
     /// [`Error::Connection`] / [`Error::Timeout`] when the outcome is
     /// unknown (see [a lost reply](RedisFence)).
     ///
@@ -356,11 +368,15 @@ impl RedisFence {
     /// Runs `script` on `keys` with `args` if `token` is admitted on
     /// `resource` (whose fence is checked and recorded); the script's
     /// reply. On Cluster, `keys` must share `resource`'s slot (use a hash
-    /// tag: Redis refuses other keys with `CROSSSLOT`).
+    /// tag: Redis refuses other keys with `CROSSSLOT`). Each of `keys`
+    /// follows the [resource rule](distlock_core::fence#resource-names)
+    /// too (so no fence and no lock's internals are among them); the body
+    /// writes only the keys it is given, as every Redis script should.
     ///
     /// # Errors
     ///
-    /// As [`RedisFence::set`]; the script's own error reply as
+    /// As [`RedisFence::set`] ([`Error::InvalidName`] for `resource` or
+    /// one of `keys`, nothing sent); the script's own error reply as
     /// [`Error::Server`] (its token not recorded); [`Error::Conflict`] when
     /// its reply does not convert to `T`.
     ///
@@ -376,6 +392,11 @@ impl RedisFence {
         token: FenceToken,
     ) -> Result<T> {
         let fence = fence_key(resource)?;
+        // The script may write its keys: none of them may be a fence or a
+        // lock's internals.
+        for key in keys {
+            check_resource(key)?;
+        }
         let mut reply = self
             .run("fenced script", &script.script, &fence, keys, token, |i| {
                 for a in args {

@@ -289,6 +289,87 @@ mod tests {
         }
     }
 
+    /// No key of a lock's internals can be named by a fenced write: the
+    /// resource rule refuses each of them (the lists are exhaustive: a new
+    /// field here does not compile until it is checked), while the lock
+    /// key itself, the user's name, stays an ordinary name.
+    #[test]
+    fn a_fenced_write_names_no_key_of_a_lock() {
+        use distlock_core::fence::check_resource;
+        let name = Name::new("orders/42").unwrap();
+        let mut internal = Vec::new();
+        for prefix in ["", "app:", "{app}:"] {
+            for keys in [
+                Keys::plain_mutex(prefix, &name),
+                Keys::election(prefix, &name),
+            ] {
+                let Keys {
+                    lock,
+                    fence,
+                    channel,
+                    queue,
+                    timeouts,
+                    holder,
+                    owners,
+                    record,
+                    marker: _,
+                    line,
+                    revoke,
+                } = keys;
+                internal.extend([fence, channel, queue, timeouts, holder, owners, revoke]);
+                internal.extend(record);
+                if let Some(LineKeys {
+                    waiting,
+                    handoff,
+                    alive,
+                    listening,
+                }) = line
+                {
+                    internal.extend([waiting, handoff, alive, listening]);
+                }
+                if lock.ends_with("}:elect") {
+                    // An election's lease key.
+                    internal.push(lock);
+                } else {
+                    assert!(check_resource(&lock).is_ok(), "{lock}");
+                }
+            }
+            for claim in [Claim::Read, Claim::Write, Claim::Permit(3)] {
+                let Recipe {
+                    name: _,
+                    keys:
+                        QueuedKeys {
+                            exclusive,
+                            holders,
+                            queue,
+                            alive,
+                            fence,
+                            info,
+                            owners,
+                        },
+                    lock: _,
+                    channel,
+                    claim: _,
+                    mode: _,
+                    revoke,
+                } = Recipe::new(prefix, name.clone(), claim);
+                internal.extend([
+                    exclusive, holders, queue, alive, fence, info, owners, channel, revoke,
+                ]);
+            }
+            // The id generator's counter and Redlock's (built where they
+            // are used).
+            internal.push(format!("{{{prefix}{name}}}:ids"));
+            internal.push(format!("{{{prefix}{name}}}:redlock:fence"));
+        }
+        for key in &internal {
+            assert!(
+                check_resource(key).is_err_and(|e| e.is_invalid_input()),
+                "{key}"
+            );
+        }
+    }
+
     /// CRC16/XMODEM as Redis Cluster computes it.
     fn crc16(data: &[u8]) -> u16 {
         let mut crc: u16 = 0;

@@ -316,3 +316,113 @@ async fn a_lost_reply_is_retryable_and_the_retry_is_admitted_as_equal() {
     assert_eq!(server.cli(&["GET", &key]), marker);
     provider.close().await.unwrap();
 }
+
+/// A key's fence is no key to write through a fence: `del`, `hset` (of its
+/// own fields), `set`, `incr`, `admit` and a guarded script (as its
+/// resource or among its keys) on `{k}:distlock:highest` are
+/// `Error::InvalidName`, sent to no server, and `k`'s highest is what it
+/// was: a stale token on `k` stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_cannot_be_written_through_a_fence() {
+    let (fence, mut conn) = single_fence().await;
+    let k = unique_name("fenced");
+    fence.set(&k, "hundred", x(100)).await.unwrap();
+    let before = fence.highest(&k).await.unwrap();
+    let tagged = format!("{{{k}}}:profile");
+    fence.set(&tagged, "p", x(100)).await.unwrap();
+    let wipe = GuardedScript::new("return redis.call('DEL', KEYS[1])");
+    let other = unique_name("other");
+    for f in [
+        RedisFence::fence_key(&k).unwrap(),
+        RedisFence::fence_key(&tagged).unwrap(),
+    ] {
+        let raw_before: Vec<(String, String)> = conn.hgetall(&f).await.unwrap();
+        assert!(!raw_before.is_empty(), "{f}");
+        for t in [x(5), x(1000)] {
+            let invalid = |e: Error| matches!(e, Error::InvalidName { .. });
+            assert!(invalid(fence.del(&f, t).await.unwrap_err()), "del {f}");
+            assert!(invalid(fence.hset(&f, "token", 5, t).await.unwrap_err()));
+            assert!(invalid(
+                fence.hset(&f, "exclusive", 5, t).await.unwrap_err()
+            ));
+            assert!(invalid(fence.set(&f, 5, t).await.unwrap_err()));
+            assert!(invalid(fence.incr(&f, -95, t).await.unwrap_err()));
+            assert!(invalid(fence.admit(&f, t).await.unwrap_err()));
+            assert!(invalid(
+                fence
+                    .eval::<i64, &str>(&wipe, &f, &[&f], &[], t)
+                    .await
+                    .unwrap_err()
+            ));
+            assert!(invalid(
+                fence
+                    .eval::<i64, &str>(&wipe, &other, &[&f], &[], t)
+                    .await
+                    .unwrap_err()
+            ));
+            assert!(invalid(fence.highest(&f).await.unwrap_err()));
+            assert!(invalid(RedisFence::fence_key(&f).unwrap_err()));
+        }
+        let raw_after: Vec<(String, String)> = conn.hgetall(&f).await.unwrap();
+        assert_eq!(raw_after, raw_before, "{f}");
+    }
+    assert_eq!(fence.highest(&k).await.unwrap(), before);
+    assert_eq!(fence.highest(&tagged).await.unwrap(), before);
+    assert!(fence.set(&k, "five", x(5)).await.unwrap_err().is_stale());
+    let v: String = conn.get(&k).await.unwrap();
+    assert_eq!(v, "hundred");
+    assert_eq!(
+        fence.highest(&other).await.unwrap(),
+        Highest::default(),
+        "a refused script admitted nothing on its resource"
+    );
+}
+
+/// A lock's internals (its fencing counter, line, queue, records) are no
+/// keys to write through a fence either: every fenced write on them is
+/// `Error::InvalidName`, the counter keeps its value and the next holder's
+/// token is still above the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locks_internals_cannot_be_written_through_a_fence() {
+    let (fence, mut conn) = single_fence().await;
+    let url = test_support::redis::shared().url();
+    let locks = RedisProvider::connect(&url).await.unwrap();
+    let name = unique_name("locked");
+    let first = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let token = first.fencing_token();
+    let counter = format!("{{{name}}}:fence");
+    let counted: String = conn.get(&counter).await.unwrap();
+    let high = x(u64::MAX);
+    for suffix in [
+        "fence",
+        "released",
+        "holder",
+        "revoke",
+        "waiting",
+        "waiting:alive",
+        "listening",
+        "handoff",
+        "fair:queue",
+        "fair:timeouts",
+        "fair:owners",
+        "elect",
+        "elect:fence",
+        "rw:fence",
+        "sem:fence",
+        "ids",
+        "redlock:fence",
+    ] {
+        let key = format!("{{{name}}}:{suffix}");
+        let invalid = |e: Error| matches!(e, Error::InvalidName { .. });
+        assert!(invalid(fence.del(&key, high).await.unwrap_err()), "{key}");
+        assert!(invalid(fence.set(&key, "1", high).await.unwrap_err()));
+        assert!(invalid(fence.incr(&key, -1, high).await.unwrap_err()));
+        assert!(invalid(fence.hset(&key, "f", "v", high).await.unwrap_err()));
+    }
+    let after: String = conn.get(&counter).await.unwrap();
+    assert_eq!(after, counted);
+    first.release().await.unwrap();
+    let second = locks.mutex(&name).unwrap().lock().await.unwrap();
+    assert!(second.fencing_token() > token);
+    second.release().await.unwrap();
+}

@@ -276,6 +276,111 @@ pub async fn bad_input<F: FenceFixture>(fx: &F) {
     );
 }
 
+/// The resource names of distlock's own Redis keys: the shapes
+/// `distlock_core::fence::check_resource` reserves, on resource `r`.
+fn reserved_shapes(r: &str) -> Vec<String> {
+    let mut out = vec![
+        // Fences: `r`'s own, and one of a key with a hash tag.
+        format!("{{{r}}}:distlock:highest"),
+        format!("{{{r}}}:distlock:highest:{{{r}}}x"),
+        format!("{{{r}}}:distlock"),
+    ];
+    // A lock's internals, with the lock key `r` (`PREFIX NAME`).
+    for suffix in [
+        "fence",
+        "released",
+        "fair:queue",
+        "fair:timeouts",
+        "fair:owners",
+        "holder",
+        "revoke",
+        "waiting",
+        "waiting:alive",
+        "handoff",
+        "listening",
+        "elect",
+        "elect:fence",
+        "elect:leader",
+        "rw:writer",
+        "rw:fence",
+        "sem:permits",
+        "sem:fence",
+        "ids",
+        "redlock:fence",
+    ] {
+        out.push(format!("{{{r}}}:{suffix}"));
+    }
+    // A lock key with a prefix of its own braces: `{app}:r`.
+    out.push(format!("{{{{app}}:{r}}}:fence"));
+    out
+}
+
+/// One resource rule for every fence, checked before anything is sent:
+/// a name with a control character (NUL included), a `}` without a hash
+/// tag, or the shape of one of distlock's own keys (another resource's
+/// fence, a lock's fencing counter, ...) is refused with
+/// `Error::InvalidName` by every write, fenced read and read of the
+/// numbers, whatever the token; such a write never changes another
+/// resource's fence (the reviewer's case: a write on `{r}:distlock:highest`
+/// must not lower or remove `r`'s highest). Names that only look alike are
+/// ordinary, independent resources.
+pub async fn reserved_and_control_resources<F: FenceFixture>(fx: &F) {
+    let store = fx.store().await;
+    let r = unique_name("reserved");
+    store.write(&r, x(100), 100).await.unwrap();
+    let before = store.highest(&r).await.unwrap();
+    let mut bad = reserved_shapes(&r);
+    for c in ['\0', '\n', '\t', '\r', '\u{1b}', '\u{7f}', '\u{85}'] {
+        bad.push(format!("{r}{c}"));
+        bad.push(format!("{c}{r}"));
+    }
+    bad.push(format!("{r}}}x"));
+    bad.push(format!("{{}}{r}}}"));
+    for b in &bad {
+        for t in [x(5), x(200), s(5), s(200)] {
+            match store.write(b, t, 5).await {
+                Err(Error::InvalidName { .. }) => {}
+                other => panic!("write {b:?} with {t:?}: {other:?}"),
+            }
+            match store.admit_read(b, t).await {
+                Err(Error::InvalidName { .. }) => {}
+                other => panic!("fenced read {b:?} with {t:?}: {other:?}"),
+            }
+        }
+        match store.highest(b).await {
+            Err(Error::InvalidName { .. }) => {}
+            other => panic!("highest {b:?}: {other:?}"),
+        }
+    }
+    assert_eq!(store.highest(&r).await.unwrap(), before);
+    assert_eq!(store.read(&r).await.unwrap(), Some(100));
+    assert_stale(store.write(&r, x(5), 5).await, 5, 100);
+    assert_stale(store.write(&r, s(99), 5).await, 99, 100);
+    assert_eq!(store.read(&r).await.unwrap(), Some(100));
+
+    // Near misses: not distlock's shapes, so ordinary resources, fenced
+    // apart from `r`.
+    for (i, ok) in [
+        format!("{{{r}}}:profile"),
+        format!("{{{r}}}:fences"),
+        format!("{{{r}}}:FENCE"),
+        format!("{{{r}}}fence"),
+        format!("{r}:fence"),
+        format!("x{{{r}}}:fence"),
+        format!("{r}:distlock:highest"),
+        format!("{r} caf\u{e9} \u{2028}"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let v = u64::try_from(i).unwrap() + 1;
+        store.write(ok, x(1), v).await.unwrap();
+        assert_eq!(store.read(ok).await.unwrap(), Some(v), "{ok:?}");
+        assert_eq!(store.highest(ok).await.unwrap().token, 1, "{ok:?}");
+    }
+    assert_eq!(store.highest(&r).await.unwrap(), before);
+}
+
 /// Writes one `#[tokio::test]` per check of the fence conformance suite
 /// for the [`FenceFixture`] built by the expression.
 #[macro_export]
@@ -284,7 +389,8 @@ macro_rules! fence_conformance_suite {
         $crate::fence_conformance_suite!(@tests $fixture;
             admits_higher, admits_equal, refuses_lower_and_changes_nothing,
             shared_tokens, a_fenced_read_admits, resources_are_independent,
-            concurrent_admits_never_go_down, bad_input);
+            concurrent_admits_never_go_down, bad_input,
+            reserved_and_control_resources);
     };
     (@tests $fixture:expr; $($check:ident),+) => {
         $(

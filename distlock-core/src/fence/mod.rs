@@ -69,11 +69,44 @@
 //! reader (a false stale); an exclusive token passed as shared lets a
 //! stale writer in behind a reader: pass the kind the guard holds.
 //!
-//! # Input
+//! # Resource names
 //!
-//! A resource name is 1 to [`MAX_RESOURCE_LEN`] bytes, anything else is
-//! [`Error::InvalidName`]; token 0 is never handed out by a lock and is
-//! [`Error::InvalidOptions`]. Neither panics.
+//! Every fence (in process, Redis, PostgreSQL, the tower layer) takes the
+//! same resource names, so a name that works on one works on all, and
+//! checks them before it sends anything: a refused name is
+//! [`Error::InvalidName`] ([`Error::is_invalid_input`]; the layer answers
+//! `400 Bad Request`), nothing is written or recorded, and a PostgreSQL
+//! transaction it was given stays usable. A resource name is
+//!
+//! * 1 to [`MAX_RESOURCE_LEN`] (1024) bytes of UTF-8;
+//! * without control characters: no NUL (PostgreSQL cannot store it), tab,
+//!   newline or other C0 control, nor U+007F to U+009F;
+//! * with a `}` only after a Redis Cluster hash tag: a `{` followed, before
+//!   the next `}`, by at least one character (`{user1}:profile`); the
+//!   Redis fence keeps a key's fence in the key's slot by that tag;
+//! * not of the shape of distlock's own Redis keys: a name that starts
+//!   with `{` and has, right after a `}:`, one of the words `distlock`,
+//!   `fence`, `released`, `fair`, `holder`, `revoke`, `waiting`,
+//!   `handoff`, `listening`, `elect`, `rw`, `sem`, `ids` or `redlock` (up
+//!   to the next `:` or the end) is reserved. Those are the names of
+//!   every key's fence (`{orders:42}:distlock:highest`) and of every
+//!   lock's fencing counter, queue and records (`{orders/42}:fence`,
+//!   `{orders/42}:rw:writer`, ...): a write through a fence never deletes
+//!   or lowers another resource's fence, nor changes a lock's internals,
+//!   even when the name comes from a request. Names that only look alike
+//!   are ordinary names (`{user1}:profile`, `{user1}:fences`,
+//!   `orders:fence`).
+//!
+//! The rule cannot know the keys of your locks themselves (on Redis, a
+//! lock's key is the provider's key prefix followed by the lock's name):
+//! keep the keys you write through a fence apart from them. Build a key
+//! that comes from a request under a prefix of its own that no lock key
+//! starts with (`data:` followed by the request's id, with the locks under
+//! `RedisOptions::key_prefix("locks:")`), or keep the locks in another
+//! Redis database than the data.
+//!
+//! Token 0 is never handed out by a lock and is [`Error::InvalidOptions`].
+//! Neither panics.
 //!
 //! # Implementations and their context
 //!
@@ -268,16 +301,45 @@ impl Highest {
     }
 }
 
-/// Checks a resource name: 1 to [`MAX_RESOURCE_LEN`] bytes.
+/// The words that, right after a `}:` in a name starting with `{`, make the
+/// shape of distlock's own Redis keys: a fence (`{KEY}:distlock:highest`)
+/// and a lock's internals (`{LOCK}:fence`, `{LOCK}:rw:writer`, ...; the
+/// table of keys in `distlock_redis`'s docs).
+const RESERVED_WORDS: [&str; 14] = [
+    "distlock",
+    "fence",
+    "released",
+    "fair",
+    "holder",
+    "revoke",
+    "waiting",
+    "handoff",
+    "listening",
+    "elect",
+    "rw",
+    "sem",
+    "ids",
+    "redlock",
+];
+
+/// Checks a resource name by [the rule](self#resource-names), before a
+/// fence sends anything anywhere.
 ///
 /// # Errors
 ///
-/// [`Error::InvalidName`] for an empty or too long name.
+/// [`Error::InvalidName`] for a name the rule refuses, its `reason` saying
+/// which part of the rule.
 pub fn check_resource(resource: &str) -> Result<&str> {
     let reason = if resource.is_empty() {
         "a fenced resource needs a name"
     } else if resource.len() > MAX_RESOURCE_LEN {
         "a fenced resource's name is at most 1024 bytes"
+    } else if resource.chars().any(char::is_control) {
+        "a fenced resource's name has no control characters (NUL, tab, newline, U+007F to U+009F, ...)"
+    } else if resource.contains('}') && !has_hash_tag(resource) {
+        "a fenced resource's name with a '}' needs a {hash tag} before it: a '{', then at least one character before the next '}'"
+    } else if is_reserved(resource) {
+        "a fenced resource's name of the shape {...}:WORD... is reserved for distlock's own keys (WORD: distlock, fence, released, fair, holder, revoke, waiting, handoff, listening, elect, rw, sem, ids, redlock)"
     } else {
         return Ok(resource);
     };
@@ -285,6 +347,27 @@ pub fn check_resource(resource: &str) -> Result<&str> {
         name: resource.chars().take(64).collect(),
         reason,
     })
+}
+
+/// Whether `resource` has a non-empty Redis Cluster hash tag: a `{`, and
+/// before the next `}` after it, at least one character.
+fn has_hash_tag(resource: &str) -> bool {
+    resource
+        .find('{')
+        .is_some_and(|open| resource[open + 1..].find('}').is_some_and(|len| len > 0))
+}
+
+/// Whether `resource` has the shape of one of distlock's own keys: it
+/// starts with `{`, and after one of its `}:`, the next `:`-separated part
+/// is one of [`RESERVED_WORDS`].
+fn is_reserved(resource: &str) -> bool {
+    resource.starts_with('{')
+        && resource.match_indices("}:").any(|(at, _)| {
+            resource[at + 2..]
+                .split(':')
+                .next()
+                .is_some_and(|word| RESERVED_WORDS.contains(&word))
+        })
 }
 
 /// A store that fences its resources (see [the module docs](self)): it
@@ -383,5 +466,56 @@ mod tests {
             .unwrap_err()
             .is_invalid_input());
         assert_eq!(check_resource("a").unwrap(), "a");
+        for bad in [
+            "a\0b",
+            "\0",
+            "a\tb",
+            "a\n",
+            "\u{7f}",
+            "\u{85}",
+            "a}b",
+            "{}x}",
+            "{k}:distlock:highest",
+            "{k}:distlock:highest:{k}x",
+            "{k}:distlock",
+            "{k}:fence",
+            "{k}:fair:queue",
+            "{k}:waiting:alive",
+            "{k}:elect:leader",
+            "{k}:rw:writer",
+            "{k}:sem:permits",
+            "{k}:ids",
+            "{k}:redlock:fence",
+            "{{app}:k}:fence",
+            "{a}b}:holder",
+        ] {
+            let e = check_resource(bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidName { .. }), "{bad:?}: {e:?}");
+        }
+        for ok in [
+            "{k}:profile",
+            "{k}:fences",
+            "{k}:FENCE",
+            "{k}fence",
+            "k:fence",
+            "x{k}:fence",
+            "k:distlock:highest",
+            "{k}:x:fence",
+            "a{b",
+            "}{a}",
+            "caf\u{e9} \u{2028}",
+        ] {
+            assert_eq!(check_resource(ok).unwrap(), ok);
+        }
+    }
+
+    /// Every word of the rule's docs is a reserved word, and back.
+    #[test]
+    fn the_docs_list_the_reserved_words() {
+        let docs = include_str!("mod.rs");
+        for word in RESERVED_WORDS {
+            assert!(docs.contains(&format!("`{word}`")), "{word}");
+            assert!(check_resource(&format!("{{k}}:{word}")).is_err(), "{word}");
+        }
     }
 }

@@ -16,6 +16,11 @@
 -- same holder. A guarded script checks (guarded_check), writes, and only
 -- when its write succeeded records the token (guarded_record): a refused
 -- or failed write changes nothing.
+--
+-- The keys a guarded script writes (KEYS[2..]) are never a fence nor a
+-- lock's internal key: the Rust side refuses those names before it sends
+-- the script (distlock_core::fence::check_resource, the resource rule), so
+-- no write here can lower or delete a fence.
 
 -- a < b for two decimal strings without leading zeros.
 local function guarded_less(a, b)
