@@ -60,8 +60,9 @@
 //! database at compile time; and it is the base that `deadpool-postgres`
 //! and `bb8-postgres` pool (their connections deref to its
 //! [`Client`](tokio_postgres::Client), so `PgFence` works with them as it
-//! is). **sqlx** is its own driver: an sqlx user runs [`DDL`] once and
-//! [`ADMIT`] on the transaction (`sqlx::query(ADMIT).bind(resource)
+//! is). **sqlx** is its own driver: an sqlx user runs [`DDL`] once, checks
+//! the resource with [`check_resource`] (the rule every fence shares) and
+//! runs [`ADMIT`] on the transaction (`sqlx::query(ADMIT).bind(resource)
 //! .bind(token.to_string()).bind(exclusive).fetch_optional(&mut *tx)`), a
 //! row back meaning admitted and none meaning refused (then read the row
 //! for the `highest` to report). The constants are public for that.
