@@ -1297,7 +1297,7 @@ fn met(ok: Option<bool>) -> &'static str {
 
 fn targets(cells: &[Cell], mem: &[Memory]) -> String {
     let mut out = String::from(
-        "## Targets of issue 14\n\n| figure | target | measured | met? |\n|---|---|---|---|\n",
+        "## Targets across processes\n\n| figure | target | measured | met? |\n|---|---|---|---|\n",
     );
     let mut row = |figure: String, target: &str, measured: String, ok: Option<bool>| {
         let _ = writeln!(out, "| {figure} | {target} | {measured} | {} |", met(ok));

@@ -1,4 +1,4 @@
-//! The performance targets of DESIGN.md as ratios, measured interleaved:
+//! The uncontended performance targets as ratios, measured interleaved:
 //! each round times one floor operation and then one distlock operation on
 //! the same servers, so machine noise hits both alike. Prints medians and
 //! ratios; `cargo bench -p distlock-benches --bench ratios`.
