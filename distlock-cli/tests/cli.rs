@@ -595,7 +595,7 @@ fn state(pid: i32) -> char {
         .unwrap_or('?')
 }
 
-// Ctrl-Z (issue 26 item 2): SIGTSTP to distlock stops the child's group
+// Ctrl-Z: SIGTSTP to distlock stops the child's group
 // and then distlock itself (as dumb-init: a shell sees its job stopped);
 // SIGCONT continues both, and the child runs on to its own exit status. The
 // same when the group is stopped directly (the terminal sends Ctrl-Z's
@@ -673,7 +673,7 @@ fn field<'a>(out: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {key}= in {out}"))
 }
 
-// `distlock lock NAME` (issue 26 item 4, as `etcdctl lock NAME`): held
+// `distlock lock NAME` (as `etcdctl lock NAME`): held
 // across part of a shell script, from the token it prints until its stdin
 // closes (exit 0) or a signal (released, 128 + N); --json prints the hold
 // as one object.
@@ -719,7 +719,7 @@ fn hold_mode_from_a_shell_script(url: &str) {
     assert_eq!(inspect(url, &name, "mutex")["held"], false);
 }
 
-// --json wherever output is data (issue 26 item 4): one object a line.
+// --json wherever output is data: one object a line.
 fn json_output_is_one_object_a_line(url: &str) {
     let name = test_support::unique_name("json");
     let out = bash(
@@ -767,7 +767,7 @@ fn silent_listener() -> (u16, thread::JoinHandle<()>) {
     (port, keeper)
 }
 
-// A server that accepts and never answers (issue 26 item 5): the connect
+// A server that accepts and never answers: the connect
 // timeout names the backend and the address ("connect timed out after 1s"
 // named neither on Redis, no address on ZooKeeper), exit 69, one line.
 fn connect_timeout_names_backend_and_address(url: &str) {
@@ -1373,7 +1373,7 @@ fn redis_killed_past_the_ttl_stops_the_child() {
     assert!(err.contains("lost"), "{err}");
 }
 
-// Messages that misled (issue 26 item 7), on Redis where they were seen.
+// Messages that misled, on Redis where they were seen.
 // A plain string without expiry under the lock's name: inspect and -v say
 // nobody will free it and what to do (it read as an ordinary holder with
 // "no expiry"); an evicted holder is not told "lease is held by someone
@@ -1488,8 +1488,8 @@ fn usage_errors_exit_64_with_one_line() {
             "unrecognized subcommand",
         ),
         ("", &["exec", "x", "--", "true"], "DISTLOCK_URL"),
-        // Which part of the URL is wrong (issue 26 item 5: "Redis URL did
-        // not parse" named none).
+        // Which part of the URL is wrong ("Redis URL did not parse" named
+        // none).
         (
             "redis://127.0.0.1:notaport",
             &["id", "x"],

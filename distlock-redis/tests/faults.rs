@@ -294,7 +294,7 @@ async fn close_ends_every_waiter_wherever_it_is() {
 /// (before: Held straight to Lost, since the 2 s response timeout ends the
 /// renewal after the deadline), and the late `release()` answers `NotHeld`
 /// at once, as on ZooKeeper (before: it waited out the response timeout and
-/// returned a retryable `Timeout`). Issue 26 item 12.
+/// returned a retryable `Timeout`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_suspends_then_loses_and_release_says_not_held() {
     let redis = test_support::redis::RedisServer::start();

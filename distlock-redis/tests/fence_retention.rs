@@ -1,4 +1,4 @@
-//! Nothing left behind (issue 26 item 8): a name's fencing counter expires
+//! Nothing left behind: a name's fencing counter expires
 //! the fence retention after the last lease on it could have ended, tokens
 //! still increase across the expiry, renewals keep the counter while a lease
 //! lives, and a force-release of a name nobody holds creates nothing.

@@ -1,6 +1,6 @@
 //! The uncontended hot path of the Redis mutex, counted on a real
 //! redis-server with `MONITOR`: what one lock + release runs inside its
-//! scripts (the budget of issue 25: at most 6, the floor being 3), and the
+//! scripts (the budget: at most 6, the floor being 3), and the
 //! fencing rule's edge cases (a counter ahead of the clock, one that is not
 //! an integer, one with a TTL).
 // Tests unwrap: a failure is a panic with the error in the message.

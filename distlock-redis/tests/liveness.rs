@@ -1,6 +1,6 @@
 //! Liveness of the waits on real redis-server processes, with the in-test
 //! proxy for faults: nothing dead or silent stalls a lock, and every wait
-//! keeps its caller's deadline (issue 24, items 1 to 5).
+//! keeps its caller's deadline.
 //!
 //! Waiters here re-check every 30 s, so a hand-over lost to a dead, closed
 //! or silent provider shows as a stall of seconds; the bounds the tests
@@ -81,7 +81,7 @@ fn waiter(
     tokio::spawn(async move { lock.lock().await.map(|g| (Instant::now(), g)) })
 }
 
-/// Item 1: a plain waiter that times out on a `current_thread` runtime
+/// A plain waiter that times out on a `current_thread` runtime
 /// that ends at once (as a small program's `main` does) has left the line
 /// by the time `lock_timeout` returns; the next release goes to a live
 /// waiter at once, not to a reservation for the gone provider.
@@ -152,7 +152,7 @@ async fn a_waiter_that_times_out_as_its_program_ends_leaves_nothing_in_line() {
     g.release().await.unwrap();
 }
 
-/// Item 2: the last waiter of a provider leaves (cancelled) while another
+/// The last waiter of a provider leaves (cancelled) while another
 /// of its waiters has an attempt in flight that was sent with "others
 /// wait" (so the script keeps the provider in line). Once that attempt
 /// has the lock, the provider is not left in line with nobody waiting.
@@ -200,7 +200,7 @@ async fn the_last_waiter_leaving_during_an_attempt_leaves_no_one_in_line() {
     g.release().await.unwrap();
 }
 
-/// Item 3: a provider whose pub/sub connection goes silent (open, but
+/// A provider whose pub/sub connection goes silent (open, but
 /// nothing passes) while its waiter is first in line. A release right
 /// then hands over to it, and the hand-over is lost; the subscriber finds
 /// the silence within a health check and a response timeout, replaces the
@@ -334,7 +334,7 @@ async fn a_provider_cut_off_drops_out_of_the_line_within_the_bound() {
     proxy.heal();
 }
 
-/// Item 4: an observer that has seen "no leader" while its subscriber is
+/// An observer that has seen "no leader" while its subscriber is
 /// silent still reports the next leader, within a re-check interval (and
 /// at the latest once the subscriber is replaced).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,7 +393,7 @@ async fn observe_reports_a_new_leader_with_a_silent_subscriber() {
     leadership.resign().await.unwrap();
 }
 
-/// Item 5: `lock_timeout(300 ms)` keeps its deadline (plus one response
+/// `lock_timeout(300 ms)` keeps its deadline (plus one response
 /// timeout at most) on every primitive when the `SUBSCRIBE` of its wait
 /// gets no reply (the pub/sub connection went silent just before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

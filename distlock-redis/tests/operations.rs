@@ -295,7 +295,7 @@ async fn force_release_of_a_name_nobody_holds_evicts_nothing_and_creates_nothing
         assert_eq!(first.evicted, 0, "{kind}: {first:?}");
         let second = client.force_release(&name, kind).await.unwrap();
         assert_eq!(second.evicted, 0, "{kind}: {second:?}");
-        // Issue 26 item 8: an operation on a name that does not exist
+        // Nothing left behind: an operation on a name that does not exist
         // changes nothing (a fencing counter was created and advanced).
         assert_eq!((first.fence, second.fence), (None, None), "{kind}");
         let keys = redis.cli(&["KEYS", &format!("*{name}*")]);

@@ -1089,7 +1089,7 @@ async fn inspect_and_force_release_see_and_evict_the_quorums_holder() {
     m.node(2).resume();
 }
 
-/// Issue 26 item 8 for Redlock: the fencing counter `{K}:redlock:fence`
+/// Nothing left behind, on Redlock: the fencing counter `{K}:redlock:fence`
 /// expires on every master the fence retention after the last lease on it
 /// could have ended (set by the acquisition, re-set by the renewals), and
 /// a later acquisition's token is still above every earlier one. Before,

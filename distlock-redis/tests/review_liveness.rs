@@ -1,6 +1,6 @@
-//! Review probes of issue 24's Redis liveness work (items 1-5): deadlines
-//! under faults, the health check on RESP3 and under a message flood,
-//! subscriptions left behind, and the uncontended hot path's server calls.
+//! Probes of the Redis liveness guarantees: deadlines under faults, the
+//! health check on RESP3 and under a message flood, subscriptions left
+//! behind, and the uncontended hot path's server calls.
 //!
 //! The tests marked DEFECT failed on main at 5b57393; all but one were
 //! fixed and moved to `liveness.rs`. The one left here,

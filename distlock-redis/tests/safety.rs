@@ -334,10 +334,10 @@ async fn deaths(shape: LiveShape) {
 /// Three providers, two of them silenced in turn (the first is spared):
 /// when the spared one releases and pauses, the waiters left are on silent
 /// providers, so a lost wake-up leaves the lock free until a re-check.
-/// Failed on every primitive before issue 24 item 3 (a silent subscriber
-/// was never detected: 7-9 stalls over 200 ms in CI-sized runs and 20-37
-/// over the 250 ms threshold in 30 s runs, for 2 silenced providers, each
-/// primitive); with the subscriber's health check, 0 stalls over 250 ms.
+/// Failed on every primitive while a silent subscriber went undetected
+/// (7-9 stalls over 200 ms in CI-sized runs and 20-37 over the 250 ms
+/// threshold in 30 s runs, for 2 silenced providers, each primitive);
+/// with the subscriber's health check, 0 stalls over 250 ms.
 async fn silent_subscribers(shape: LiveShape) {
     liveness(
         shape,

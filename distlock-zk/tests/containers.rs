@@ -1,4 +1,4 @@
-//! Nothing left behind (issue 26 item 8): every node distlock creates for a
+//! Nothing left behind: every node distlock creates for a
 //! name is ephemeral, or a container the server deletes once it is empty,
 //! so a name no longer used leaves no node; and a force-release of a name
 //! nobody used creates none.

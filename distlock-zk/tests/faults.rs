@@ -378,7 +378,7 @@ async fn lease_options_the_session_cannot_honour_are_refused() {
     // Refused by `with_lease` itself, before any primitive is made.
     let r = locks.with_lease(manual);
     assert!(matches!(r, Err(Error::InvalidOptions(_))), "{r:?}");
-    // The message says what to do instead (issue 26 item 12).
+    // The message says what to do instead.
     let two_seconds = LeaseOptions::new(Duration::from_secs(2)).unwrap();
     let message = locks.with_lease(two_seconds).unwrap_err().to_string();
     for hint in [

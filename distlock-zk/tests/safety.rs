@@ -206,8 +206,9 @@ async fn cuts(shape: LiveShape) {
 }
 
 /// A reset right after a request naming the lock's nodes (a create, a
-/// lookup, a delete) was forwarded: issue 24 item 6's stray node, made
-/// likely.
+/// lookup, a delete) was forwarded: the request runs, its reply is lost
+/// (an unknown outcome). Taken for a refusal, such a create left a stray
+/// node that blocked the lock; this makes that case likely.
 async fn resets(shape: LiveShape) {
     let marker: &'static [u8] = match shape {
         LiveShape::Mutex => b"_unfair_lock",
@@ -219,10 +220,11 @@ async fn resets(shape: LiveShape) {
 
 /// Longer than the client's no-response timeout (0.4 of the session in
 /// zookeeper-client), shorter than the session: a request in flight then
-/// fails with the client's own timeout (issue 24 item 6's `Error::Custom`).
-/// Failed intermittently before item 6 was fixed (the mutex: a free lock
-/// sat 3.9 s with live waiters in one of three 30 s runs, bound 3.2 s);
-/// after it, two 30 s runs of the three gave at most 1.84 s.
+/// fails with the client's own timeout (zookeeper-client's `Error::Custom`,
+/// an unknown outcome). Failed intermittently while such outcomes were
+/// taken for refusals (the mutex: a free lock sat 3.9 s with live waiters
+/// in one of three 30 s runs, bound 3.2 s); since they are looked up, two
+/// 30 s runs of the three gave at most 1.84 s.
 async fn blackholes(shape: LiveShape) {
     let fault = LiveFault::Blackhole(Duration::from_millis(1200));
     liveness(shape, fault, BLACKHOLES, Duration::from_secs(2), 0).await;

@@ -1188,7 +1188,7 @@ impl fmt::Display for FreeStalls {
 
 /// Panics unless the longest stall of `report` is at most `bound` and at
 /// most `allowed_over` stalls were longer than its threshold (one per
-/// fault, say: the "at most one such stall per dead provider").
+/// fault, say: at most one such stall per dead provider).
 ///
 /// # Panics
 ///
