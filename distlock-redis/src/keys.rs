@@ -289,84 +289,115 @@ mod tests {
         }
     }
 
+    /// Every key of every family of a name but its lock key (prefix +
+    /// name): the mutex's and fair mutex's, the election's (its lease key
+    /// too), the read-write lock's and semaphore's, the id generator's and
+    /// Redlock's. The lists are exhaustive: a new field does not compile
+    /// until it is listed here.
+    fn internal_keys(prefix: &str, name: &Name) -> Vec<String> {
+        let mut internal = Vec::new();
+        for keys in [
+            Keys::plain_mutex(prefix, name),
+            Keys::election(prefix, name),
+        ] {
+            let Keys {
+                lock,
+                fence,
+                channel,
+                queue,
+                timeouts,
+                holder,
+                owners,
+                record,
+                marker,
+                line,
+                revoke,
+            } = keys;
+            internal.extend([fence, channel, queue, timeouts, holder, owners, revoke]);
+            internal.extend(record);
+            if let Some(LineKeys {
+                waiting,
+                handoff,
+                alive,
+                listening,
+            }) = line
+            {
+                internal.extend([waiting, handoff, alive, listening]);
+            }
+            if marker.is_some() {
+                // An election's lease key; its marker is the lock key.
+                internal.push(lock);
+            }
+        }
+        for claim in [Claim::Read, Claim::Write, Claim::Permit(3)] {
+            let Recipe {
+                name: _,
+                keys:
+                    QueuedKeys {
+                        exclusive,
+                        holders,
+                        queue,
+                        alive,
+                        fence,
+                        info,
+                        owners,
+                    },
+                lock: _,
+                channel,
+                claim: _,
+                mode: _,
+                revoke,
+            } = Recipe::new(prefix, name.clone(), claim);
+            internal.extend([
+                exclusive, holders, queue, alive, fence, info, owners, channel, revoke,
+            ]);
+        }
+        // The id generator's counter and Redlock's (built where they are
+        // used: `redlock::mutex::RedlockKeys`).
+        internal.push(format!("{{{prefix}{name}}}:ids"));
+        internal.push(format!("{{{prefix}{name}}}:redlock:fence"));
+        internal
+    }
+
     /// No key of a lock's internals can be named by a fenced write: the
-    /// resource rule refuses each of them (the lists are exhaustive: a new
-    /// field here does not compile until it is checked), while the lock
-    /// key itself, the user's name, stays an ordinary name.
+    /// resource rule refuses each of them, while the lock key itself, the
+    /// user's name, stays an ordinary name.
     #[test]
     fn a_fenced_write_names_no_key_of_a_lock() {
         use distlock_core::fence::check_resource;
         let name = Name::new("orders/42").unwrap();
-        let mut internal = Vec::new();
         for prefix in ["", "app:", "{app}:"] {
-            for keys in [
-                Keys::plain_mutex(prefix, &name),
-                Keys::election(prefix, &name),
-            ] {
-                let Keys {
-                    lock,
-                    fence,
-                    channel,
-                    queue,
-                    timeouts,
-                    holder,
-                    owners,
-                    record,
-                    marker: _,
-                    line,
-                    revoke,
-                } = keys;
-                internal.extend([fence, channel, queue, timeouts, holder, owners, revoke]);
-                internal.extend(record);
-                if let Some(LineKeys {
-                    waiting,
-                    handoff,
-                    alive,
-                    listening,
-                }) = line
-                {
-                    internal.extend([waiting, handoff, alive, listening]);
-                }
-                if lock.ends_with("}:elect") {
-                    // An election's lease key.
-                    internal.push(lock);
-                } else {
-                    assert!(check_resource(&lock).is_ok(), "{lock}");
-                }
+            assert!(check_resource(&Keys::lock(prefix, &name).lock).is_ok());
+            for key in internal_keys(prefix, &name) {
+                assert!(
+                    check_resource(&key).is_err_and(|e| e.is_invalid_input()),
+                    "{key}"
+                );
             }
-            for claim in [Claim::Read, Claim::Write, Claim::Permit(3)] {
-                let Recipe {
-                    name: _,
-                    keys:
-                        QueuedKeys {
-                            exclusive,
-                            holders,
-                            queue,
-                            alive,
-                            fence,
-                            info,
-                            owners,
-                        },
-                    lock: _,
-                    channel,
-                    claim: _,
-                    mode: _,
-                    revoke,
-                } = Recipe::new(prefix, name.clone(), claim);
-                internal.extend([
-                    exclusive, holders, queue, alive, fence, info, owners, channel, revoke,
-                ]);
-            }
-            // The id generator's counter and Redlock's (built where they
-            // are used).
-            internal.push(format!("{{{prefix}{name}}}:ids"));
-            internal.push(format!("{{{prefix}{name}}}:redlock:fence"));
         }
-        for key in &internal {
-            assert!(
-                check_resource(key).is_err_and(|e| e.is_invalid_input()),
-                "{key}"
-            );
+    }
+
+    /// No name's lock key is another name's internal key, whatever the
+    /// prefix: an internal key has two braces more than the prefix (the
+    /// hash tag around prefix + name), and a name has none. So a name that
+    /// looks like another's suffix (`x:fence`, `x:elect`) is a lock of its
+    /// own; the Redis layout keeps names apart by itself.
+    #[test]
+    fn no_name_is_another_names_internal_key() {
+        for prefix in ["", "app:", "{app}:", "a}b{"] {
+            for name in ["x", "orders/42", "x:fence", "_unfair_lock"] {
+                let name = Name::new(name).unwrap();
+                let lock = Keys::lock(prefix, &name).lock;
+                for key in internal_keys(prefix, &name) {
+                    assert_ne!(key, lock);
+                    let braces = |s: &str| s.matches(['{', '}']).count();
+                    assert_eq!(braces(&key), braces(prefix) + 2, "{key}");
+                    // So no valid name makes it a lock key.
+                    if let Some(rest) = key.strip_prefix(prefix) {
+                        assert!(Name::new(rest).is_err(), "{key}");
+                    }
+                }
+            }
         }
     }
 

@@ -222,3 +222,53 @@ async fn the_mutexs_uncontended_calls_do_not_grow() {
 /// (`EVALSHA` and the scripts' calls), measured with this test on the old
 /// code (b1cdfc2); an upper bound, so that cutting the hot path passes.
 const PER_PAIR: u64 = 13;
+
+/// A name that looks like another's internal key (`X:fence`, `X:holder`,
+/// `X:elect`, `X:sem:permits`…) is a lock of its own: held with `X`, and
+/// `X`'s fencing tokens go on from where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_looks_like_an_internal_key_is_an_independent_lock() {
+    let redis = test_support::redis::shared();
+    let locks = connect(&redis.url()).await;
+    let x = unique_name("suffix");
+    let held = locks.mutex(&x).unwrap().try_lock().await.unwrap().unwrap();
+    let first = held.fencing_token();
+    let mut beside = Vec::new();
+    for suffix in [
+        "fence",
+        "released",
+        "holder",
+        "revoke",
+        "waiting",
+        "handoff",
+        "listening",
+        "elect",
+        "ids",
+        "rw:writer",
+        "sem:permits",
+        "fair:queue",
+        "redlock:fence",
+    ] {
+        let name = format!("{x}:{suffix}");
+        let guard = locks.mutex(&name).unwrap().try_lock().await.unwrap();
+        beside.push(guard.unwrap_or_else(|| panic!("{name} is not free")));
+        // The name is a lock of its own: another kind on it is refused.
+        let permit = locks.semaphore(&name, 1).unwrap().try_lock().await;
+        assert!(
+            permit
+                .as_ref()
+                .is_err_and(distlock_core::Error::is_conflict),
+            "{name}: {permit:?}"
+        );
+    }
+    let inspected = locks.inspect(&x, PrimitiveKind::Mutex).await.unwrap();
+    assert_eq!(inspected.holders.len(), 1, "{inspected:?}");
+    assert_eq!(inspected.holders[0].fencing_token, Some(first));
+    for guard in beside {
+        guard.release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    let next = locks.mutex(&x).unwrap().try_lock().await.unwrap().unwrap();
+    assert!(next.fencing_token() > first);
+    next.release().await.unwrap();
+}

@@ -46,6 +46,17 @@
 //! | id generator | `ROOT/NAME` itself: 8 bytes big-endian (Curator `DistributedAtomicLong`) |
 //! | semaphore | `locks/_c_<uuid>-lock-<seq10>` (the internal fair mutex, holding `distlock owner=<identity>`) and `leases/_c_<uuid>-lease-<seq10>`, ephemeral sequential, one lease node per permit held, holding `distlock permits=N owner=<identity>` (Curator `InterProcessSemaphoreV2`) |
 //!
+//! A name never reaches into another lock's nodes: `Name` refuses a
+//! segment after the first that is one of the node names above
+//! (`_unfair_lock`, `locks`, `leases`, a queue node), so `orders/_unfair_lock`
+//! is invalid input rather than the node that shows the mutex `orders`
+//! held. Names still nest as paths: `orders/42` lives inside `orders`'s
+//! node, which is harmless for locks (their recipes ignore children they
+//! do not know) but not for an id generator, whose node is its counter:
+//! the id generator `orders` is refused with `Error::Conflict` while a
+//! primitive `orders/…` has nodes (a counter with children may be a lock's
+//! directory), and works again once they are gone.
+//!
 //! A Curator `InterProcessMutex` on `ROOT/NAME` queues with a distlock fair
 //! mutex of the same name (same node names, same order). A kazoo `Lock`
 //! there is one-way: distlock orders kazoo's `…__lock__<seq>` nodes into its

@@ -398,3 +398,73 @@ async fn force_release_of_the_fair_mutex_evicts_the_holder_not_a_yielding_head()
         .expect("the fair head gets the lock once the holder is evicted");
     assert!(g.is_held());
 }
+
+/// A name whose segment is another lock's internal node (the mutex's
+/// `_unfair_lock`, the semaphore's `locks` and `leases`, a queue node) is
+/// refused as invalid input by every primitive and operation, before any
+/// request: held, `X/_unfair_lock` would be the node that shows the mutex
+/// `X` held, and `Y/leases` a permit of the semaphore `Y`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_is_another_locks_internal_node_is_invalid() {
+    let locks = provider().await;
+    let base = unique_name("internal");
+    let invalid = |r: Result<(), distlock_core::Error>, what: &str| match r {
+        Err(distlock_core::Error::InvalidName { .. }) => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    for child in [
+        "_unfair_lock",
+        "locks",
+        "leases",
+        "_c_0f1e2d3c-lock-0000000001",
+        "k__lock__0000000001",
+        "_c_0f1e2d3c-latch-0000000001",
+        "_c_0f1e2d3c-__READ__0000000001",
+        "_c_0f1e2d3c-__WRIT__0000000001",
+    ] {
+        let name = format!("{base}/{child}");
+        invalid(locks.mutex(&name).map(drop), &name);
+        invalid(locks.fair_mutex(&name).map(drop), &name);
+        invalid(locks.rw_lock(&name).map(drop), &name);
+        invalid(locks.semaphore(&name, 1).map(drop), &name);
+        invalid(locks.election(&name).map(drop), &name);
+        invalid(locks.id_generator(&name, 1).map(drop), &name);
+        invalid(locks.path(&name).map(drop), &name);
+        for kind in [
+            distlock_core::PrimitiveKind::Mutex,
+            distlock_core::PrimitiveKind::Semaphore,
+        ] {
+            invalid(locks.inspect(&name, kind).await.map(drop), &name);
+            invalid(locks.request_release(&name, kind).await.map(drop), &name);
+            invalid(locks.force_release(&name, kind).await.map(drop), &name);
+        }
+    }
+    // Nothing was created under the name.
+    let session = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let dir = locks.path(&base).unwrap();
+    assert_eq!(
+        session.check_stat(&dir).await.unwrap(),
+        None,
+        "{dir} was created"
+    );
+
+    // The names next to them are independent locks: the mutex `X` and
+    // the mutex `X/unfair_lock` are held at once, and the semaphore `Y` of
+    // one permit is free while the mutex `Y/lease` is held.
+    let x = locks.mutex(&base).unwrap().try_lock().await.unwrap();
+    let x = x.expect("X is free");
+    let beside = locks.mutex(&format!("{base}/unfair_lock")).unwrap();
+    let beside = beside.try_lock().await.unwrap().expect("independent of X");
+    x.release().await.unwrap();
+    beside.release().await.unwrap();
+    let y = unique_name("internal-sem");
+    let lease = locks.mutex(&format!("{y}/lease")).unwrap();
+    let lease = lease.try_lock().await.unwrap().expect("free");
+    let permit = locks.semaphore(&y, 1).unwrap().try_lock().await.unwrap();
+    permit
+        .expect("the semaphore's one permit")
+        .release()
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
+}
