@@ -1520,6 +1520,15 @@ fn usage_errors_exit_64_with_one_line() {
         ("zk://127.0.0.1", &["id", "x"], "has no port"),
         ("zk://:2181", &["id", "x"], "has no host"),
         ("zk://h:1?bogus=1", &["id", "x"], "unknown option \"bogus\""),
+        ("zk://h:1/?base=", &["id", "x"], "\"base\" is empty"),
+        ("zk://h:1/zookeeper", &["id", "x"], "/zookeeper subtree"),
+        (
+            "zk://h:1?base=/zookeeper",
+            &["id", "x"],
+            "/zookeeper subtree",
+        ),
+        ("zk://:pw@h:1", &["id", "x"], "digest user is empty"),
+        ("zk://h:1", &["id", "x/_unfair_lock"], "invalid name"),
     ];
     for (url, args, says) in cases {
         let out = run(url, args);

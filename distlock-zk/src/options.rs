@@ -111,11 +111,36 @@ impl ZkOptions {
                 "connect_timeout_ms" => options.connect_timeout = millis(url, key, value)?,
                 "operation_timeout_ms" => options.operation_timeout = millis(url, key, value)?,
                 "owner" => options.owner_label = Some(value.to_owned()),
-                _ => base = value.trim_end_matches('/').to_owned(),
+                _ => {
+                    // An empty base would put every name at the top of the
+                    // tree (`zookeeper/…` in ZooKeeper's own subtree), and
+                    // one without its `/` would run into the chroot's last
+                    // segment (`/app` + `locks` = `/applocks`).
+                    if value.trim_end_matches('/').is_empty() {
+                        return Err(bad(
+                            "option \"base\" is empty: give a path such as /distlock, or \
+                             leave it out for the default",
+                        ));
+                    }
+                    if !value.starts_with('/') {
+                        return Err(bad(&format!(
+                            "option \"base\" {value:?} must begin with '/' (such as /distlock)"
+                        )));
+                    }
+                    base = value.trim_end_matches('/').to_owned();
+                }
             }
         }
         options.root = format!("{chroot}{base}");
         if let Some(auth) = auth {
+            if auth
+                .split_once(':')
+                .is_some_and(|(user, _)| user.is_empty())
+            {
+                return Err(bad(
+                    "the digest user is empty: credentials are user:password",
+                ));
+            }
             options.digest = Some(auth.to_owned());
         }
         options.validate()?;
@@ -123,8 +148,9 @@ impl ZkOptions {
     }
 
     /// The path under which every node lives (chroot + base; default
-    /// `/distlock`). Must be an absolute path of valid segments, or empty
-    /// for the root.
+    /// `/distlock`). Must be an absolute path of valid segments, not the
+    /// tree's root (names would be top-level nodes, `zookeeper/…` among
+    /// them) and not in ZooKeeper's own `/zookeeper` subtree.
     #[must_use]
     pub fn root(mut self, root: impl Into<String>) -> Self {
         self.root = root.into().trim_end_matches('/').to_owned();
@@ -189,7 +215,20 @@ impl ZkOptions {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if !self.root.is_empty() {
+        if self.root.is_empty() {
+            return Err(Error::InvalidOptions(
+                "the root path (chroot + base) is empty: names would be top-level nodes, \
+                 and `zookeeper/…` ZooKeeper's own subtree; give a base such as /distlock"
+                    .into(),
+            ));
+        }
+        if self.root == "/zookeeper" || self.root.starts_with("/zookeeper/") {
+            return Err(Error::InvalidOptions(format!(
+                "root path {:?} is in ZooKeeper's own /zookeeper subtree",
+                self.root
+            )));
+        }
+        {
             let valid = self.root.starts_with('/')
                 && self.root[1..].split('/').all(|s| {
                     !s.is_empty()
@@ -216,9 +255,13 @@ impl ZkOptions {
         if let Some(label) = &self.owner_label {
             distlock_core::inspect::check_label(label)?;
         }
-        if self.digest.as_deref().is_some_and(|d| !d.contains(':')) {
+        let user = self
+            .digest
+            .as_deref()
+            .map(|d| d.split_once(':').map(|(u, _)| u));
+        if user.is_some_and(|user| user.is_none_or(str::is_empty)) {
             return Err(Error::InvalidOptions(
-                "digest credentials must be user:password".into(),
+                "digest credentials must be user:password, with a user".into(),
             ));
         }
         Ok(())
@@ -276,8 +319,58 @@ mod tests {
         assert_eq!(o.digest.as_deref(), Some("u:p"));
         let o = ZkOptions::from_url("zk://127.0.0.1:2181").unwrap();
         assert_eq!(o.root, "/distlock");
-        let o = ZkOptions::from_url("zk://127.0.0.1:2181/?base=").unwrap();
-        assert_eq!(o.root, "");
+        let o = ZkOptions::from_url("zk://127.0.0.1:2181/app/?base=/locks/").unwrap();
+        assert_eq!(o.root, "/app/locks");
+    }
+
+    #[test]
+    fn a_root_at_the_top_or_in_the_system_subtree_and_an_empty_user_are_refused() {
+        for (url, says) in [
+            ("zk://127.0.0.1:2181/?base=", "\"base\" is empty"),
+            ("zk://127.0.0.1:2181?base=", "\"base\" is empty"),
+            ("zk://127.0.0.1:2181/app?base=/", "\"base\" is empty"),
+            ("zk://127.0.0.1:2181/app?base=locks", "must begin with '/'"),
+            ("zk://:s3cret@127.0.0.1:2181", "digest user is empty"),
+            ("zk://:@127.0.0.1:2181", "digest user is empty"),
+        ] {
+            let e = ZkOptions::from_url(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl(_)), "{url}: {e:?}");
+            assert!(e.to_string().contains(says), "{url}: {e}");
+            assert!(!e.to_string().contains("s3cret"), "{url}: {e}");
+        }
+        for url in [
+            "zk://127.0.0.1:2181/zookeeper",
+            "zk://127.0.0.1:2181/zookeeper/",
+            "zk://127.0.0.1:2181?base=/zookeeper",
+            "zk://127.0.0.1:2181/zookeeper?base=/x",
+            "zk://127.0.0.1:2181/?base=/zookeeper/quota",
+        ] {
+            let e = ZkOptions::from_url(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidOptions(_)), "{url}: {e:?}");
+            assert!(e.to_string().contains("/zookeeper subtree"), "{url}: {e}");
+        }
+        // Near misses are paths of their own.
+        for (url, root) in [
+            ("zk://127.0.0.1:2181/zookeeper2", "/zookeeper2/distlock"),
+            (
+                "zk://127.0.0.1:2181/app/zookeeper",
+                "/app/zookeeper/distlock",
+            ),
+            ("zk://127.0.0.1:2181/app?base=/zookeeper", "/app/zookeeper"),
+        ] {
+            assert_eq!(ZkOptions::from_url(url).unwrap().root, root, "{url}");
+        }
+        // The same rules for options made in code.
+        for options in [
+            ZkOptions::new("h:1").root(""),
+            ZkOptions::new("h:1").root("/"),
+            ZkOptions::new("h:1").root("/zookeeper/x"),
+            ZkOptions::new("h:1").digest("", "pw"),
+        ] {
+            let e = options.validate().unwrap_err();
+            assert!(matches!(e, Error::InvalidOptions(_)), "{e:?}");
+        }
+        assert!(ZkOptions::new("h:1").digest("u", "").validate().is_ok());
     }
 
     #[test]
