@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 /// * each segment uses only ASCII letters, digits, `-`, `_`, `.` and `:`;
 /// * no segment after the first is the name of a node that a ZooKeeper
 ///   recipe (distlock's, Curator's or kazoo's) creates inside a lock:
-///   * `_unfair_lock` (the mutex's node), `locks` and `leases` (the
+///   * `_unfair_lock` (the mutex's node), `_unfair_lock-asked-` followed by
+///     digits (a request to its holder to let go), `locks` and `leases` (the
 ///     semaphore's);
 ///   * a queue node: a segment that ends in one of `-lock-`, `__lock__`,
 ///     `-latch-`, `__READ__` or `__WRIT__` followed by a sequence number
@@ -126,6 +127,12 @@ fn reserved(segment: &str) -> bool {
     if matches!(segment, "_unfair_lock" | "locks" | "leases") {
         return true;
     }
+    if segment
+        .strip_prefix("_unfair_lock-asked-")
+        .is_some_and(|czxid| !czxid.is_empty() && czxid.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return true;
+    }
     QUEUE_MARKERS.iter().any(|marker| {
         segment
             .rsplit_once(marker)
@@ -209,6 +216,7 @@ mod tests {
     fn zookeeper_internal_node_names_are_refused_after_the_first_segment() {
         for bad in [
             "x/_unfair_lock",
+            "x/_unfair_lock-asked-42",
             "x/locks",
             "x/leases",
             "a/b/leases",
@@ -240,6 +248,8 @@ mod tests {
             "leases/x",
             "_c_0f-lock-0000000001",
             "x/_unfair_lock2",
+            "x/_unfair_lock-asked-",
+            "x/_unfair_lock-asked-x",
             "x/unfair_lock",
             "x/lock",
             "x/lease",

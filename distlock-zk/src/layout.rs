@@ -7,6 +7,16 @@ use distlock_core::Name;
 /// The unfair lock's node under the lock's directory.
 pub(crate) const UNFAIR_NODE: &str = "_unfair_lock";
 
+/// The node that asks the unfair lock's hold created at `czxid` to let go:
+/// `_unfair_lock-asked-<czxid>`, beside the unfair node, ephemeral in the
+/// asking session. Its name holds the hold's `czxid`, so a request lands
+/// on the hold that was read and on no later one: the unfair node's path
+/// is shared, and a node created again there starts at data version 0
+/// like the one read, so a versioned write could not tell them apart.
+pub(crate) fn unfair_request(czxid: i64) -> String {
+    format!("{UNFAIR_NODE}-asked-{czxid}")
+}
+
 /// Curator's `READ_LOCK_NAME`.
 pub(crate) const READ: &str = "__READ__";
 
@@ -317,6 +327,12 @@ mod tests {
         assert_eq!(classify(UNFAIR_NODE), Some((Kind::Mutex, None)));
         assert_eq!(classify(LEASES), Some((Kind::Semaphore, None)));
         assert_eq!(classify(LOCKS), None);
+        // A request to the unfair hold is of no kind, and in no queue.
+        assert_eq!(classify(&unfair_request(42)), None);
+        assert_eq!(
+            sequence(&unfair_request(4_200_000_000), "lock").unwrap(),
+            None
+        );
         assert_eq!(classify("something-else"), None);
     }
 

@@ -17,7 +17,7 @@ use crate::context::Context;
 use crate::error::{from_zk, session_ended};
 use crate::layout;
 use crate::node::{
-    delete_if_ours, delete_retrying, sweep_in_background, token, WHILE_SESSION_LIVES,
+    acls, delete_if_ours, delete_retrying, sweep_in_background, token, WHILE_SESSION_LIVES,
 };
 use crate::session::{Session, Status};
 
@@ -65,6 +65,10 @@ pub(crate) struct ZkLease {
     /// czxid and owner, sent after the first delete on the same session, is
     /// answered after it).
     quick_sent: AtomicBool,
+    /// The unfair hold's request node (`layout::unfair_request` of our
+    /// `czxid`, beside our node): a request to release made for this hold
+    /// and no other. `None` for a queue node (asked on its own data).
+    request: Option<String>,
 }
 
 impl ZkLease {
@@ -181,6 +185,13 @@ impl LeaseBackend for ZkLease {
             Err(e) if session_ended(&e) => return Err(self.not_held()),
             Err(e) => return Err(from_zk("sync", timeout, e)),
         }
+        // Sent with the check of our node, no round trip of its own: the
+        // unfair hold hears a request made for it here, every timeout/4.
+        let request = self
+            .request
+            .as_deref()
+            .filter(|_| !self.signal.is_release_requested())
+            .map(|request| session.client.check_stat(request));
         match self.ours(&session).await? {
             Some(version) => {
                 // The fallback for a request to release whose watch event
@@ -189,6 +200,11 @@ impl LeaseBackend for ZkLease {
                 // every timeout/4 at no extra cost.
                 if version > 0 {
                     self.signal.request_release();
+                }
+                if let Some(request) = request {
+                    if let Ok(Ok(Some(_))) = with_timeout("check lease", timeout, request).await {
+                        self.signal.request_release();
+                    }
                 }
                 Ok(())
             }
@@ -220,6 +236,20 @@ impl LeaseBackend for ZkLease {
         if self.sweep {
             // After our own delete, so that it cannot find our node gone.
             sweep_in_background(Arc::clone(&session), &self.node, timeout);
+        }
+        if let Some(request) = self
+            .request
+            .clone()
+            .filter(|_| self.signal.is_release_requested())
+        {
+            // Heard and done with: the request node would otherwise stay
+            // until its maker's session ends. Best effort (another user's
+            // node under digest ACLs stays until then).
+            let session = Arc::clone(&session);
+            tokio::spawn(async move {
+                let delete = session.client.delete(&request, None);
+                let _ = with_timeout("delete", timeout, delete).await;
+            });
         }
         match deleted {
             Ok(true) => Ok(()),
@@ -270,7 +300,23 @@ pub(crate) fn guard(
         );
     }
     let fencing_token = token(acquired.czxid);
+    let dir = (!own_path)
+        .then(|| acquired.node.rsplit_once('/'))
+        .flatten()
+        .map(|(dir, _)| dir.to_owned());
+    let request = dir
+        .as_ref()
+        .map(|dir| format!("{dir}/{}", layout::unfair_request(acquired.czxid)));
+    if let Some(dir) = dir {
+        tokio::spawn(hear_requests(
+            Arc::downgrade(&acquired.session),
+            (dir, layout::unfair_request(acquired.czxid)),
+            ctx.authenticated,
+            signal.clone(),
+        ));
+    }
     let backend = Arc::new(ZkLease {
+        request,
         ctx: Arc::clone(ctx),
         session: Arc::downgrade(&acquired.session),
         name: name.clone(),
@@ -313,6 +359,77 @@ pub(crate) fn guard(
         signal,
     );
     Ok(guard)
+}
+
+/// Follows the unfair hold's request node (`request`, beside our node in
+/// `dir`) with a children watch on `dir`, from [`WATCH_AFTER`] into the
+/// hold (a shorter hold costs no request; a request made before the watch
+/// is set shows in its listing): a request is heard as soon as it is made,
+/// not only at the next session check. A heard request's node is made our
+/// session's (deleted and created again in one multi), so it lasts as long
+/// as the hold, not only as long as the asking session (a `distlock
+/// unlock` that exits), and `inspect` keeps showing the request. Ends with
+/// the hold: the children watch fires at our own release's delete, so it
+/// is never dropped unfired (no `removeWatches`).
+async fn hear_requests(
+    session: Weak<Session>,
+    (dir, request): (String, String),
+    authenticated: bool,
+    signal: LeaseSignal,
+) {
+    tokio::time::sleep(WATCH_AFTER).await;
+    let path = format!("{dir}/{request}");
+    let mut ours = false;
+    loop {
+        if !signal.status().is_active() {
+            return;
+        }
+        let Some(live) = session.upgrade() else {
+            return;
+        };
+        let listed = live.client.list_and_watch_children(&dir).await;
+        let watcher = match listed {
+            Ok((children, watcher)) => {
+                if !ours && children.contains(&request) {
+                    signal.request_release();
+                    ours = adopt(&live, &path, authenticated).await;
+                }
+                watcher
+            }
+            Err(e) if session_ended(&e) => return,
+            // The directory is gone: so is our node; the node watch says so.
+            Err(zookeeper_client::Error::NoNode) => return,
+            Err(_) => {
+                drop(live);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        drop(live);
+        match crate::wait::event_of(watcher).await.map(|e| e.event_type) {
+            Some(EventType::Session) | None => return,
+            Some(_) => {}
+        }
+    }
+}
+
+/// Makes the request node at `path` our session's, as one multi (a delete
+/// and a create), or creates it if it went meanwhile (its maker's session
+/// ended). Best effort: `false` when it could not (another user's node
+/// under digest ACLs stays its maker's).
+async fn adopt(session: &Session, path: &str, authenticated: bool) -> bool {
+    let mode = zookeeper_client::CreateMode::Ephemeral.with_acls(acls(authenticated));
+    let mut multi = session.client.new_multi_writer();
+    let built = multi
+        .add_delete(path, None)
+        .and_then(|()| multi.add_create(path, b"", &mode));
+    if built.is_err() {
+        return false;
+    }
+    match multi.commit().await {
+        Ok(_) => true,
+        Err(_) => session.client.create(path, b"", &mode).await.is_ok(),
+    }
 }
 
 /// How long a released lease's node watch waits for the release's delete

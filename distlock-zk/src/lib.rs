@@ -164,7 +164,9 @@
 //!   those first 20 ms is seen by the watch's first read, at most 20 ms
 //!   late. An uncontended lock and release is three requests for the unfair
 //!   mutex (create, the watch, delete) and three for the fair mutex (create
-//!   and list, pipelined, then delete).
+//!   and list, pipelined, then delete). An unfair hold that lasts past
+//!   20 ms also lists its directory with a children watch, to hear a
+//!   request to release at once (see "Asking a holder to let go").
 //!   Lease options other than the provider's default are refused with
 //!   `Error::InvalidOptions`, and `extend()` too: set the session timeout
 //!   instead. The one exception is `LeaseOptions::max_hold`
@@ -352,7 +354,7 @@
 //!
 //! [`Provider::request_release`] asks the way Curator's cooperative
 //! revocation does: after the two reads of `inspect`, one `setData` on
-//! each holding node (pipelined). A distlock node gets its own data again,
+//! each holding queue node (pipelined). A distlock node gets its own data again,
 //! at the data version read: the owner identity stays, and the node's
 //! data version going above 0 is the mark (nothing else sets a holder's
 //! data after its create). A foreign lock or lease node gets `__REVOKE__`,
@@ -361,16 +363,41 @@
 //! leader (a `LeaderLatch`, which has no revocation) gets its own data,
 //! its participant id, again. A write that finds another version
 //! (`BadVersion`: asked by someone else meanwhile) counts as asked; a node
-//! deleted meanwhile was released and is not returned. Nothing is created.
+//! deleted meanwhile was released and is not returned. Nothing is created
+//! on a name nobody holds.
+//!
+//! The unfair mutex's node is the exception: its path is shared, and a
+//! node created there again starts at data version 0 like the one read,
+//! so a versioned write could land on the next holder's node and replace
+//! its owner record. Its hold is asked by its `czxid` instead: an
+//! ephemeral node `_unfair_lock-asked-<czxid>` beside it (in the asking
+//! session, holding the asker's `distlock owner=<identity>`), created
+//! with a look at the unfair node pipelined behind it. If the node read is
+//! still there, it was asked (an existing request node counts too); if
+//! not, nobody was asked, the request node is deleted again and the
+//! holder not returned. The next holder's node is never touched. Its
+//! holder hears the request at once through a children watch on the
+//! directory, set from 20 ms into the hold like a queue node's watch (a
+//! shorter hold costs no request; a request made before is in the watch's
+//! listing; the watch fires at the holder's own release, so it costs no
+//! `removeWatches`), and at the latest at its next session check (every
+//! session timeout / 4; that check rides along with the one it makes
+//! anyway). A heard request's node is made the holder's own ephemeral
+//! node (a delete and a create in one multi), so the request lasts as long
+//! as the hold, not only as long as the asking session (a `distlock
+//! unlock` that exits), and the holder's release deletes it. `inspect`
+//! shows the hold asked while its request node is there. No recipe counts a request node as a contender (it is of
+//! no kind, and Curator and kazoo sort it after their own nodes), and
+//! names cannot reach it (`Name` refuses such segments). An unfair holder
+//! of a distlock version that asked by writing its node's data hears only
+//! such writes, so it is not asked by this one.
 //!
 //! A distlock holder hears a request (ours, or a Curator `Revoker`'s)
 //! through the data watch its guard keeps on its node (the same watch that
 //! reports a force-release), and at the latest at its next session check
 //! (every session timeout / 4), which reads the node's data version: a
 //! watch event missed across a reconnection is caught there. Waiters
-//! watching an asked node wake once, look again and wait on. The unfair
-//! mutex's node has one shared path: a request that races with its
-//! holder's release may ask the next holder instead. A holder's release
+//! watching an asked node wake once, look again and wait on. A holder's release
 //! is unchanged, except that the unfair node's one-request delete (at
 //! data version 0) is skipped once asked, for the checked delete.
 //!

@@ -36,9 +36,10 @@ use zookeeper_client::{Error as ZkError, MultiReadResult, Stat};
 use crate::context::Context;
 use crate::error::from_zk;
 use crate::layout::{
-    asked, latch_owner, parse, rw_queue, sorted_queue, LEASES, LOCKS, REVOKE, UNFAIR_NODE,
+    asked, latch_owner, parse, rw_queue, sorted_queue, unfair_request, LEASES, LOCKS, REVOKE,
+    UNFAIR_NODE,
 };
-use crate::node::CONTAINER_OWNER;
+use crate::node::{acls, CONTAINER_OWNER};
 
 /// Children read per multi-read.
 pub(crate) const READ_BATCH: usize = 512;
@@ -66,13 +67,23 @@ struct Node {
 struct Hold {
     path: String,
     holder: Holder,
-    /// What `request_release` writes on the node, at which version: our
-    /// nodes' data again at the version read (inspect still reads the
-    /// owner; the data version going above 0 is the mark), `__REVOKE__`
-    /// on a foreign lock or lease node (what Curator's `Revoker` writes and
-    /// a revocable Curator holder listens for), a foreign election node's
-    /// data again (a `LeaderLatch` reads its participant id there).
-    ask: (Vec<u8>, Option<i32>),
+    ask: Ask,
+}
+
+/// How `request_release` asks a hold.
+enum Ask {
+    /// Write this data on the node, at this version: our nodes' data again
+    /// at the version read (inspect still reads the owner; the data version
+    /// going above 0 is the mark), `__REVOKE__` on a foreign lock or lease
+    /// node (what Curator's `Revoker` writes and a revocable Curator holder
+    /// listens for), a foreign election node's data again (a `LeaderLatch`
+    /// reads its participant id there). Only on queue nodes: their path is
+    /// never created again, so the write lands on the hold read or nowhere.
+    Write(Vec<u8>, Option<i32>),
+    /// Create this node ([`unfair_request`] of the unfair hold's `czxid`),
+    /// then look at the unfair node: the hold read is asked if it is still
+    /// there (same `czxid`) once the request exists.
+    Node(String),
 }
 
 /// A name's state as read, with the paths of its holds.
@@ -83,10 +94,13 @@ struct State {
 
 fn holder(role: HoldRole, node: &Node, owner: Option<String>, foreign: Option<String>) -> Hold {
     let stat = &node.stat;
-    let ask = if foreign.is_none() || role == HoldRole::Leader {
-        (node.data.clone(), Some(stat.version))
+    let ask = if node.name == UNFAIR_NODE {
+        let dir = node.path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        Ask::Node(format!("{dir}/{}", unfair_request(stat.czxid)))
+    } else if foreign.is_none() || role == HoldRole::Leader {
+        Ask::Write(node.data.clone(), Some(stat.version))
     } else {
-        (REVOKE.to_vec(), None)
+        Ask::Write(REVOKE.to_vec(), None)
     };
     Hold {
         path: node.path.clone(),
@@ -284,6 +298,11 @@ async fn read(ctx: &Context, name: &Name, dir: &str, kind: PrimitiveKind) -> Res
             let (mut lists, mut read) =
                 first_read(ctx, dir, &[dir.to_owned()], std::slice::from_ref(&unfair)).await?;
             let children = lists.pop().flatten().unwrap_or_default();
+            let requests: std::collections::HashSet<String> = children
+                .iter()
+                .filter(|c| c.starts_with(UNFAIR_NODE) && c.len() > UNFAIR_NODE.len())
+                .cloned()
+                .collect();
             let queue = sorted_queue(children, "lock").map_err(wrapped)?;
             let mut nodes =
                 read_nodes(ctx, dir, queue.into_iter().map(|(_, n)| n).collect()).await?;
@@ -316,7 +335,12 @@ async fn read(ctx: &Context, name: &Name, dir: &str, kind: PrimitiveKind) -> Res
                     "lock"
                 };
                 let (owner, foreign) = who(head, what);
-                holds.push(holder(HoldRole::Exclusive, head, owner, foreign));
+                let mut hold = holder(HoldRole::Exclusive, head, owner, foreign);
+                if head.name == UNFAIR_NODE {
+                    hold.holder.release_requested |=
+                        requests.contains(&unfair_request(head.stat.czxid));
+                }
+                holds.push(hold);
             }
             snapshot.waiters = waiters(nodes, |n| parse(&n.data).and_then(|o| o.owner));
         }
@@ -502,12 +526,15 @@ impl Hold {
     }
 }
 
-/// `Provider::request_release`: writes the request on every holding node
-/// (pipelined; see [`Hold::ask`]) and returns the holders asked. A node
-/// deleted meanwhile (`NoNode`) was released: not asked, not returned. A
-/// versioned write that finds another version (`BadVersion`) found the
-/// node's data written since the read: asked by someone else meanwhile,
-/// and returned. Nothing is created: a name nobody holds is only read.
+/// `Provider::request_release`: asks every holding node (pipelined; see
+/// [`Ask`]) and returns the holders asked. A node deleted meanwhile
+/// (`NoNode`) was released: not asked, not returned. A versioned write
+/// that finds another version (`BadVersion`) found the node's data written
+/// since the read: asked by someone else meanwhile, and returned. The
+/// unfair hold's request node that exists already (`NodeExists`) was made
+/// by someone else: asked, and returned; one made for a hold that is gone
+/// by then is deleted again, and the hold not returned. Nothing is created
+/// on a name nobody holds: it is only read.
 pub(crate) async fn request_release(
     ctx: &Context,
     name: &Name,
@@ -518,15 +545,63 @@ pub(crate) async fn request_release(
     if state.holds.is_empty() {
         return Ok(Vec::new());
     }
+    #[cfg(test)]
+    tests::between_read_and_write().await;
     let session = ctx.sessions.get().await?;
-    let written = on_each_hold(ctx, "request release", &state.holds, |hold| {
-        session.client.set_data(&hold.path, &hold.ask.0, hold.ask.1)
-    })
+    let ephemeral = zookeeper_client::CreateMode::Ephemeral.with_acls(acls(ctx.authenticated));
+    // Every request is sent here, before the first answer is awaited.
+    let requests = state.holds.iter().map(|hold| {
+        let sent: futures::future::BoxFuture<'_, std::result::Result<Asked, ZkError>> =
+            match &hold.ask {
+                Ask::Write(data, version) => {
+                    let write = session.client.set_data(&hold.path, data, *version);
+                    Box::pin(async move {
+                        match write.await {
+                            Ok(_) | Err(ZkError::BadVersion) => Ok(Asked::Yes),
+                            Err(ZkError::NoNode) => Ok(Asked::Gone),
+                            Err(e) => Err(e),
+                        }
+                    })
+                }
+                Ask::Node(request) => {
+                    // The look at the unfair node goes right behind the
+                    // create on the same session, so it is answered after
+                    // the request exists (or was refused).
+                    let create = session.client.create(request, &ctx.owner_data, &ephemeral);
+                    let look = session.client.check_stat(&hold.path);
+                    let czxid = hold.holder.fencing_token;
+                    Box::pin(async move {
+                        let created = match create.await {
+                            Ok(_) => true,
+                            Err(ZkError::NodeExists) => false,
+                            // No directory: the hold is gone.
+                            Err(ZkError::NoNode) => return Ok(Asked::Gone),
+                            Err(e) => return Err(e),
+                        };
+                        let held = look
+                            .await?
+                            .is_some_and(|stat| u64::try_from(stat.czxid).ok() == czxid);
+                        Ok(match (held, created) {
+                            (true, _) => Asked::Yes,
+                            (false, true) => Asked::Stale(request.clone()),
+                            (false, false) => Asked::Gone,
+                        })
+                    })
+                }
+            };
+        sent
+    });
+    let requests: Vec<_> = requests.collect();
+    let asking = with_timeout(
+        "request release",
+        ctx.timeout,
+        futures::future::join_all(requests),
+    )
     .await?;
     let mut asked = Vec::with_capacity(state.holds.len());
-    for (hold, outcome) in state.holds.into_iter().zip(written) {
+    for (hold, outcome) in state.holds.into_iter().zip(asking) {
         match outcome {
-            Ok(_) | Err(ZkError::BadVersion) => {
+            Ok(Asked::Yes) => {
                 hold.log(name, kind, false);
                 asked.push(Holder {
                     release_requested: true,
@@ -534,17 +609,129 @@ pub(crate) async fn request_release(
                 });
             }
             // Released meanwhile: nobody to ask.
-            Err(ZkError::NoNode) => {}
+            Ok(Asked::Gone) => {}
+            Ok(Asked::Stale(request)) => {
+                // Ours, for a hold that is gone: it would ask nobody. Ours
+                // is ephemeral, so a delete that fails leaves it only until
+                // our session ends.
+                let delete = session.client.delete(&request, None);
+                let _ = with_timeout("request release", ctx.timeout, delete).await;
+            }
             Err(e) => return Err(from_zk("request release", ctx.timeout, e)),
         }
     }
     Ok(asked)
 }
 
+/// What asking one hold came to.
+enum Asked {
+    /// Asked (or asked already by someone else).
+    Yes,
+    /// The hold is gone: nobody was asked.
+    Gone,
+    /// The hold is gone, and this request node of ours names it.
+    Stale(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::layout::{owner_data, Ours};
+    use distlock_core::{Error, Provider};
+    use tokio::sync::oneshot;
+
+    /// The pause a test puts between `request_release`'s read and its
+    /// request: told when the read is done, it waits for the go.
+    type Pause = (oneshot::Sender<()>, oneshot::Receiver<()>);
+    static PAUSE: std::sync::Mutex<Option<Pause>> = std::sync::Mutex::new(None);
+
+    pub(super) async fn between_read_and_write() {
+        let pause = PAUSE.lock().ok().and_then(|mut p| p.take());
+        if let Some((read, go)) = pause {
+            let _ = read.send(());
+            let _ = go.await;
+        }
+    }
+
+    /// The unfair mutex's node has one path: between a request's read of
+    /// A's node and its request, A releases and B creates the node again
+    /// (at data version 0, like A's). The request must not land on B's
+    /// hold: B's owner record stays B's, B is not asked, and the call does
+    /// not report having asked A's hold, which is gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_lands_only_on_the_unfair_hold_it_read() -> Result<(), Error> {
+        let hosts = test_support::zookeeper::shared().connect_string();
+        let connect = |label: &str| {
+            let options = crate::ZkOptions::new(hosts.clone()).owner_label(label);
+            crate::ZkProvider::connect_with(options)
+        };
+        let (a, b) = (connect("a").await?, connect("b").await?);
+        let operator = connect("operator").await?;
+        let name = test_support::unique_name("ask-race");
+        let a_guard = a.mutex(&name)?.try_lock().await?.ok_or(Error::NotHeld {
+            name: "A did not get the free lock".into(),
+        })?;
+        let (read_tx, read_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *PAUSE
+            .lock()
+            .map_err(|_| Error::server("test", "poisoned"))? = Some((read_tx, go_rx));
+        let asking = {
+            let operator = operator.clone();
+            let name = name.clone();
+            tokio::spawn(async move { operator.request_release(&name, PrimitiveKind::Mutex).await })
+        };
+        read_rx
+            .await
+            .map_err(|_| Error::server("test", "the request never read"))?;
+        // Between the read and the request: A lets go, B takes the lock.
+        a_guard.release().await?;
+        let b_guard = b.mutex(&name)?.try_lock().await?.ok_or(Error::NotHeld {
+            name: "B did not get the free lock".into(),
+        })?;
+        let _ = go_tx.send(());
+        let asked = asking
+            .await
+            .map_err(|e| Error::server("test", e.to_string()))??;
+        assert!(
+            asked.is_empty(),
+            "A's hold is gone, B was not asked: {asked:?}"
+        );
+
+        // B's node is as B created it.
+        let node = format!("{}/{UNFAIR_NODE}", operator.path(&name)?);
+        let raw = zookeeper_client::Client::connect(&hosts)
+            .await
+            .map_err(|e| Error::server("test", e.to_string()))?;
+        let (data, stat) = raw
+            .get_data(&node)
+            .await
+            .map_err(|e| Error::server("test", e.to_string()))?;
+        assert_eq!(
+            stat.czxid,
+            i64::try_from(b_guard.fencing_token()).unwrap_or(-1)
+        );
+        assert_eq!(stat.version, 0, "B's node was written");
+        let shown = String::from_utf8_lossy(&data).into_owned();
+        assert!(shown.contains(&format!("owner={} ", b.owner())), "{shown}");
+        // And no request for B's hold was left behind.
+        let children = raw
+            .list_children(&operator.path(&name)?)
+            .await
+            .map_err(|e| Error::server("test", e.to_string()))?;
+        assert_eq!(children, [UNFAIR_NODE], "{children:?}");
+        let snapshot = operator.inspect(&name, PrimitiveKind::Mutex).await?;
+        assert_eq!(snapshot.holders.len(), 1, "{snapshot:?}");
+        assert_eq!(snapshot.holders[0].owner.as_deref(), Some(b.owner()));
+        assert!(!snapshot.holders[0].release_requested, "{snapshot:?}");
+        // Nor does B hear a request, through its watch or its session
+        // checks (every session timeout / 4).
+        let checks = b.session_timeout().await?;
+        tokio::time::sleep(checks / 2).await;
+        assert!(!b_guard.is_release_requested());
+        b_guard.release().await?;
+        Ok(())
+    }
 
     #[test]
     fn our_data_parses_and_foreign_data_does_not() {

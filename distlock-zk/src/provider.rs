@@ -233,9 +233,10 @@ impl Provider for ZkProvider {
     /// Asks every holder of the name as `kind` to let go, the way Curator's
     /// `Revoker.attemptRevoke` does: one `setData` on each holding node
     /// (pipelined, after the two reads of [`inspect`](Provider::inspect)).
-    /// A distlock holder's node gets its own data again (at the version
-    /// read, so the owner identity stays and the node's data version goes
-    /// above 0: the mark); a foreign lock or lease node (a Curator or kazoo
+    /// A distlock holder's queue node gets its own data again (at the
+    /// version read, so the owner identity stays and the node's data
+    /// version goes above 0: the mark); the unfair mutex's hold gets a
+    /// request node of its own (below); a foreign lock or lease node (a Curator or kazoo
     /// holder) gets `__REVOKE__`, which a revocable Curator holder
     /// (`InterProcessMutex.makeRevocable`) hears; a foreign election leader
     /// (a Curator `LeaderLatch`, which has no revocation) keeps its data,
@@ -243,12 +244,23 @@ impl Provider for ZkProvider {
     /// Curator's `__REVOKE__`) through the data watch on its node, and at
     /// the latest at its next session check (every session timeout / 4).
     /// Returns the holders asked, as `inspect` shows them; a holder that
-    /// released meanwhile is not among them. Nothing is created: a name
-    /// nobody holds is only read.
+    /// released meanwhile is not among them. Nothing is created on a name
+    /// nobody holds: it is only read.
     ///
     /// Waiters watching an asked node wake once, look again and wait on.
-    /// The unfair mutex's node has one fixed path: a request racing with
-    /// its holder's release may ask the next holder instead.
+    ///
+    /// The unfair mutex's node has one fixed path, and a node created there
+    /// again starts at data version 0 like the one read, so its hold is
+    /// asked apart, by the creation `czxid` read (its fencing token): an
+    /// ephemeral node `_unfair_lock-asked-<czxid>` beside it, in this
+    /// provider's session, then a look at the unfair node. A request that
+    /// races with its holder's release asks nobody (the next holder's node
+    /// is never touched) and does not return the holder. The holder hears
+    /// it through a children watch (at the latest at its next session
+    /// check, every session timeout / 4), makes the request node its own,
+    /// so that the request lasts as long as the hold, and deletes it when
+    /// it releases. Unfair holders of distlock versions that asked by
+    /// writing the unfair node's data do not hear it.
     ///
     /// # Errors
     ///

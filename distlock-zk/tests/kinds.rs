@@ -414,6 +414,7 @@ async fn a_name_that_is_another_locks_internal_node_is_invalid() {
     };
     for child in [
         "_unfair_lock",
+        "_unfair_lock-asked-42",
         "locks",
         "leases",
         "_c_0f1e2d3c-lock-0000000001",

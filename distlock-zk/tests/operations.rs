@@ -464,8 +464,9 @@ async fn an_uncontended_lock_and_release_costs_the_fewest_requests() {
         // check's, see `kinds.rs`), the watch on our own node (at once: the
         // path is shared), delete (at version 0: no read); it was 5 with the
         // read before the delete and the watch's removal, 3 before the kind
-        // check
-        (PrimitiveKind::Mutex, 4, 4),
+        // check. Held past 20 ms, one more: the children watch that hears
+        // a request to release at once (a request is a node beside ours).
+        (PrimitiveKind::Mutex, 4, 5),
         // create and list (pipelined), delete: a hold this short sets no
         // node watch (a queue node's path is never used again), a longer
         // one does
@@ -568,4 +569,60 @@ async fn a_node_deleted_early_or_late_in_a_hold_fires_lost() {
         assert_eq!(reason, LostReason::Deleted);
         assert!(guard.release().await.is_err(), "released a lost lease");
     }
+}
+
+/// The unfair mutex's hold is asked through a node named by its `czxid`:
+/// the holder hears it at once (a children watch, not only its session
+/// check), and makes the node its own, so the request outlives the asking
+/// provider (a `distlock unlock` that exits) and `inspect` keeps showing
+/// it; the holder's release takes the node away, and the next holder is
+/// not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfair_request_outlives_its_asker_and_goes_with_the_hold() {
+    let holder = provider().await;
+    let viewer = provider().await;
+    let name = unique_name("unfair-asked");
+    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+    // Past the first 20 ms of the hold, when the children watch is set.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let asker = provider().await;
+    let asked = asker
+        .request_release(&name, PrimitiveKind::Mutex)
+        .await
+        .unwrap();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    // Well within one session check (session timeout / 4).
+    let check = holder.session_timeout().await.unwrap() / 4;
+    tokio::time::timeout(check, guard.release_requested())
+        .await
+        .expect("heard before the next session check");
+    // The holder's session owns the request node: the asker can go.
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let dir = holder.path(&name).unwrap();
+    let request = format!("{dir}/_unfair_lock-asked-{}", guard.fencing_token());
+    let deadline = Instant::now() + SLACK;
+    loop {
+        let stat = raw.check_stat(&request).await.unwrap();
+        let owner = stat.map(|s| s.ephemeral_owner);
+        if owner == Some(holder.session_id().await.unwrap()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never adopted: {owner:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    asker.close().await.unwrap();
+    let snapshot = viewer.inspect(&name, PrimitiveKind::Mutex).await.unwrap();
+    assert!(snapshot.holders[0].release_requested, "{snapshot:?}");
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let deadline = Instant::now() + SLACK;
+    while raw.check_stat(&request).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the request outlived the hold");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = viewer.mutex(&name).unwrap().try_lock().await.unwrap();
+    let next = next.expect("free after the release");
+    let snapshot = viewer.inspect(&name, PrimitiveKind::Mutex).await.unwrap();
+    assert!(!snapshot.holders[0].release_requested, "{snapshot:?}");
+    next.release().await.unwrap();
 }
