@@ -385,8 +385,9 @@
 //! anyway). A heard request's node is made the holder's own ephemeral
 //! node (a delete and a create in one multi), so the request lasts as long
 //! as the hold, not only as long as the asking session (a `distlock
-//! unlock` that exits), and the holder's release deletes it. `inspect`
-//! shows the hold asked while its request node is there. No recipe counts a request node as a contender (it is of
+//! unlock` that exits), and the holder's release deletes it. A request
+//! whose hold ended before it was heard goes with the asking session.
+//! `inspect` shows the hold asked while its request node is there. No recipe counts a request node as a contender (it is of
 //! no kind, and Curator and kazoo sort it after their own nodes), and
 //! names cannot reach it (`Name` refuses such segments). An unfair holder
 //! of a distlock version that asked by writing its node's data hears only
