@@ -145,6 +145,13 @@ impl Leadership {
         self.guard.status()
     }
 
+    /// The instant until which leadership is known held (see
+    /// [`LockGuard::held_until`]): what the leader runs must stop by then.
+    #[must_use]
+    pub fn held_until(&self) -> Option<std::time::Instant> {
+        self.guard.held_until()
+    }
+
     /// Resolves when leadership is lost (see [`LockGuard::lost`]).
     ///
     /// # Cancellation safety

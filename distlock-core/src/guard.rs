@@ -36,6 +36,13 @@ impl LeaseWatch {
         self.signal.status()
     }
 
+    /// The instant until which the lease is known held (see
+    /// [`LockGuard::held_until`]).
+    #[must_use]
+    pub fn held_until(&self) -> Option<std::time::Instant> {
+        self.signal.held_until().map(tokio::time::Instant::into_std)
+    }
+
     /// Resolves with the reason when the lease is lost (at its deadline at
     /// the latest), or with `None` when it was released normally.
     ///
@@ -50,8 +57,9 @@ impl LeaseWatch {
         }
     }
 
-    /// Resolves at the next status change (a deadline passing counts);
-    /// `false` once no change can come.
+    /// Resolves at the next status change (a deadline passing counts, and
+    /// so does a renewal that moves [`LeaseWatch::held_until`]); `false`
+    /// once no change can come.
     ///
     /// # Cancellation safety
     ///
@@ -289,6 +297,33 @@ impl LockGuard {
     #[must_use]
     pub fn status(&self) -> LeaseStatus {
         self.signal.status()
+    }
+
+    /// The instant until which the lease is known held, unless lost
+    /// earlier: the lease's local deadline, at which [`LockGuard::lost`]
+    /// fires and [`LockGuard::is_held`] turns false unless a renewal moved
+    /// it on. It comes before the earliest moment the server could hand the
+    /// lock to someone else by itself (a force release or a deleted key or
+    /// node hands it on at once), by the drift margin: a TTL lease's last
+    /// confirmed renewal (or acquisition) was sent at `t`, the server
+    /// expires it at `t + TTL` at the earliest, and this is
+    /// `t + TTL − drift` ([`clock_drift`](crate::lease::clock_drift)); a
+    /// session lease (ZooKeeper) is held until `3/4 × timeout − drift`
+    /// after its last confirmed check was sent (one check interval of
+    /// margin inside the session timeout). The hold limit
+    /// ([`LeaseOptions::max_hold`]) when it comes first.
+    ///
+    /// Each confirmed renewal moves it later; a renewal of unknown outcome
+    /// may move it earlier. Once the lease ended (lost or released), it is
+    /// the instant it last stood at, and may be past. `None` for a lease
+    /// without deadline (every built-in backend gives its leases one).
+    ///
+    /// What must stop before anyone else can hold the lock (a process the
+    /// holder supervises, a write in flight) must stop by this instant;
+    /// [`LeaseWatch::changed`] wakes when it moves.
+    #[must_use]
+    pub fn held_until(&self) -> Option<std::time::Instant> {
+        self.signal.held_until().map(tokio::time::Instant::into_std)
     }
 
     /// Resolves when the lease is lost: renewal failed or found another

@@ -294,3 +294,41 @@ async fn a_plain_waiter_is_not_refused_by_younger_refused_tries() {
         &refused[..refused.len().min(3)]
     );
 }
+
+/// `held_until` is the instant `lost()` fires at unless renewed: inside the
+/// TTL less the drift margin, moved on by renewals, and where it stood once
+/// the lease is lost (a process supervising a child bounds its grace by it).
+#[tokio::test]
+async fn held_until_is_the_deadline_lost_fires_at() {
+    let ttl = Duration::from_millis(600);
+    let locks = MemProvider::new();
+    let lease = LeaseOptions::manual(ttl).unwrap();
+    let before = std::time::Instant::now();
+    let guard = locks
+        .with_lease(lease)
+        .unwrap()
+        .mutex("deadline")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let until = guard.held_until().unwrap();
+    let drift = distlock_core::lease::clock_drift(ttl);
+    assert!(
+        until <= before + ttl - drift + Duration::from_millis(50),
+        "{:?}",
+        until - before
+    );
+    assert!(until > std::time::Instant::now());
+    let watch = guard.watch();
+    assert_eq!(watch.held_until(), Some(until));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.extend(ttl).await.unwrap();
+    let moved = guard.held_until().unwrap();
+    assert!(moved > until, "a renewal moves it on");
+    let reason = guard.lost().await;
+    assert_eq!(reason, LostReason::Expired);
+    let lost_at = std::time::Instant::now();
+    assert!(lost_at >= moved, "lost() fired {:?} early", moved - lost_at);
+    assert_eq!(guard.held_until(), Some(moved));
+}

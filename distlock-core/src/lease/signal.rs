@@ -179,6 +179,19 @@ impl LeaseSignal {
         self.tx.borrow().deadline
     }
 
+    /// The instant until which the lease is known held: the earlier of the
+    /// local deadline and the hold limit, `None` without either. Once the
+    /// lease ended, what it was then (a lost lease's deadline no longer
+    /// moves).
+    #[must_use]
+    pub fn held_until(&self) -> Option<Instant> {
+        let s = self.tx.borrow();
+        match (s.deadline, s.hold_end) {
+            (Some(d), Some(h)) => Some(d.min(h)),
+            (d, h) => d.or(h),
+        }
+    }
+
     /// Sets the local deadline (after a confirmed renewal, or a new bound
     /// from the backend). An ended lease is left as it is.
     pub fn set_deadline(&self, deadline: Option<Instant>) {
@@ -341,6 +354,23 @@ mod tests {
         t.set_hold_limit(start + Duration::from_secs(4));
         tokio::time::advance(Duration::from_secs(4)).await;
         assert_eq!(t.status(), LeaseStatus::Lost(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_until_is_the_earlier_of_deadline_and_hold_limit() {
+        let s = LeaseSignal::new();
+        assert_eq!(s.held_until(), None);
+        let start = Instant::now();
+        s.set_deadline(Some(start + Duration::from_secs(5)));
+        assert_eq!(s.held_until(), Some(start + Duration::from_secs(5)));
+        s.set_hold_limit(start + Duration::from_secs(3));
+        assert_eq!(s.held_until(), Some(start + Duration::from_secs(3)));
+        s.set_deadline(Some(start + Duration::from_secs(2)));
+        assert_eq!(s.held_until(), Some(start + Duration::from_secs(2)));
+        // Lost: the last deadline stays, a late renewal does not move it.
+        s.lose(LostReason::Taken);
+        s.set_deadline(Some(start + Duration::from_secs(9)));
+        assert_eq!(s.held_until(), Some(start + Duration::from_secs(2)));
     }
 
     #[tokio::test(start_paused = true)]
