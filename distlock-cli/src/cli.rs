@@ -302,12 +302,12 @@ pub struct IdArgs {
     /// The id generator's name.
     pub name: String,
 
-    /// How many ids to print.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// How many ids to print (1 or more).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = parse_positive)]
     pub count: u64,
 
-    /// Ids reserved per round trip.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Ids reserved per round trip (1 or more).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = parse_positive)]
     pub block: u64,
 
     /// One JSON object a line: `{"name": NAME, "id": ID}`.
@@ -373,6 +373,16 @@ pub struct UnlockArgs {
 
     /// The name.
     pub name: String,
+}
+
+/// A whole number, 1 or more: a count of 0 would do nothing and say
+/// nothing.
+fn parse_positive(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be 1 or more, got 0".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number, 1 or more")),
+    }
 }
 
 /// Seconds, fractions allowed: `0.5`, `10`.

@@ -1529,6 +1529,18 @@ fn usage_errors_exit_64_with_one_line() {
         ),
         ("zk://:pw@h:1", &["id", "x"], "digest user is empty"),
         ("zk://h:1", &["id", "x/_unfair_lock"], "invalid name"),
+        // Zero ids printed nothing and exited 0.
+        (
+            "redis://127.0.0.1:1",
+            &["id", "x", "--count", "0"],
+            "--count <N>': must be 1 or more, got 0",
+        ),
+        (
+            "redis://127.0.0.1:1",
+            &["id", "x", "--block", "0"],
+            "--block <N>': must be 1 or more, got 0",
+        ),
+        ("redis://127.0.0.1:1", &["id", "x", "--count", "-1"], "-1"),
     ];
     for (url, args, says) in cases {
         let out = run(url, args);
