@@ -1,5 +1,13 @@
 //! The child: its own process group, signals forwarded to the group, stopped
 //! (SIGTERM, then SIGKILL after the grace) when the lease is lost.
+//!
+//! The group is dead before the lock can be anyone else's: the SIGKILL
+//! comes at the earlier of the grace's end and the instant until which the
+//! lease is known held (`LockGuard::held_until`, the deadline at which
+//! `lost()` fires, inside the TTL or the session timeout by the lease's
+//! margin), here and in the guardian ([`crate::guardian`]), which distlock
+//! keeps told of that instant. A lease lost at its deadline leaves no time:
+//! SIGKILL at once.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -8,7 +16,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::LostReason;
+use distlock::{LeaseStatus, LeaseWatch, LostReason};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -119,6 +127,10 @@ pub struct Running {
     guardian: Guardian,
     /// Whether the holder was asked to release while the child ran.
     asked: bool,
+    /// The leases the child runs under (several for a set of names).
+    leases: Vec<LeaseWatch>,
+    /// Whether every lease may still move (none ended).
+    leases_live: bool,
 }
 
 /// The terminal handed to the child's group while it runs, so that an
@@ -157,14 +169,22 @@ impl Drop for Foreground {
 
 /// Starts `argv` in a new process group with the lease in its environment.
 /// Should distlock itself die, the group is ended (SIGTERM, SIGKILL after
-/// `grace`) by the guardian ([`crate::guardian`]), and the leader gets
-/// SIGTERM from the kernel besides: it would be running without the lease
-/// soon after.
-pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<Running, Failure> {
+/// `grace` or at the deadline of `leases`, whichever comes first) by the
+/// guardian ([`crate::guardian`]), and the leader gets SIGTERM from the
+/// kernel besides: it would be running without the lease soon after.
+pub fn spawn(
+    argv: &[OsString],
+    env: &ChildEnv<'_>,
+    grace: Duration,
+    leases: Vec<LeaseWatch>,
+) -> Result<Running, Failure> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| Failure::usage("missing command after `--`"))?;
     let mut guardian = Guardian::start(grace);
+    // Before the child exists: it never runs with a guardian that does
+    // not know the lease's deadline.
+    guardian.hold_until(held_until(&leases));
     // Before the child exists, so that no stop of it goes unheard.
     let sigchld = signal(SignalKind::child()).map_err(|e| Failure {
         code: CANNOT_EXECUTE,
@@ -230,7 +250,25 @@ pub fn spawn(argv: &[OsString], env: &ChildEnv<'_>, grace: Duration) -> Result<R
         terminal,
         guardian,
         asked: false,
+        leases,
+        leases_live: true,
     })
+}
+
+/// The earliest of the leases' deadlines (see `LockGuard::held_until`).
+fn held_until(leases: &[LeaseWatch]) -> Option<std::time::Instant> {
+    leases.iter().filter_map(LeaseWatch::held_until).min()
+}
+
+/// Resolves when any of `leases` changed (a renewal moved its deadline, or
+/// its status changed): `false` when one can change no more.
+async fn moved(leases: &mut [LeaseWatch]) -> bool {
+    if leases.is_empty() {
+        return std::future::pending().await;
+    }
+    futures::future::select_all(leases.iter_mut().map(|w| Box::pin(w.changed())))
+        .await
+        .0
 }
 
 /// How a supervised child ended.
@@ -290,6 +328,18 @@ impl Running {
                     if !self.group_alive() {
                         self.guardian.dismiss();
                     }
+                    // Killed at the lease's deadline by the guardian, a
+                    // moment before distlock itself saw the lease lost
+                    // (or a renewal moved the deadline too late for the
+                    // guardian to hear of it).
+                    if status.signal() == Some(libc::SIGKILL) {
+                        if let Some(reason) = self.lost_reason() {
+                            return Ok(Ended::LeaseLost(reason));
+                        }
+                        if self.guardian.deadline_passed() {
+                            return Ok(Ended::LeaseLost(LostReason::Expired));
+                        }
+                    }
                     return Ok(Ended::Exited(status));
                 }
                 sig = signals.next() => {
@@ -305,6 +355,13 @@ impl Running {
                         // so that a shell sees its job stopped.
                         self.stop_after_the_group();
                     }
+                }
+                live = moved(&mut self.leases), if self.leases_live => {
+                    // A renewal moved the deadline: the guardian is told,
+                    // so that a SIGKILL of distlock leaves the group no
+                    // longer than the lease.
+                    self.leases_live = live;
+                    self.guardian.hold_until(held_until(&self.leases));
                 }
                 _ = self.sigchld.recv() => {
                     if self.leader_stopped() {
@@ -329,12 +386,41 @@ impl Running {
         }
     }
 
-    /// SIGTERM to the group; SIGKILL to what is left of it after `grace`.
+    /// SIGTERM to the group; SIGKILL to what is left of it after `grace`,
+    /// or at the lease's deadline if that comes first (at once if it
+    /// passed: the lease ran out, someone else may hold it any moment).
     async fn stop(&mut self, grace: Duration) {
+        let until = held_until(&self.leases);
+        self.guardian.hold_until(until);
+        let now = tokio::time::Instant::now();
+        let by_grace = now.checked_add(grace);
+        let until = until.map(tokio::time::Instant::from_std);
+        let deadline = match (by_grace, until) {
+            (Some(grace), Some(lease)) => grace.min(lease),
+            (Some(at), None) | (None, Some(at)) => at,
+            // A grace past the clock's end and no lease deadline: a year,
+            // as good as no SIGKILL.
+            (None, None) => now
+                .checked_add(Duration::from_secs(365 * 24 * 3600))
+                .unwrap_or(now),
+        };
+        if deadline <= now {
+            tracing::warn!(
+                pgid = self.pgid,
+                "the lease's deadline has passed: SIGKILL to the child's group, no grace left"
+            );
+            self.signal_group(libc::SIGKILL);
+            let _ = self.child.wait().await;
+            return;
+        }
+        if until.is_some_and(|lease| by_grace.is_none_or(|grace| lease < grace)) {
+            tracing::warn!(
+                pgid = self.pgid,
+                left_ms = deadline.duration_since(now).as_millis(),
+                "the lease ends before the grace: SIGKILL at the lease's deadline"
+            );
+        }
         self.signal_group(libc::SIGTERM);
-        let deadline = tokio::time::Instant::now()
-            .checked_add(grace)
-            .unwrap_or_else(tokio::time::Instant::now);
         if tokio::time::timeout_at(deadline, self.child.wait())
             .await
             .is_ok()
@@ -342,14 +428,26 @@ impl Running {
             // The leader is gone; its children may not be. A process
             // table check, not a lock poll: there is nothing to wake us.
             while self.group_alive() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                let next = tokio::time::Instant::now() + Duration::from_millis(20);
+                tokio::time::sleep_until(next.min(deadline)).await;
             }
         }
         if self.group_alive() {
-            tracing::warn!(pgid = self.pgid, "grace over: SIGKILL to the child's group");
+            tracing::warn!(
+                pgid = self.pgid,
+                "grace over (or the lease's deadline): SIGKILL to the child's group"
+            );
             self.signal_group(libc::SIGKILL);
         }
         let _ = self.child.wait().await;
+    }
+
+    /// Why a lease the child runs under was lost, if one was.
+    fn lost_reason(&self) -> Option<LostReason> {
+        self.leases.iter().find_map(|w| match w.status() {
+            LeaseStatus::Lost(reason) => Some(reason),
+            _ => None,
+        })
     }
 
     fn signal_group(&self, sig: i32) {

@@ -68,10 +68,22 @@ process group; every catchable signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1
 SIGALRM, SIGWINCH, SIGCONT) goes to the whole group. If the lease is
 lost the group gets SIGTERM, then SIGKILL after --grace, and distlock exits 75.
 
+The group is dead before the lock can be anyone else's: SIGKILL comes after --grace or at
+the lease's deadline, whichever is first. The deadline is where distlock counts the lease
+lost unless renewed: the last renewal (or acquisition) plus the TTL less its drift margin
+(TTL/100 + 2 ms) on Redis; 3/4 of the session timeout less that margin after the last
+session check on ZooKeeper; both before the server may hand the lock on. A lease lost by
+running out to its deadline (server unreachable, distlock stopped) leaves no time: SIGKILL
+at once, no SIGTERM; a child that must clean up needs a lease longer than its cleanup and
+a server it can reach. The same holds should distlock itself die, even by kill -9: a
+guardian process it keeps told of the deadline ends the group (SIGTERM, SIGKILL after
+--grace or at the deadline, whichever is first).
+
 Ctrl-Z (SIGTSTP) stops the child's group, then distlock itself (as dumb-init), so the shell
 sees the job stopped; SIGCONT (fg, bg, kill -CONT) continues both. A stopped distlock
 renews nothing: a stop longer than the lease (--ttl; ZooKeeper's session) loses the lock,
-and when continued distlock stops the child as on any lost lease (exit 75).")]
+the guardian SIGKILLs the stopped group at the lease's deadline, and when continued
+distlock exits 75.")]
     Exec(ExecArgs),
 
     /// Campaign for leadership and run CMD only while leader.
@@ -84,7 +96,9 @@ Examples:
 
 CMD runs with DISTLOCK_NAME, DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_OWNER. When it
 exits, distlock resigns and exits with its status. When leadership is lost, CMD's group gets
-SIGTERM, then SIGKILL after --grace; then distlock campaigns again (or exits 75 with --once).")]
+SIGTERM, then SIGKILL after --grace or at the lease's deadline, whichever is first (at once
+when the lease ran out; see distlock exec --help: the group is dead before anyone else can
+lead, also should distlock die); then distlock campaigns again (or exits 75 with --once).")]
     Elect(ElectArgs),
 
     /// Acquire a lock and hold it, with no command, until stdin closes or a
@@ -144,7 +158,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub ttl: Option<Duration>,
 
-    /// Seconds between SIGTERM and SIGKILL when the lease is lost.
+    /// Seconds between SIGTERM and SIGKILL when the lease is lost (or
+    /// distlock dies), cut short by the lease: SIGKILL comes at the lease's
+    /// deadline at the latest, at once when the lease ran out to it.
     #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "10")]
     pub grace: Duration,
 

@@ -180,7 +180,7 @@ async fn exec_on(
         owner: provider.owner(),
         tokens: Some(format!("{name}={}", guard.fencing_token())),
     };
-    let mut running = match child::spawn(&args.command, &env, args.run.grace) {
+    let mut running = match child::spawn(&args.command, &env, args.run.grace, vec![guard.watch()]) {
         Ok(running) => running,
         Err(f) => {
             let _ = guard.release().await;
@@ -276,7 +276,16 @@ async fn exec_set(
         owner: provider.owner(),
         tokens: Some(tokens),
     };
-    let mut running = match child::spawn(&args.command, &env, args.run.grace) {
+    let mut running = match child::spawn(
+        &args.command,
+        &env,
+        args.run.grace,
+        guard
+            .guards()
+            .iter()
+            .map(distlock::LockGuard::watch)
+            .collect(),
+    ) {
         Ok(running) => running,
         Err(f) => {
             let _ = guard.release().await;
@@ -642,7 +651,12 @@ async fn lead(
             owner: candidate,
             tokens: None,
         };
-        let mut running = match child::spawn(&args.command, &env, args.run.grace) {
+        let mut running = match child::spawn(
+            &args.command,
+            &env,
+            args.run.grace,
+            vec![leadership.watch()],
+        ) {
             Ok(running) => running,
             Err(f) => {
                 let _ = leadership.resign().await;

@@ -12,7 +12,22 @@
 //! death, the pipe reads end of file: the guardian sends the group SIGTERM,
 //! then SIGKILL to what is left after the grace, and exits. When distlock
 //! has seen the group gone, it writes `done` first and the guardian exits
-//! at once, so a reused group id is never signalled. The guardian ignores
+//! at once, so a reused group id is never signalled.
+//!
+//! The group must be dead before the lock can be someone else's, so the
+//! grace is bounded by the lease: distlock also writes the guardian the
+//! instant until which the lease is known held (`until NS`, on
+//! `CLOCK_MONOTONIC`, which both processes read alike), first before the
+//! child starts and again each time a renewal moves it (by 5 ms or more
+//! later, or earlier at all: one line a renewal, never a flood). On end of
+//! file the group gets SIGTERM, and SIGKILL at the earlier of the grace's
+//! end and that instant; at once if it has passed (a `kill -9` of distlock
+//! while its lease lapses leaves no time). The guardian keeps the instant
+//! itself while distlock lives too: should it pass with no later one told
+//! (distlock stopped, or too starved to renew or to stop the child in
+//! time), the group gets SIGKILL then, as distlock would have done. The
+//! lease's instant comes before the server can hand the lock on by the
+//! lease's own margin (see `LockGuard::held_until`). The guardian ignores
 //! the signals that end a process (a signal to distlock's whole group does
 //! not take it away before it has done its work) and holds nothing else.
 //!
@@ -21,7 +36,7 @@
 //! `setsid`, is out of reach either way; the group is what distlock
 //! signals everywhere else).
 
-use std::io::{self, BufRead as _, Write as _};
+use std::io;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,14 +45,23 @@ use crate::failure::say;
 /// The hidden first argument that makes `distlock` the guardian.
 pub const ARG: &str = "__guardian";
 
+/// Later moves of the lease's deadline smaller than this are not written:
+/// renewals move it by their interval (a third of the TTL on Redis, a
+/// quarter of the session timeout on ZooKeeper), so this bounds the lines
+/// only for the shortest leases; earlier moves are always written.
+const SMALLEST_MOVE: Duration = Duration::from_millis(5);
+
 /// distlock's side: the pipe to its guardian.
 pub struct Guardian {
     pipe: Option<io::PipeWriter>,
+    /// The lease's deadline last written (`CLOCK_MONOTONIC` nanoseconds).
+    told: Option<u64>,
 }
 
 impl Guardian {
     /// Starts the guardian, which will give a group it is told of `grace`
-    /// between SIGTERM and SIGKILL. It runs the very executable distlock
+    /// between SIGTERM and SIGKILL (less when the lease's deadline it is
+    /// told comes first). It runs the very executable distlock
     /// runs (`/proc/self/exe`: still there when the file was replaced or
     /// deleted since, as by an upgrade during a long wait). If it cannot
     /// start, distlock says so and goes on without it: the child's leader
@@ -65,10 +89,16 @@ impl Guardian {
             Ok(writer)
         })();
         match started {
-            Ok(writer) => Guardian { pipe: Some(writer) },
+            Ok(writer) => Guardian {
+                pipe: Some(writer),
+                told: None,
+            },
             Err(e) => {
                 say!("cannot start the guardian of the child's group ({e}): should distlock be killed, what the child started may outlive it");
-                Guardian { pipe: None }
+                Guardian {
+                    pipe: None,
+                    told: None,
+                }
             }
         }
     }
@@ -78,6 +108,32 @@ impl Guardian {
         self.send(&format!("{pgid}\n"));
     }
 
+    /// Tells the guardian the instant until which the lease is known held,
+    /// if it moved earlier, or later by [`SMALLEST_MOVE`] or more, since
+    /// last told. `None` (no deadline) tells nothing.
+    pub fn hold_until(&mut self, until: Option<Instant>) {
+        let Some(ns) = until.map(monotonic_of) else {
+            return;
+        };
+        let moved = match self.told {
+            None => true,
+            Some(told) => {
+                ns < told
+                    || ns - told >= u64::try_from(SMALLEST_MOVE.as_nanos()).unwrap_or(u64::MAX)
+            }
+        };
+        if moved && self.pipe.is_some() {
+            self.told = Some(ns);
+            self.send(&format!("until {ns}\n"));
+        }
+    }
+
+    /// Whether the lease's deadline last told has passed: the guardian
+    /// then SIGKILLs the group (or did).
+    pub fn deadline_passed(&self) -> bool {
+        self.told.is_some_and(|told| monotonic_now() >= told)
+    }
+
     /// The group is gone: the guardian exits without signalling anyone.
     pub fn dismiss(&mut self) {
         self.send("done\n");
@@ -85,12 +141,40 @@ impl Guardian {
     }
 
     fn send(&mut self, line: &str) {
+        use std::io::Write as _;
         if let Some(pipe) = &mut self.pipe {
             if pipe.write_all(line.as_bytes()).is_err() {
                 tracing::warn!("the guardian of the child's group is gone");
                 self.pipe = None;
             }
         }
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (what `Instant` reads on Linux,
+/// and the same in every process of the machine).
+fn monotonic_now() -> u64 {
+    // SAFETY: clock_gettime(2) into a zeroed timespec.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts
+    };
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// `at` on `CLOCK_MONOTONIC`, in nanoseconds: its distance from now, laid
+/// on the clock read now.
+fn monotonic_of(at: Instant) -> u64 {
+    let now = Instant::now();
+    let clock = monotonic_now();
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    if at >= now {
+        clock.saturating_add(nanos(at - now))
+    } else {
+        clock.saturating_sub(nanos(now - at))
     }
 }
 
@@ -119,44 +203,145 @@ pub fn run(args: &[String]) -> u8 {
         }
     }
     let mut group: Option<i32> = None;
-    for line in io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        match line.trim() {
-            "done" => return 0,
-            pgid => {
-                if let Ok(pgid) = pgid.parse::<i32>() {
-                    if pgid > 1 {
-                        group = Some(pgid);
-                    }
+    let mut until: Option<u64> = None;
+    // The group was killed at the lease's deadline while distlock lived.
+    let mut killed = false;
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        // Until the lease's deadline, if a group is to be ended by then.
+        let wait = match (group, until) {
+            (Some(pgid), Some(until)) if !killed => {
+                let now = monotonic_now();
+                if until <= now {
+                    // Nothing later was told in time: the lease is gone
+                    // as distlock itself counts it.
+                    kill_group(pgid, libc::SIGKILL);
+                    killed = true;
+                    continue;
+                }
+                Some(until - now)
+            }
+            _ => None,
+        };
+        match read_some(wait, &mut pending) {
+            Read::Data => {}
+            Read::Timeout => continue,
+            Read::End => break,
+        }
+        while let Some(at) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=at).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim();
+            if line == "done" {
+                return 0;
+            } else if let Some(ns) = line.strip_prefix("until ") {
+                if let Ok(ns) = ns.parse::<u64>() {
+                    until = Some(ns);
+                }
+            } else if let Ok(pgid) = line.parse::<i32>() {
+                if pgid > 1 {
+                    group = Some(pgid);
                 }
             }
         }
     }
     // distlock is gone and did not see the group end.
     if let Some(pgid) = group {
-        end_group(pgid, grace);
+        if killed {
+            if group_alive(pgid) {
+                kill_group(pgid, libc::SIGKILL);
+            }
+        } else {
+            end_group(pgid, grace, until);
+        }
     }
     0
 }
 
-/// SIGTERM to the group, SIGKILL to what is left of it after `grace`.
-fn end_group(pgid: i32, grace: Duration) {
-    // SAFETY: kill(2) with a negative pid signals a process group; signal
-    // 0 only checks that it exists.
-    let alive = || unsafe { libc::kill(-pgid, 0) == 0 };
-    if !alive() {
+enum Read {
+    Data,
+    Timeout,
+    End,
+}
+
+/// Reads what stdin has into `pending`, waiting `wait` at most (`None`:
+/// as long as it takes). Raw reads, no buffer of std's in between: what
+/// was read is all handled before the next wait.
+fn read_some(wait: Option<u64>, pending: &mut Vec<u8>) -> Read {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout = wait.map(|ns| libc::timespec {
+        tv_sec: libc::time_t::try_from(ns / 1_000_000_000).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::try_from(ns % 1_000_000_000).unwrap_or(0),
+    });
+    let timeout_ptr = timeout
+        .as_ref()
+        .map_or(std::ptr::null(), std::ptr::from_ref);
+    // SAFETY: ppoll(2) on one pollfd with a timespec or null.
+    let ready = unsafe { libc::ppoll(&mut fd, 1, timeout_ptr, std::ptr::null()) };
+    if ready == 0 {
+        return Read::Timeout;
+    }
+    if ready < 0 {
+        return if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            Read::Timeout
+        } else {
+            Read::End
+        };
+    }
+    let mut buf = [0u8; 512];
+    // SAFETY: read(2) into a buffer of that length.
+    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+    match usize::try_from(n) {
+        Ok(0) => Read::End,
+        Ok(n) => {
+            pending.extend_from_slice(&buf[..n]);
+            Read::Data
+        }
+        Err(_) if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => Read::Timeout,
+        Err(_) => Read::End,
+    }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: kill(2) with a negative pid and signal 0 only checks that
+    // the group exists.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+fn kill_group(pgid: i32, sig: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// SIGTERM to the group, SIGKILL to what is left of it at the earlier of
+/// the grace's end and `until` (the lease's deadline); SIGKILL alone when
+/// that has passed.
+fn end_group(pgid: i32, grace: Duration, until: Option<u64>) {
+    if !group_alive(pgid) {
         return;
     }
-    unsafe {
-        libc::kill(-pgid, libc::SIGTERM);
+    let now = monotonic_now();
+    let by_grace = now.saturating_add(u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX));
+    let kill_at = until.map_or(by_grace, |until| until.min(by_grace));
+    if kill_at <= now {
+        kill_group(pgid, libc::SIGKILL);
+        return;
     }
-    let deadline = Instant::now() + grace;
-    while alive() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if alive() {
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+    kill_group(pgid, libc::SIGTERM);
+    loop {
+        let now = monotonic_now();
+        if !group_alive(pgid) || now >= kill_at {
+            break;
         }
+        std::thread::sleep(Duration::from_nanos(kill_at - now).min(Duration::from_millis(20)));
+    }
+    if group_alive(pgid) {
+        kill_group(pgid, libc::SIGKILL);
     }
 }

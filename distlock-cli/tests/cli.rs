@@ -423,12 +423,18 @@ fn force_release_stops_the_child(url: &str) {
     assert!(dir.path().join("lost").exists());
 }
 
-// A child that ignores SIGTERM is SIGKILLed after --grace.
+// A child that ignores SIGTERM is SIGKILLed after --grace (shorter here
+// than what is left of the lease: ZooKeeper's is 1 to 1.5 s when the
+// deletion is heard, Redis's 2 to 3 s with a TTL of 3 s).
 fn stubborn_child_is_killed_after_grace(url: &str) {
     let name = test_support::unique_name("stubborn");
     let dir = tempfile::tempdir().unwrap();
-    let mut extra = fast_lease(url);
-    extra.extend_from_slice(&["--grace", "1"]);
+    let mut extra = if url.starts_with("redis") {
+        vec!["--ttl", "3"]
+    } else {
+        vec![]
+    };
+    extra.extend_from_slice(&["--grace", "0.5"]);
     let mut holder = hold(
         url,
         &name,
@@ -444,7 +450,7 @@ fn stubborn_child_is_killed_after_grace(url: &str) {
     assert!(!alive(child));
     // It got the grace: SIGTERM alone did not end it.
     assert!(
-        forced.elapsed() >= Duration::from_millis(900),
+        forced.elapsed() >= Duration::from_millis(400),
         "{:?}",
         forced.elapsed()
     );
@@ -603,6 +609,11 @@ fn state(pid: i32) -> char {
 // instead of waiting blindly. (SIGTSTP was not caught before: the child ran
 // on while distlock stopped, or distlock ran on beside a stopped child.)
 fn ctrl_z_stops_the_group_then_distlock(url: &str) {
+    // A stopped distlock renews nothing, and its guardian ends the group
+    // at the lease's deadline: a session of 2 s left a loaded machine too
+    // little time to see everything stopped. Ctrl-Z is what is tested
+    // here, not the lease.
+    let url = &url.replace("session_timeout_ms=2000", "session_timeout_ms=20000");
     for direct in [false, true] {
         let name = test_support::unique_name("tstp");
         let dir = tempfile::tempdir().unwrap();
@@ -1349,6 +1360,204 @@ on_both!(
     hold_mode_hears_a_request,
     several_names_hear_a_request_on_one,
 );
+
+/// The first holder's child ignores SIGTERM, the shell and the sleep it
+/// started both (`trap ''` is inherited as ignored).
+const STUBBORN: &str =
+    "trap '' TERM; sleep 1000 & echo $! > gc.pid; echo $$ > c.pid; touch ready; wait";
+
+/// The next holder's child, first thing: whether each process of the first
+/// child still runs (a zombie counts as dead), into `seen`. Checked where it
+/// matters, when the lock is someone else's: no timing can fool it.
+const SEES: &str = r#"for p in $(cat c.pid gc.pid); do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); case "$s" in ''|Z|X) echo "dead $p";; *) echo "alive $p";; esac; done > seen.tmp; mv seen.tmp seen"#;
+
+/// SIGKILLs what is left of the first child when a test ends (the old
+/// guardian left it running).
+struct Reap(Vec<i32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if alive(pid) {
+                // SAFETY: a process this test started.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// A distlock that is SIGKILLed (and continued, were it stopped) when a
+/// test ends, failed or not: a stopped one left behind kept the test's
+/// output open.
+struct KillOnDrop(Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // std's kill signals only a child not yet reaped.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fault {
+    /// `kill -9` of the holder's distlock.
+    KillDistlock,
+    /// The holder's connection goes silent (a partition): its lease is lost
+    /// while distlock lives.
+    Partition,
+    /// The holder's distlock is stopped (SIGSTOP): it renews nothing and
+    /// stops nothing; its guardian, which knows the lease's deadline,
+    /// ends the group then.
+    StopDistlock,
+}
+
+/// A holder (`exec`, or `elect --once`) whose child ignores SIGTERM, a
+/// second one waiting (`exec -w 30`, or `elect`), then `fault`: the first
+/// child's whole group is dead before the second child runs, whatever
+/// `--grace` (the default 10 s here, longer than the lease) says. Before,
+/// the guardian (after a `kill -9`) and distlock (after a lost lease) gave
+/// the group the whole grace, and the second child ran beside the first.
+fn next_holder_runs_after_the_first_child_died(backend: &str, command: &str, fault: Fault) {
+    let (direct, target, lease): (String, std::net::SocketAddr, &[&str]) = if backend == "redis" {
+        let server = test_support::redis::shared();
+        (server.url(), server.addr(), &["--ttl", "2"])
+    } else {
+        let zk = test_support::zookeeper::shared();
+        (zk_url(), zk.addr(0), &[])
+    };
+    let proxy = test_support::proxy::Proxy::start(target);
+    let holder_url = if backend == "redis" {
+        format!("redis://{}", proxy.addr())
+    } else {
+        format!("zk://{}?session_timeout_ms=2000", proxy.addr())
+    };
+    let name = test_support::unique_name("outlived");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<&str> = if command == "exec" {
+        vec!["exec"]
+    } else {
+        vec!["elect", "--once"]
+    };
+    args.extend_from_slice(lease);
+    args.extend_from_slice(&[&name, "--", "sh", "-c", STUBBORN]);
+    let mut holder = KillOnDrop(
+        distlock(&holder_url, &args)
+            .current_dir(dir.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(Duration::from_secs(15), "the first child", || {
+        if let Some(status) = holder.try_wait().unwrap() {
+            panic!("holder exited early: {status}");
+        }
+        dir.path().join("ready").exists()
+    });
+    let child = read_pid(&dir.path().join("c.pid")).unwrap();
+    let grandchild = read_pid(&dir.path().join("gc.pid")).unwrap();
+    let _reap = Reap(vec![child, grandchild]);
+    assert!(alive(child) && alive(grandchild));
+
+    let mut args: Vec<&str> = if command == "exec" {
+        vec!["exec", "-w", "30"]
+    } else {
+        vec!["elect"]
+    };
+    args.extend_from_slice(lease);
+    args.extend_from_slice(&[&name, "--", "sh", "-c", SEES]);
+    let mut next = KillOnDrop(
+        distlock(&direct, &args)
+            .current_dir(dir.path())
+            .spawn()
+            .unwrap(),
+    );
+    // Connected and waiting (an early fault would only make it wait less).
+    thread::sleep(Duration::from_millis(500));
+    assert!(!dir.path().join("seen").exists(), "the lock was not free");
+
+    match fault {
+        Fault::KillDistlock => {
+            holder.kill().unwrap();
+            let _ = holder.wait();
+        }
+        Fault::Partition => proxy.set_blackhole(true),
+        Fault::StopDistlock => signal(&holder, libc::SIGSTOP),
+    }
+    assert_eq!(wait_exit(&mut next, Duration::from_secs(30)), 0);
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    assert!(
+        seen.lines().count() == 2 && seen.lines().all(|l| l.starts_with("dead ")),
+        "the second child ran while the first one's group lived: {seen}"
+    );
+    if fault != Fault::KillDistlock {
+        proxy.set_blackhole(false);
+        signal(&holder, libc::SIGCONT);
+        assert_eq!(wait_exit(&mut holder, Duration::from_secs(20)), 75);
+        let err = stderr_of(&mut holder);
+        assert!(err.contains("lost"), "{err}");
+    }
+}
+
+#[test]
+fn redis_killed_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::KillDistlock);
+}
+
+#[test]
+fn zookeeper_killed_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::KillDistlock);
+}
+
+#[test]
+fn redis_lost_lease_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::Partition);
+}
+
+#[test]
+fn zookeeper_lost_lease_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::Partition);
+}
+
+#[test]
+fn redis_stopped_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::StopDistlock);
+}
+
+#[test]
+fn zookeeper_stopped_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::StopDistlock);
+}
+
+#[test]
+fn redis_killed_leader_child_dies_before_the_next_leader_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "elect", Fault::KillDistlock);
+}
+
+#[test]
+fn zookeeper_killed_leader_child_dies_before_the_next_leader_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "elect", Fault::KillDistlock);
+}
+
+#[test]
+fn zookeeper_lost_leadership_child_dies_before_the_next_leader_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "elect", Fault::Partition);
+}
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
 // exit 75.
