@@ -287,13 +287,15 @@ impl LockSet {
     /// Waits at most `timeout` (counted from this call, for the whole set)
     /// for every name; `Ok(None)`, holding none, when they did not all come.
     ///
-    /// It returns within `timeout` plus one response timeout of the
-    /// backend, however many names the set has: the member being acquired
-    /// at the deadline is dropped there, no later member is tried, and the
-    /// members taken are released side by side, each awaited for one
-    /// response timeout at most (one not done by then finishes in the
-    /// background). A zero `timeout` tries each name once, as
-    /// [`LockSet::try_lock`].
+    /// A positive `timeout` returns within `timeout` plus one response
+    /// timeout of the backend, however many names the set has: the member
+    /// being acquired at the deadline is dropped there, no later member is
+    /// tried, and the members taken are released side by side, each awaited
+    /// for one response timeout at most (one not done by then finishes in
+    /// the background). A zero `timeout` is [`LockSet::try_lock`]: each name
+    /// is tried once, one request after the other, so a slow server makes
+    /// it take a request's time per name (a deadline that passes before the
+    /// first request would take none at all).
     ///
     /// # Errors
     ///
