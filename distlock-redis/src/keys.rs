@@ -17,6 +17,22 @@ use crate::scripts::{
 /// provider that died in between costs little.
 pub(crate) const RESERVATION: Duration = Duration::from_millis(50);
 
+/// How many hand-overs in a row a contended plain mutex makes before a
+/// release leaves it free as a turn for clients outside the line
+/// (`mutex_release.lua`), while no such client was seen holding it.
+pub(crate) const TURN_AFTER_UNSEEN: u32 = 64;
+
+/// How many, once a refused attempt found such a client holding it (its
+/// turn was taken): few, so that it keeps getting turns, and the lock
+/// passes between the two at least every fifth acquisition or so.
+pub(crate) const TURN_AFTER: u32 = 4;
+
+/// How long this version's waiters hold back when a release left the lock
+/// free as a turn: long enough for a client that polls every millisecond
+/// (redis-py) to ask on a busy machine, short enough that a turn nobody
+/// takes costs little (the lock sits free that long, at most).
+pub(crate) const TURN: Duration = Duration::from_millis(3);
+
 /// The keys of one lock: all in the lock key's Cluster slot.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
@@ -100,6 +116,7 @@ impl Keys {
             handoff,
             alive,
             listening,
+            ..
         } = self.line.as_ref()?;
         let mut invocation = MUTEX_PASS.key(&self.lock);
         invocation
@@ -180,6 +197,7 @@ impl Keys {
             handoff,
             alive,
             listening,
+            streak,
         }) = &self.line
         {
             let mut invocation = MUTEX_RELEASE.key(&self.lock);
@@ -192,9 +210,12 @@ impl Keys {
                 .key(handoff)
                 .key(alive)
                 .key(listening)
+                .key(streak)
                 .arg(token)
                 .arg(&self.channel)
-                .arg(RESERVATION.as_millis().to_string());
+                .arg(RESERVATION.as_millis().to_string())
+                .arg(TURN_AFTER_UNSEEN)
+                .arg(TURN.as_millis().to_string());
             return invocation;
         }
         let mut invocation = RELEASE.key(&self.lock);
@@ -230,6 +251,10 @@ pub(crate) struct LineKeys {
     /// a TTL), so that a release publishes even with nobody in line (see
     /// `acquire.lua`).
     pub(crate) listening: String,
+    /// `{lock}:streak`: the hand-overs in a row since the lock was last
+    /// left free to everyone (an integer, expiring after a minute; see
+    /// `mutex_release.lua`).
+    pub(crate) streak: String,
 }
 
 /// The line keys of the lock key `lock`.
@@ -239,6 +264,7 @@ fn line_keys(lock: &str) -> LineKeys {
         handoff: format!("{{{lock}}}:handoff"),
         alive: format!("{{{lock}}}:waiting:alive"),
         listening: format!("{{{lock}}}:listening"),
+        streak: format!("{{{lock}}}:streak"),
     }
 }
 
@@ -320,9 +346,10 @@ mod tests {
                 handoff,
                 alive,
                 listening,
+                streak,
             }) = line
             {
-                internal.extend([waiting, handoff, alive, listening]);
+                internal.extend([waiting, handoff, alive, listening, streak]);
             }
             if marker.is_some() {
                 // An election's lease key; its marker is the lock key.

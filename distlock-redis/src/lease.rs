@@ -15,7 +15,7 @@ use redis::ScriptInvocation;
 use tokio::time::{sleep_until, Instant};
 
 use crate::context::Context;
-use crate::keys::{Keys, Recipe};
+use crate::keys::{Keys, Recipe, TURN};
 use crate::net::wait::not_replicated;
 use crate::net::{Pinned, Sticky};
 
@@ -239,7 +239,19 @@ impl RedisLease {
     /// the script acted (the hold was ours). The connection stays kept.
     async fn take_back(&self, place: Option<&str>) -> Result<bool> {
         match (&self.keys, place) {
-            (LeaseKeys::Lock(keys), _) => self.run("release", &keys.release(&self.token)).await,
+            (LeaseKeys::Lock(keys), _) => {
+                let reply: i64 = self
+                    .conn
+                    .script(&self.shared.commands, "release", &keys.release(&self.token))
+                    .await?;
+                if reply == 2 {
+                    // Left free as a turn for clients outside the line
+                    // (`mutex_release.lua`): this provider's waiters, and
+                    // its next `lock()`, hold back as the others' do.
+                    self.shared.subscriber.hold_back(&keys.channel, TURN);
+                }
+                Ok(reply == 1 || reply == 2)
+            }
             (LeaseKeys::Queued(recipe), None) => {
                 self.run("release", &recipe.release(&self.token, "")).await
             }

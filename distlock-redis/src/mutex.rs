@@ -16,12 +16,13 @@ use tokio::time::Instant;
 
 use crate::acquire::{Acquisition, Family, Outcome};
 use crate::context::Context;
-use crate::keys::{Keys, LineKeys};
+use crate::keys::{Keys, LineKeys, TURN_AFTER, TURN_AFTER_UNSEEN};
 use crate::lease::{decode, kind_refusal, leave_budget, Attempt};
 use crate::line::InLine;
 use crate::net::Pinned;
 use crate::scripts::ACQUIRE;
 use crate::wake::subscriber::Subscription;
+use crate::wake::tracker::KeyWatch;
 use crate::wake::woken;
 
 /// The first re-check while the holder is a client that does not publish
@@ -102,6 +103,8 @@ impl RedisMutex {
             handoff,
             alive,
             listening,
+            streak,
+            ..
         } = self
             .keys
             .line
@@ -131,6 +134,7 @@ impl RedisMutex {
                     .key(handoff)
                     .key(alive)
                     .key(listening)
+                    .key(streak)
                     .arg(token)
                     .arg(self.lease.ttl_millis())
                     .arg(&self.shared.owner)
@@ -144,7 +148,8 @@ impl RedisMutex {
                     .arg(if in_line { "1" } else { "0" })
                     .arg(alive_ms)
                     .arg(listening_ms)
-                    .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis())),
+                    .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis()))
+                    .arg(TURN_AFTER_UNSEEN - TURN_AFTER),
                 self.shared.options.wait,
             )
             .await?;
@@ -197,6 +202,38 @@ impl RedisMutex {
             Ok(Outcome::Again) => Step::Again,
             Ok(Outcome::Waiting(held)) => Step::Held(held),
             Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    /// Holds back while this provider's waiters do on this lock (a turn
+    /// for clients outside the line, see `mutex_release.lua`): until the
+    /// turn ends (or `deadline`), or someone takes it — the lock key is
+    /// found set, or changes (client tracking) — whichever comes first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] when the provider is closed meanwhile.
+    async fn hold_back(&self, deadline: Option<Instant>) -> Result<()> {
+        let subscriber = &self.shared.subscriber;
+        let channel = &self.keys.channel;
+        let Some(until) = subscriber.held_back(channel) else {
+            return Ok(());
+        };
+        let until = deadline.map_or(until, |d| d.min(until));
+        let mut taken = self.shared.tracker.watch(&self.keys.lock, until).await;
+        if taken.as_ref().and_then(KeyWatch::found) == Some(true) {
+            // Its hold is waited out as any other, and the attempt that
+            // finds it tells the releases (`acquire.lua`).
+            subscriber.turn_taken(channel);
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => Ok(()),
+            () = turn_taken(taken.as_mut()) => {
+                subscriber.turn_taken(channel);
+                Ok(())
+            }
+            () = self.shared.lifecycle.closed() => Err(Error::Closed),
         }
     }
 
@@ -299,6 +336,15 @@ impl Lock for RedisMutex {
             // (a waiter is `counted` once it subscribed).
             let others = subscriber.plain_waiters(channel) > usize::from(counted);
             let in_line = line.armed;
+            // A release left the lock free as a turn for clients outside
+            // the line: they ask first (one local look while nobody holds
+            // back; no server call). Boxed: only a wait that holds back
+            // keeps its state.
+            if queue != LinePlace::Out && Box::pin(self.hold_back(deadline)).await.is_err() {
+                drop(subscription);
+                Box::pin(line.leave(&self.shared, &self.keys, leave_within())).await;
+                return Err(Error::Closed);
+            }
             // Armed before the attempt: one that may queue us and whose
             // answer is lost (an error, a cancellation) leaves the line too.
             line.armed |= queue != LinePlace::Out;
@@ -402,5 +448,14 @@ impl Lock for RedisMutex {
                 queue = LinePlace::Front;
             }
         }
+    }
+}
+
+/// Resolves when the lock key changes after `watch`'s read (someone took
+/// a turn); never without a watch.
+async fn turn_taken(watch: Option<&mut KeyWatch>) {
+    match watch {
+        Some(watch) => Box::pin(watch.next_change()).await,
+        None => std::future::pending().await,
     }
 }

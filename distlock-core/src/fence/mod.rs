@@ -87,8 +87,8 @@
 //! * not of the shape of distlock's own Redis keys: a name that starts
 //!   with `{` and has, right after a `}:`, one of the words `distlock`,
 //!   `fence`, `released`, `fair`, `holder`, `revoke`, `waiting`,
-//!   `handoff`, `listening`, `elect`, `rw`, `sem`, `ids` or `redlock` (up
-//!   to the next `:` or the end) is reserved. Those are the names of
+//!   `handoff`, `listening`, `streak`, `elect`, `rw`, `sem`, `ids` or
+//!   `redlock` (up to the next `:` or the end) is reserved. Those are the names of
 //!   every key's fence (`{orders:42}:distlock:highest`) and of every
 //!   lock's fencing counter, queue and records (`{orders/42}:fence`,
 //!   `{orders/42}:rw:writer`, ...): a write through a fence never deletes
@@ -305,7 +305,7 @@ impl Highest {
 /// shape of distlock's own Redis keys: a fence (`{KEY}:distlock:highest`)
 /// and a lock's internals (`{LOCK}:fence`, `{LOCK}:rw:writer`, ...; the
 /// table of keys in `distlock_redis`'s docs).
-const RESERVED_WORDS: [&str; 14] = [
+const RESERVED_WORDS: [&str; 15] = [
     "distlock",
     "fence",
     "released",
@@ -320,6 +320,7 @@ const RESERVED_WORDS: [&str; 14] = [
     "sem",
     "ids",
     "redlock",
+    "streak",
 ];
 
 /// Checks a resource name by [the rule](self#resource-names), before a
@@ -339,7 +340,7 @@ pub fn check_resource(resource: &str) -> Result<&str> {
     } else if resource.contains('}') && !has_hash_tag(resource) {
         "a fenced resource's name with a '}' needs a {hash tag} before it: a '{', then at least one character before the next '}'"
     } else if is_reserved(resource) {
-        "a fenced resource's name of the shape {...}:WORD... is reserved for distlock's own keys (WORD: distlock, fence, released, fair, holder, revoke, waiting, handoff, listening, elect, rw, sem, ids, redlock)"
+        "a fenced resource's name of the shape {...}:WORD... is reserved for distlock's own keys (WORD: distlock, fence, released, fair, holder, revoke, waiting, handoff, listening, streak, elect, rw, sem, ids, redlock)"
     } else {
         return Ok(resource);
     };

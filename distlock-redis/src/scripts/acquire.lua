@@ -31,7 +31,12 @@
 -- connection is not known to deliver: it is taken off the line rather than
 -- queued, and marks KEYS[7] instead), ARGV[9] how long (ms) that mark lasts,
 -- ARGV[10] the fencing counter's TTL in ms (the lease's and the fence retention)
--- (until the waiter's next look, at the latest)
+-- (until the waiter's next look, at the latest),
+-- KEYS[8] (optional, with ARGV[11]) the release's streak ({lock key}:streak,
+-- mutex_release.lua): a refused attempt that finds a hold that is not
+-- this version's (redis-py, an earlier version) sets it to ARGV[11], so
+-- that releases leave the lock free as a turn after the few hand-overs
+-- left to the longest streak rather than after that whole streak
 -- (A handed-over lock: the provider was taken off the line by the release
 -- that reserved it, and off the listeners by the attempt that queued it.)
 -- Returns {1, fencing token, 0} when acquired,
@@ -170,6 +175,10 @@ if hold_owner(value) then
 else
   -- A foreign hold, or an earlier version's (with its holder record).
   if line then redis.call('DEL', KEYS[5]) end
+  if KEYS[8] and ARGV[11] then
+    -- Clients outside the line are about: turns come soon (see KEYS[8]).
+    redis.call('SET', KEYS[8], ARGV[11], 'PX', 60000)
+  end
   if KEYS[3] and redis.pcall('HGET', KEYS[3], 'lock') == value then
     publishes = 1
   end

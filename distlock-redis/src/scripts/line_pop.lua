@@ -5,8 +5,14 @@
 -- attempts and its pub/sub connection's health checks push on while it is
 -- alive and hears its channel. A member whose deadline passed (a dead,
 -- closed or silent provider) is dropped here, never handed the lock.
+-- A member without any deadline is a provider of an earlier version that
+-- keeps none (it waits by retrying, and honours the reservation in
+-- {lock key}:handoff): it is returned as such, to be handed the lock its
+-- own way rather than passed over (a dead one costs one reservation, once:
+-- it is off the line then).
 -- pop_live(waiting, alive) takes the first live provider off the line and
--- returns its id (dead ones before it are dropped), or nil.
+-- returns its id and whether it is of such an earlier version (dead ones
+-- before it are dropped), or nil.
 local function pop_live(waiting, alive)
   local now = nil
   while true do
@@ -18,8 +24,11 @@ local function pop_live(waiting, alive)
     end
     local deadline = redis.pcall('ZSCORE', alive, first[1])
     redis.pcall('ZREM', alive, first[1])
-    if type(deadline) == 'string' and tonumber(deadline) > now then
-      return first[1]
+    if type(deadline) ~= 'string' then
+      return first[1], true
+    end
+    if tonumber(deadline) > now then
+      return first[1], false
     end
   end
 end

@@ -3,7 +3,8 @@
 -- off the line and, if the lock is free (or reserved for this provider),
 -- the next provider in line gets the lock reserved and is woken (or,
 -- nobody in line, the lock is announced free): the wake-up this provider
--- did not use goes on. Prefixed with holds.lua and line_pop.lua.
+-- did not use goes on (to a member of an earlier version's line as that
+-- version reserves, see mutex_release.lua). Prefixed with holds.lua and line_pop.lua.
 -- KEYS[1] lock key, KEYS[2] the waiting providers, KEYS[3] the reservation
 -- of earlier versions ({lock key}:handoff: one for this provider is
 -- passed on as this version's), KEYS[4] the line's liveness (see
@@ -32,8 +33,12 @@ if type(reserved) == 'string' then
   end
   redis.call('DEL', KEYS[3])
 end
-local first = pop_live(KEYS[2], KEYS[4])
-if first then
+local first, earlier = pop_live(KEYS[2], KEYS[4])
+if first and earlier then
+  -- A provider of an earlier version: reserved its way (the key stays free).
+  redis.call('SET', KEYS[3], first, 'PX', ARGV[3])
+  redis.call('PUBLISH', ARGV[2], 'to:' .. first)
+elseif first then
   redis.call('SET', KEYS[1], HANDOFF_PREFIX .. first, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], 'to:' .. first)
 else

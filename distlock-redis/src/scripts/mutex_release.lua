@@ -6,15 +6,21 @@
 -- none; an earlier version's holder deletes its own), KEYS[5] fair
 -- waiters' owners (as release.lua: fair waiters of the same name go first),
 -- KEYS[6] the waiting providers ({lock key}:waiting, zset provider id ->
--- place), KEYS[7] the hand-over reservation of earlier versions (unused:
--- this version reserves in the lock key), KEYS[8] the line's liveness
--- ({lock key}:waiting:alive, see line_pop.lua), KEYS[9] the listeners
--- ({lock key}:listening, see acquire.lua)
+-- place), KEYS[7] the hand-over reservation of earlier versions
+-- ({lock key}:handoff: set for a member of the line of such a version),
+-- KEYS[8] the line's liveness ({lock key}:waiting:alive, see line_pop.lua),
+-- KEYS[9] the listeners ({lock key}:listening, see acquire.lua), KEYS[10]
+-- (optional) the streak ({lock key}:streak, integer: hand-overs in a row
+-- since the lock was last left free to everyone; expires after a minute)
 -- ARGV[1] the lock's value, ARGV[2] release channel, ARGV[3] reservation
--- TTL in ms
--- Returns 1 when released, 0 when the lock is not ours (nothing changed).
--- Nobody waits (no fair queue, no line, no listener: one EXISTS): the
--- lock key is deleted, three calls in all. Else the hand-over: 'to:<id>'
+-- TTL in ms, ARGV[4] (with KEYS[10]) the longest streak, ARGV[5] the turn
+-- in ms (how long this version's waiters let others ask first)
+-- Returns 1 when released, 2 when released and left free as a turn for
+-- others (the caller's provider holds back for ARGV[5] ms), 0 when the lock
+-- is not ours (nothing changed).
+-- Nobody waits (no fair queue, no line, no listener, no streak left by
+-- the last contention: one EXISTS): the lock key is deleted, three calls in
+-- all (the first release after a contention ends deletes the streak). Else the hand-over: 'to:<id>'
 -- of the first live fair waiter; else the first live waiting provider is
 -- taken off the line (dead ones are dropped), the lock key is set to its
 -- reservation (holds.lua) for ARGV[3] ms and 'to:<provider id>' wakes one
@@ -23,11 +29,25 @@
 -- clients that do not queue). The reservation overwrites our value, which
 -- no one sees in between (scripts run atomically): the key is deleted only
 -- when it is left free.
+-- Turns: clients that are not in this line (redis-py, anything polling with
+-- SET NX) leave no trace when refused, and a line that never empties would
+-- keep the key held or reserved for good. So after ARGV[4] hand-overs in a
+-- row (fewer once such a client was seen holding: acquire.lua moves the
+-- streak on when a refused attempt finds its hold) the release leaves the
+-- key free instead (nobody is popped: the line
+-- keeps its order) and publishes 'turn:<ARGV[5]>': this version's waiters
+-- hold back that long, so a poller's SET NX gets in; earlier versions'
+-- waiters take it as a plain wake-up and ask at once. A member of an
+-- earlier version's line (no liveness entry, line_pop.lua) gets its
+-- hand-over that version's way: the key left free, {lock key}:handoff set
+-- to it (which that version's acquire honours), and a turn for this
+-- version. The streak is a count, so mutual exclusion and fencing never
+-- depend on it.
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
 end
-if redis.call('EXISTS', KEYS[2], KEYS[6], KEYS[9]) == 0 then
+if redis.call('EXISTS', KEYS[2], KEYS[6], KEYS[9], KEYS[10] or KEYS[9]) == 0 then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -44,12 +64,34 @@ if head then
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)
   return 1
 end
-local nxt = pop_live(KEYS[6], KEYS[8])
-if nxt then
+-- Leaves the key free as a turn for others (see above).
+local function turn()
+  redis.call('DEL', KEYS[1])
+  if KEYS[10] then redis.call('DEL', KEYS[10]) end
+  redis.call('PUBLISH', ARGV[2], 'turn:' .. ARGV[5])
+  return 2
+end
+if KEYS[10] then
+  local streak = redis.pcall('INCR', KEYS[10])
+  if type(streak) ~= 'number' then
+    -- Not a counter: start again.
+    redis.call('DEL', KEYS[10])
+  elseif streak == 1 then
+    redis.call('PEXPIRE', KEYS[10], 60000)
+  elseif streak > tonumber(ARGV[4]) then
+    return turn()
+  end
+end
+local nxt, earlier = pop_live(KEYS[6], KEYS[8])
+if nxt and earlier then
+  redis.call('SET', KEYS[7], nxt, 'PX', ARGV[3])
+  return turn()
+elseif nxt then
   redis.call('SET', KEYS[1], HANDOFF_PREFIX .. nxt, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], 'to:' .. nxt)
 else
   redis.call('DEL', KEYS[1])
+  if KEYS[10] then redis.call('DEL', KEYS[10]) end
   redis.call('PUBLISH', ARGV[2], 'released')
 end
 return 1

@@ -51,7 +51,7 @@
 //! expiry and at a bounded interval.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -169,6 +169,16 @@ impl Timing {
 /// The payload prefix of a message addressed to one waiter.
 pub(crate) const ADDRESSED: &str = "to:";
 
+/// The payload prefix of a turn: a release left the plain mutex free for
+/// clients outside its line; `turn:<ms>` asks this version's waiters to
+/// hold back that long (see `mutex_release.lua`). Earlier versions take it
+/// as a plain wake-up.
+pub(crate) const TURN: &str = "turn:";
+
+/// The longest hold-back a `turn:` message is trusted with (a message from
+/// anyone who can publish on the channel must not stall waiters).
+const TURN_AT_MOST: Duration = Duration::from_millis(50);
+
 /// How long a channel stays subscribed after its last waiter left.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
@@ -184,6 +194,11 @@ struct Board {
     /// and a response timeout, the latest the next check's answer is due.
     /// `None` while there is no connection.
     healthy_until: Mutex<Option<tokio::time::Instant>>,
+    /// Per channel, until when this provider's plain waiters hold back (a
+    /// turn for clients outside the line); entries go once passed.
+    turns: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Whether `turns` may hold an entry: the hot path reads only this.
+    any_turn: AtomicBool,
 }
 
 impl Board {
@@ -243,6 +258,35 @@ impl Board {
 
     fn is_live(&self, channel: &str) -> bool {
         self.with(|m| m.get(channel).is_some_and(|e| e.1))
+    }
+
+    fn hold_back(&self, channel: &str, until: tokio::time::Instant) {
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = tokio::time::Instant::now();
+        turns.retain(|_, t| *t > now);
+        let entry = turns.entry(channel.to_owned()).or_insert(until);
+        *entry = (*entry).max(until);
+        self.any_turn.store(true, Ordering::SeqCst);
+    }
+
+    fn turn_taken(&self, channel: &str) {
+        self.turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(channel);
+    }
+
+    fn held_back(&self, channel: &str) -> Option<tokio::time::Instant> {
+        if !self.any_turn.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = tokio::time::Instant::now();
+        turns.retain(|_, t| *t > now);
+        if turns.is_empty() {
+            self.any_turn.store(false, Ordering::SeqCst);
+        }
+        turns.get(channel).copied()
     }
 }
 
@@ -606,6 +650,26 @@ impl Subscriber {
         self.board.plain_waiters(channel)
     }
 
+    /// This provider's plain waiters on `channel` hold back for `turn`: a
+    /// release left the lock free for clients outside the line.
+    pub(crate) fn hold_back(&self, channel: &str, turn: Duration) {
+        let turn = turn.min(TURN_AT_MOST);
+        self.board
+            .hold_back(channel, tokio::time::Instant::now() + turn);
+    }
+
+    /// The turn on `channel` was taken (the lock key changed): this
+    /// provider's waiters hold back no longer.
+    pub(crate) fn turn_taken(&self, channel: &str) {
+        self.board.turn_taken(channel);
+    }
+
+    /// Until when this provider's plain waiters on `channel` hold back,
+    /// if they do now (no lock taken on the way while nobody holds back).
+    pub(crate) fn held_back(&self, channel: &str) -> Option<tokio::time::Instant> {
+        self.board.held_back(channel)
+    }
+
     /// Whether `channel` is subscribed on the current connection (waiters
     /// or lingering), so a waiter registered now hears every later message.
     pub(crate) fn is_live(&self, channel: &str) -> bool {
@@ -949,6 +1013,15 @@ impl Actor {
                 }
             }
             return;
+        }
+        if let Some(ms) = payload.strip_prefix(TURN) {
+            // A turn: the waiter woken below asks once it is over.
+            if let Ok(ms) = ms.parse::<u64>() {
+                self.board.hold_back(
+                    msg.get_channel_name(),
+                    tokio::time::Instant::now() + Duration::from_millis(ms).min(TURN_AT_MOST),
+                );
+            }
         }
         // Only plain waiters count: observers are not waiters.
         if ch.refs > ch.ids.len() + ch.observers.len() {

@@ -128,6 +128,9 @@ pub(crate) struct KeyWatch {
     changes: watch::Receiver<u64>,
     /// The key was found gone already: changed at once.
     gone: bool,
+    /// Whether the key existed at this watch's own read (`None`: it shares
+    /// an earlier read, whose answer it does not know).
+    found: Option<bool>,
 }
 
 impl KeyWatch {
@@ -141,6 +144,22 @@ impl KeyWatch {
         if self.gone {
             return;
         }
+        self.next_change().await;
+    }
+
+    /// Whether the key existed at this watch's own read (`None`: the watch
+    /// shares an earlier read).
+    pub(crate) fn found(&self) -> Option<bool> {
+        self.found
+    }
+
+    /// Resolves at the key's next change after the read, even when the
+    /// read found it gone (a free lock that someone may take).
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`Self::changed`].
+    pub(crate) async fn next_change(&mut self) {
         if self.changes.changed().await.is_err() {
             // The entry cannot go while this watch holds it; never resolve
             // rather than spin.
@@ -219,6 +238,7 @@ impl Tracker {
             key,
             changes,
             gone: false,
+            found: None,
         };
         if tracked {
             return Some(watch);
@@ -238,6 +258,7 @@ impl Tracker {
             Err(_) | Ok(None) => None,
             Ok(Some((Ok(Ok(exists)), generation, before))) => {
                 watch.gone = exists == 0;
+                watch.found = Some(exists != 0);
                 let mut map = self.inner.keys();
                 if let Some(entry) = map.get_mut(watch.key.as_slice()) {
                     if *entry.changes.borrow() == before
