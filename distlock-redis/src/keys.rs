@@ -19,13 +19,18 @@ pub(crate) const RESERVATION: Duration = Duration::from_millis(50);
 
 /// How many hand-overs in a row a contended plain mutex makes before a
 /// release leaves it free as a turn for clients outside the line
-/// (`mutex_release.lua`), while no such client was seen holding it.
+/// (`mutex_release.lua`), while none of them takes its turns.
 pub(crate) const TURN_AFTER_UNSEEN: u32 = 64;
 
-/// How many, once a refused attempt found such a client holding it (its
-/// turn was taken): few, so that it keeps getting turns, and the lock
-/// passes between the two at least every fifth acquisition or so.
-pub(crate) const TURN_AFTER: u32 = 4;
+/// How many, once such a client took a turn or was found holding the lock:
+/// few, so that it keeps getting turns, and the lock passes between the two
+/// about every fourth acquisition. Each turn nobody takes doubles
+/// it, up to [`TURN_AFTER_UNSEEN`].
+pub(crate) const TURN_AFTER: u32 = 3;
+
+/// The streak key's value is its count of hand-overs plus this times the
+/// hand-overs due before the next turn (`mutex_release.lua`).
+pub(crate) const STREAK_UNIT: u32 = 1024;
 
 /// How long this version's waiters hold back when a release left the lock
 /// free as a turn: long enough for a client that polls every millisecond

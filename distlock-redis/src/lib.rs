@@ -103,23 +103,25 @@
 //!   keeps its order) and publishes `turn:3`: every waiter of this version
 //!   holds back for 3 ms, and so does the releasing provider's next
 //!   `lock()`, or until someone takes the turn (the lock key is found set,
-//!   or changes, through client tracking). The streak is 64 hand-overs
-//!   while no such client was seen holding the lock, and 4 once a refused
-//!   attempt of this version found one holding it (from then on, until a
-//!   turn nobody takes): **a client outside the line that asks at least
-//!   every 3 ms gets the lock within 65 acquisitions of a contended name,
-//!   and, once it held it, within 5**; in a run of 2 distlock and 2
-//!   redis-py processes (polling every millisecond) the lock passes between
-//!   the groups in about 3 acquisitions of 10. A turn nobody takes leaves
-//!   the lock free for 3 ms at most, once every 65 acquisitions: what the
-//!   guarantee costs a name only distlock uses. A provider of an earlier
-//!   distlock version that waits in the line (its place has no liveness
-//!   entry: that version kept none) gets its hand-over that version's way:
-//!   the lock key left free, `{PREFIX NAME}:handoff` set to it, and a turn
-//!   for this version's waiters; so both versions on one name take turns
-//!   during a rolling upgrade. Contended, a release costs one `INCR` more
-//!   (and a `PEXPIRE` at the start of each streak); uncontended, nothing.
-//!   Mutual exclusion and fencing never depend on turns.
+//!   or changes, through client tracking). A streak is 64 hand-overs at
+//!   first; once a waiter of this version saw someone take a turn, or found
+//!   a holder outside the line, it is 3, and every turn nobody takes
+//!   doubles it again (6, 12, … up to 64). So **a client outside the line
+//!   that asks at least every 3 ms gets the lock within 65 acquisitions of
+//!   a contended name, and while it keeps asking, within about 4**; in a
+//!   run of 2 distlock and 2 redis-py processes (polling every millisecond)
+//!   the lock passes between the groups in about 3 acquisitions of 10. A
+//!   turn nobody takes leaves the lock free for 3 ms at most, once every 65
+//!   acquisitions on a name only distlock uses: what the guarantee costs.
+//!   A provider of an earlier distlock version that waits in the line (its
+//!   place has no liveness entry: that version kept none) gets its
+//!   hand-over that version's way: the lock key left free,
+//!   `{PREFIX NAME}:handoff` set to it, and a turn for this version's
+//!   waiters; so both versions on one name take turns during a rolling
+//!   upgrade. Contended, a release costs one `INCR` more (a `SET` at each
+//!   turn), and an attempt after a taken turn or behind a foreign holder
+//!   one `SET`; uncontended, nothing. Mutual exclusion and fencing never
+//!   depend on turns.
 //! * **Next to clients that do not publish** (redis-py): a refused attempt
 //!   tells whether the holder is a distlock holder (the lock's value is
 //!   `<token>|<owner>`, or an earlier version's holder record matches it). While it is not, the waiter has the server
@@ -268,7 +270,7 @@
 //! | `{PREFIX NAME}:waiting:alive` | the line's liveness: zset provider id → server ms until which it is known to hear hand-overs (see [Liveness](#liveness)), expiring with the line |
 //! | `{PREFIX NAME}:listening` | the plain mutex's listeners that are not in line: zset provider id → server ms until which it listens (its re-check interval plus one response timeout), taken off when it joins the line, acquires or leaves; while it exists, a release with nobody in line publishes `released` |
 //! | `{PREFIX NAME}:handoff` | the reservation of earlier versions (a provider id, 50 ms): read by their clients; this version sets it when it hands over to a provider of such a version in the line, and deletes it once someone holds the lock |
-//! | `{PREFIX NAME}:streak` | the plain mutex's hand-overs in a row since the lock was last left free to everyone (an integer, expiring 60 s after the streak began, deleted by the first release after the contention ends); a refused attempt that finds a holder outside the line sets it to 60, so a turn comes after 4 more (see [the mutex](#the-mutex)) |
+//! | `{PREFIX NAME}:streak` | the plain mutex's hand-overs since the last turn, plus 1024 × the hand-overs due before the next turn (0: 64), an integer expiring 60 s after the last turn; an attempt that saw a turn taken or a holder outside the line sets it to 3 × 1024; deleted by a release with nobody in line while turns are not taken (see [the mutex](#the-mutex)) |
 //! | `{PREFIX NAME}:elect` | an election's lease: value = `<token>\|<owner identity>`, TTL = lease |
 //! | `{PREFIX NAME}:elect:leader` | the leader record `"<term> <candidate id>"`, same TTL |
 //! | `{PREFIX NAME}:elect:fence` | the election's term counter (as `:fence`) |

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{Acquisition, Family, Outcome};
 use crate::context::Context;
-use crate::keys::{Keys, LineKeys, TURN_AFTER, TURN_AFTER_UNSEEN};
+use crate::keys::{Keys, LineKeys, STREAK_UNIT, TURN_AFTER};
 use crate::lease::{decode, kind_refusal, leave_budget, Attempt};
 use crate::line::InLine;
 use crate::net::Pinned;
@@ -96,6 +96,7 @@ impl RedisMutex {
         queue: LinePlace,
         others: bool,
         in_line: bool,
+        turn_taken: bool,
     ) -> Result<Attempt<Held>> {
         let subscriber = &self.shared.subscriber;
         let LineKeys {
@@ -149,7 +150,8 @@ impl RedisMutex {
                     .arg(alive_ms)
                     .arg(listening_ms)
                     .arg(self.shared.options.fence_ttl_ms(self.lease.ttl_millis()))
-                    .arg(TURN_AFTER_UNSEEN - TURN_AFTER),
+                    .arg(TURN_AFTER * STREAK_UNIT)
+                    .arg(if turn_taken { "1" } else { "0" }),
                 self.shared.options.wait,
             )
             .await?;
@@ -176,7 +178,7 @@ impl RedisMutex {
         wait: Wait,
         deadline: Option<Instant>,
         queue: LinePlace,
-        (others, in_line): (bool, bool),
+        (others, in_line, turn_taken): (bool, bool, bool),
         pause: &mut Duration,
         waited: Instant,
     ) -> Step {
@@ -192,6 +194,7 @@ impl RedisMutex {
             queue,
             others,
             in_line,
+            turn_taken,
             waited,
         };
         match acquisition
@@ -209,29 +212,30 @@ impl RedisMutex {
     /// for clients outside the line, see `mutex_release.lua`): until the
     /// turn ends (or `deadline`), or someone takes it — the lock key is
     /// found set, or changes (client tracking) — whichever comes first.
+    /// `true` when someone took it: the next attempt tells the releases
+    /// (`acquire.lua`), even when that hold is over by then.
     ///
     /// # Errors
     ///
     /// [`Error::Closed`] when the provider is closed meanwhile.
-    async fn hold_back(&self, deadline: Option<Instant>) -> Result<()> {
+    async fn hold_back(&self, deadline: Option<Instant>) -> Result<bool> {
         let subscriber = &self.shared.subscriber;
         let channel = &self.keys.channel;
         let Some(until) = subscriber.held_back(channel) else {
-            return Ok(());
+            return Ok(false);
         };
         let until = deadline.map_or(until, |d| d.min(until));
         let mut taken = self.shared.tracker.watch(&self.keys.lock, until).await;
         if taken.as_ref().and_then(KeyWatch::found) == Some(true) {
-            // Its hold is waited out as any other, and the attempt that
-            // finds it tells the releases (`acquire.lua`).
+            // Its hold is waited out as any other.
             subscriber.turn_taken(channel);
-            return Ok(());
+            return Ok(true);
         }
         tokio::select! {
-            () = tokio::time::sleep_until(until) => Ok(()),
+            () = tokio::time::sleep_until(until) => Ok(false),
             () = turn_taken(taken.as_mut()) => {
                 subscriber.turn_taken(channel);
-                Ok(())
+                Ok(true)
             }
             () = self.shared.lifecycle.closed() => Err(Error::Closed),
         }
@@ -252,6 +256,9 @@ struct MutexAttempt<'a> {
     queue: LinePlace,
     others: bool,
     in_line: bool,
+    /// Whether someone took a turn this provider held back for (see
+    /// `acquire.lua`'s ARGV[12]).
+    turn_taken: bool,
     waited: Instant,
 }
 
@@ -263,8 +270,14 @@ impl Family for MutexAttempt<'_> {
         pinned: &'a Pinned,
         token: &'a str,
     ) -> impl std::future::Future<Output = Result<Attempt<Held>>> + Send + 'a {
-        self.mutex
-            .attempt(pinned, token, self.queue, self.others, self.in_line)
+        self.mutex.attempt(
+            pinned,
+            token,
+            self.queue,
+            self.others,
+            self.in_line,
+            self.turn_taken,
+        )
     }
 
     fn answered(&mut self, outcome: &Result<Attempt<Held>>) {
@@ -340,15 +353,26 @@ impl Lock for RedisMutex {
             // the line: they ask first (one local look while nobody holds
             // back; no server call). Boxed: only a wait that holds back
             // keeps its state.
-            if queue != LinePlace::Out && Box::pin(self.hold_back(deadline)).await.is_err() {
+            let turn_taken = if queue == LinePlace::Out {
+                false
+            } else if let Ok(taken) = Box::pin(self.hold_back(deadline)).await {
+                taken
+            } else {
                 drop(subscription);
                 Box::pin(line.leave(&self.shared, &self.keys, leave_within())).await;
                 return Err(Error::Closed);
-            }
+            };
             // Armed before the attempt: one that may queue us and whose
             // answer is lost (an error, a cancellation) leaves the line too.
             line.armed |= queue != LinePlace::Out;
-            let step = self.step(wait, deadline, queue, (others, in_line), &mut pause, waited);
+            let step = self.step(
+                wait,
+                deadline,
+                queue,
+                (others, in_line, turn_taken),
+                &mut pause,
+                waited,
+            );
             // The outcome is boxed, and the step's value gone, before the
             // awaits below: a waiting task keeps no room for a guard.
             let step = match Box::pin(step).await {

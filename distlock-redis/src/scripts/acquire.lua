@@ -35,8 +35,13 @@
 -- KEYS[8] (optional, with ARGV[11]) the release's streak ({lock key}:streak,
 -- mutex_release.lua): a refused attempt that finds a hold that is not
 -- this version's (redis-py, an earlier version) sets it to ARGV[11], so
--- that releases leave the lock free as a turn after the few hand-overs
--- left to the longest streak rather than after that whole streak
+-- that releases leave the lock free as a turn after a few hand-overs
+-- rather than after the longest streak;
+-- ARGV[12] '1' when this attempt's provider held back for a turn (see
+-- mutex_release.lua) and saw someone take it: sets KEYS[8] so too when the
+-- attempt finds the lock free (that hold is over: it was not this
+-- version's, whose holds last longer than a look; when it finds a hold,
+-- the hold tells)
 -- (A handed-over lock: the provider was taken off the line by the release
 -- that reserved it, and off the listeners by the attempt that queued it.)
 -- Returns {1, fencing token, 0} when acquired,
@@ -113,6 +118,10 @@ end
 -- provider was refused since (the reservation would have let it in), so
 -- there is nothing to take off.
 local function take(handed)
+  if KEYS[8] and ARGV[12] == '1' then
+    -- Someone outside the line took a turn: the next comes soon.
+    redis.call('SET', KEYS[8], ARGV[11], 'PX', 60000)
+  end
   if not t then t = redis.call('TIME') end
   local token, refused = fence_next(KEYS[2], t, ARGV[10])
   if not token then

@@ -10,8 +10,9 @@
 -- ({lock key}:handoff: set for a member of the line of such a version),
 -- KEYS[8] the line's liveness ({lock key}:waiting:alive, see line_pop.lua),
 -- KEYS[9] the listeners ({lock key}:listening, see acquire.lua), KEYS[10]
--- (optional) the streak ({lock key}:streak, integer: hand-overs in a row
--- since the lock was last left free to everyone; expires after a minute)
+-- (optional) the streak ({lock key}:streak, an integer: the hand-overs in
+-- a row since the last turn, plus STREAK_UNIT times the hand-overs due
+-- before the next turn (0: ARGV[4]); expires a minute after the last turn)
 -- ARGV[1] the lock's value, ARGV[2] release channel, ARGV[3] reservation
 -- TTL in ms, ARGV[4] (with KEYS[10]) the longest streak, ARGV[5] the turn
 -- in ms (how long this version's waiters let others ask first)
@@ -31,18 +32,24 @@
 -- when it is left free.
 -- Turns: clients that are not in this line (redis-py, anything polling with
 -- SET NX) leave no trace when refused, and a line that never empties would
--- keep the key held or reserved for good. So after ARGV[4] hand-overs in a
--- row (fewer once such a client was seen holding: acquire.lua moves the
--- streak on when a refused attempt finds its hold) the release leaves the
--- key free instead (nobody is popped: the line
+-- keep the key held or reserved for good. So after a streak of hand-overs
+-- the release leaves the key free instead (nobody is popped: the line
 -- keeps its order) and publishes 'turn:<ARGV[5]>': this version's waiters
 -- hold back that long, so a poller's SET NX gets in; earlier versions'
 -- waiters take it as a plain wake-up and ask at once. A member of an
+-- The streak is ARGV[4] hand-overs at first; once someone outside the line
+-- took a turn or was found holding, acquire.lua sets it to a few (its
+-- ARGV[11]); every turn then doubles it, up to ARGV[4], until someone takes
+-- one again. So turns come often while they are taken, and seldom (a free
+-- lock for ARGV[5] ms every ARGV[4] hand-overs) on a name that only this
+-- version uses. A member of an
 -- earlier version's line (no liveness entry, line_pop.lua) gets its
 -- hand-over that version's way: the key left free, {lock key}:handoff set
 -- to it (which that version's acquire honours), and a turn for this
 -- version. The streak is a count, so mutual exclusion and fencing never
 -- depend on it.
+-- The streak's count of hand-overs is its value modulo this.
+local STREAK_UNIT = 1024
 local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
   return 0
@@ -64,34 +71,50 @@ if head then
   redis.call('PUBLISH', ARGV[2], 'to:' .. head)
   return 1
 end
--- Leaves the key free as a turn for others (see above).
-local function turn()
+-- Leaves the key free as a turn for others (see above); `after`: the
+-- hand-overs before the next turn (nil: the streak is left as it is).
+local function turn(after)
   redis.call('DEL', KEYS[1])
-  if KEYS[10] then redis.call('DEL', KEYS[10]) end
+  if after then
+    redis.call('SET', KEYS[10], after * STREAK_UNIT, 'PX', 60000)
+  end
   redis.call('PUBLISH', ARGV[2], 'turn:' .. ARGV[5])
   return 2
 end
+-- Whether turns come often (someone outside the line took one lately).
+local often = false
 if KEYS[10] then
   local streak = redis.pcall('INCR', KEYS[10])
   if type(streak) ~= 'number' then
     -- Not a counter: start again.
     redis.call('DEL', KEYS[10])
-  elseif streak == 1 then
-    redis.call('PEXPIRE', KEYS[10], 60000)
-  elseif streak > tonumber(ARGV[4]) then
-    return turn()
+  else
+    local longest = tonumber(ARGV[4])
+    local after = math.floor(streak / STREAK_UNIT)
+    often = after > 0 and after < longest
+    if after == 0 then
+      -- A streak of its own (no turn yet): the longest.
+      after = longest
+      if streak == 1 then redis.call('PEXPIRE', KEYS[10], 60000) end
+    end
+    if streak % STREAK_UNIT > after then
+      -- Twice as long until the next, unless someone takes this one.
+      return turn(math.min(after * 2, longest))
+    end
   end
 end
 local nxt, earlier = pop_live(KEYS[6], KEYS[8])
 if nxt and earlier then
   redis.call('SET', KEYS[7], nxt, 'PX', ARGV[3])
-  return turn()
+  return turn(nil)
 elseif nxt then
   redis.call('SET', KEYS[1], HANDOFF_PREFIX .. nxt, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], 'to:' .. nxt)
 else
   redis.call('DEL', KEYS[1])
-  if KEYS[10] then redis.call('DEL', KEYS[10]) end
+  -- Nobody in line: the streak ends, unless turns come often (the line
+  -- empties for a moment between short holds; the key expires by itself).
+  if KEYS[10] and not often then redis.call('DEL', KEYS[10]) end
   redis.call('PUBLISH', ARGV[2], 'released')
 end
 return 1
