@@ -100,10 +100,12 @@
 //!   no trace when refused — would never find the key free while hand-overs
 //!   follow one another. So a release after a streak of hand-overs leaves
 //!   the lock free instead (`{PREFIX NAME}:streak` counts them; the line
-//!   keeps its order) and publishes `turn:3`: every waiter of this version
-//!   holds back for 3 ms, and so does the releasing provider's next
-//!   `lock()`, or until someone takes the turn (the lock key is found set,
-//!   or changes, through client tracking). A streak is 64 hand-overs at
+//!   keeps its order) and publishes `turn:3:<provider id>`: every waiter
+//!   of this version holds back for 3 ms, and so does the releasing
+//!   provider's next `lock()`; then one waiter of the first live provider
+//!   in line asks (one wake-up per turn). The hold-back ends early once
+//!   someone takes the turn (the lock key is found set, or changes, through
+//!   client tracking). A streak is 64 hand-overs at
 //!   first; once a waiter of this version saw someone take a turn, or found
 //!   a holder outside the line, it is 3, and every turn nobody takes
 //!   doubles it again (6, 12, … up to 64). So **a client outside the line

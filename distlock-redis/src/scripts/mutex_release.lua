@@ -34,9 +34,10 @@
 -- SET NX) leave no trace when refused, and a line that never empties would
 -- keep the key held or reserved for good. So after a streak of hand-overs
 -- the release leaves the key free instead (nobody is popped: the line
--- keeps its order) and publishes 'turn:<ARGV[5]>': this version's waiters
--- hold back that long, so a poller's SET NX gets in; earlier versions'
--- waiters take it as a plain wake-up and ask at once. A member of an
+-- keeps its order) and publishes 'turn:<ARGV[5]>[:<provider id>]': this
+-- version's waiters hold back that long, so a poller's SET NX gets in, and
+-- then the named provider's waiter asks; earlier versions' waiters take it
+-- as a plain wake-up and ask at once. A member of an
 -- The streak is ARGV[4] hand-overs at first; once someone outside the line
 -- took a turn or was found holding, acquire.lua sets it to a few (its
 -- ARGV[11]); every turn then doubles it, up to ARGV[4], until someone takes
@@ -73,12 +74,27 @@ if head then
 end
 -- Leaves the key free as a turn for others (see above); `after`: the
 -- hand-overs before the next turn (nil: the streak is left as it is).
+-- The message names the first live provider in line, whose waiter asks
+-- once the turn is over: one wake-up per turn across this version's
+-- providers (every provider holds back; earlier versions wake one waiter
+-- each on any message that is not 'to:'). Without one, every provider
+-- wakes one waiter.
 local function turn(after)
   redis.call('DEL', KEYS[1])
   if after then
     redis.call('SET', KEYS[10], after * STREAK_UNIT, 'PX', 60000)
   end
-  redis.call('PUBLISH', ARGV[2], 'turn:' .. ARGV[5])
+  local msg = 'turn:' .. ARGV[5]
+  local first = redis.pcall('ZRANGE', KEYS[6], 0, 0)
+  if type(first) == 'table' and first[1] then
+    local deadline = redis.pcall('ZSCORE', KEYS[8], first[1])
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if type(deadline) == 'string' and tonumber(deadline) > now then
+      msg = msg .. ':' .. first[1]
+    end
+  end
+  redis.call('PUBLISH', ARGV[2], msg)
   return 2
 end
 -- Whether turns come often (someone outside the line took one lately).

@@ -15,6 +15,10 @@
 //!   waits on the channel any more, the hand-over is *unclaimed*: the
 //!   channel goes to [`Subscriber::take_unclaimed`]'s receiver, whose owner
 //!   passes the reservation on (`mutex_pass.lua`).
+//! * `turn:<ms>[:<provider id>]` (a release left the plain mutex free for
+//!   clients outside its line) holds every plain waiter of this provider
+//!   back for `<ms>` ([`Subscriber::held_back`]), and wakes one of them
+//!   only when the provider is the one named (or none is), as below.
 //! * Any other payload (`released`, …) wakes one plain waiter of the
 //!   provider ([`Subscriber::subscribe`]; as Redisson does), not all of them:
 //!   the others would only lose the race and cost a round trip each. A woken
@@ -170,9 +174,10 @@ impl Timing {
 pub(crate) const ADDRESSED: &str = "to:";
 
 /// The payload prefix of a turn: a release left the plain mutex free for
-/// clients outside its line; `turn:<ms>` asks this version's waiters to
-/// hold back that long (see `mutex_release.lua`). Earlier versions take it
-/// as a plain wake-up.
+/// clients outside its line; `turn:<ms>[:<provider id>]` asks this
+/// version's waiters to hold back that long, and wakes one plain waiter of
+/// the provider named (of each provider, when none is) to ask then (see
+/// `mutex_release.lua`). Earlier versions take it as a plain wake-up.
 pub(crate) const TURN: &str = "turn:";
 
 /// The longest hold-back a `turn:` message is trusted with (a message from
@@ -1014,13 +1019,21 @@ impl Actor {
             }
             return;
         }
-        if let Some(ms) = payload.strip_prefix(TURN) {
-            // A turn: the waiter woken below asks once it is over.
+        if let Some(turn) = payload.strip_prefix(TURN) {
+            // A turn: every waiter holds back; the one woken below (of the
+            // provider named, if one is) asks once it is over.
+            let (ms, to) = match turn.split_once(':') {
+                Some((ms, to)) => (ms, Some(to)),
+                None => (turn, None),
+            };
             if let Ok(ms) = ms.parse::<u64>() {
                 self.board.hold_back(
                     msg.get_channel_name(),
                     tokio::time::Instant::now() + Duration::from_millis(ms).min(TURN_AT_MOST),
                 );
+            }
+            if to.is_some_and(|to| to != &*self.id) {
+                return;
             }
         }
         // Only plain waiters count: observers are not waiters.
