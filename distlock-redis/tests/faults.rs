@@ -694,28 +694,34 @@ async fn a_lock_waits_out_a_server_loading_its_dataset() {
     guard.release().await.unwrap();
 }
 
-/// `LockSet::lock_timeout(1 s)` of ten names on a server whose every
-/// request takes about 400 ms: within 1 s plus one response timeout
-/// (before: a member per request past the deadline, about 4 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_keeps_its_deadline_on_a_slow_server() {
+/// A provider through a new proxy, with scripts loaded (so that the
+/// members run them, not a reload), and one straight to the server.
+async fn proxied_and_direct(response_timeout: Duration) -> (Proxy, RedisProvider, RedisProvider) {
     let redis = test_support::redis::shared();
     let proxy = Proxy::start(redis.addr());
-    let response_timeout = Duration::from_secs(1);
-    let slow = connect(
+    let proxied = connect(
         &format!("redis://{}", proxy.addr()),
         RedisOptions::new().response_timeout(response_timeout),
     )
     .await;
-    let direct = connect(&redis.url(), RedisOptions::new()).await;
-    // Scripts loaded before the delay: the members run them, not a reload.
-    let warm = slow
+    let warm = proxied
         .mutex(&unique_name("warm-up"))
         .unwrap()
         .lock()
         .await
         .unwrap();
     warm.release().await.unwrap();
+    let direct = connect(&redis.url(), RedisOptions::new()).await;
+    (proxy, proxied, direct)
+}
+
+/// `LockSet::lock_timeout(1 s)` of ten names on a server whose every
+/// request takes about 400 ms: within 1 s plus one response timeout
+/// (before: a member per request past the deadline, about 4 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_keeps_its_deadline_on_a_slow_server() {
+    let response_timeout = Duration::from_secs(1);
+    let (proxy, slow, direct) = proxied_and_direct(response_timeout).await;
     test_support::multi::set_keeps_its_deadline_on_a_slow_server(
         &proxy,
         |name| slow.mutex(name).unwrap(),
@@ -731,15 +737,8 @@ async fn a_set_keeps_its_deadline_on_a_slow_server() {
 /// the two it took released (or left to their leases) on the way out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_keeps_its_deadline_through_a_partition() {
-    let redis = test_support::redis::shared();
-    let proxy = Proxy::start(redis.addr());
     let response_timeout = Duration::from_millis(500);
-    let cut = connect(
-        &format!("redis://{}", proxy.addr()),
-        RedisOptions::new().response_timeout(response_timeout),
-    )
-    .await;
-    let direct = connect(&redis.url(), RedisOptions::new()).await;
+    let (proxy, cut, direct) = proxied_and_direct(response_timeout).await;
     let lease = LeaseOptions::new(Duration::from_secs(5)).unwrap();
     test_support::multi::set_keeps_its_deadline_through_a_partition(
         &proxy,
