@@ -572,22 +572,28 @@ async fn every_wait_keeps_its_deadline_through_a_partition() {
     }
 }
 
+/// A provider through a new proxy to the shared server, with these
+/// session and operation timeouts.
+async fn proxied(session: Duration, operation: Duration) -> (Proxy, ZkProvider) {
+    let proxy = Proxy::start(test_support::zookeeper::shared().addr(0));
+    let provider = ZkProvider::connect_with(
+        ZkOptions::new(proxy.addr().to_string())
+            .session_timeout(session)
+            .operation_timeout(operation),
+    )
+    .await
+    .unwrap();
+    (proxy, provider)
+}
+
 /// `LockSet::lock_timeout(1 s)` of ten names on a server whose every
 /// request takes about 400 ms: within 1 s plus one operation timeout
 /// (before: a member per request past the deadline, several seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_keeps_its_deadline_on_a_slow_server() {
-    let zk = test_support::zookeeper::shared();
-    let proxy = Proxy::start(zk.addr(0));
     let operation_timeout = Duration::from_secs(1);
-    let slow = ZkProvider::connect_with(
-        ZkOptions::new(proxy.addr().to_string())
-            .session_timeout(Duration::from_secs(20))
-            .operation_timeout(operation_timeout),
-    )
-    .await
-    .unwrap();
-    let direct = provider(&zk.connect_string()).await;
+    let (proxy, slow) = proxied(Duration::from_secs(20), operation_timeout).await;
+    let direct = provider(&test_support::zookeeper::shared().connect_string()).await;
     test_support::multi::set_keeps_its_deadline_on_a_slow_server(
         &proxy,
         |name| slow.mutex(name).unwrap(),
@@ -602,17 +608,9 @@ async fn a_set_keeps_its_deadline_on_a_slow_server() {
 /// waits for a third: it returns within 1 s plus one operation timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_keeps_its_deadline_through_a_partition() {
-    let zk = test_support::zookeeper::shared();
-    let proxy = Proxy::start(zk.addr(0));
     let operation_timeout = Duration::from_millis(700);
-    let cut = ZkProvider::connect_with(
-        ZkOptions::new(proxy.addr().to_string())
-            .session_timeout(Duration::from_secs(4))
-            .operation_timeout(operation_timeout),
-    )
-    .await
-    .unwrap();
-    let direct = provider(&zk.connect_string()).await;
+    let (proxy, cut) = proxied(Duration::from_secs(4), operation_timeout).await;
+    let direct = provider(&test_support::zookeeper::shared().connect_string()).await;
     test_support::multi::set_keeps_its_deadline_through_a_partition(
         &proxy,
         |name| cut.mutex(name).unwrap(),
@@ -632,14 +630,7 @@ async fn a_set_keeps_its_deadline_through_a_partition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_cancelled_half_way_never_deletes_the_next_holders_node() {
     let zk = test_support::zookeeper::shared();
-    let proxy = Proxy::start(zk.addr(0));
-    let slow = ZkProvider::connect_with(
-        ZkOptions::new(proxy.addr().to_string())
-            .session_timeout(Duration::from_secs(20))
-            .operation_timeout(Duration::from_secs(2)),
-    )
-    .await
-    .unwrap();
+    let (proxy, slow) = proxied(Duration::from_secs(20), Duration::from_secs(2)).await;
     let next = provider(&zk.connect_string()).await;
     let name = unique_name("cancelled-release");
     let guard = slow.mutex(&name).unwrap().lock().await.unwrap();
