@@ -45,7 +45,11 @@ impl ZkOptions {
 
     /// Options for the ensemble `hosts` (`host:port[,host:port…]`), with a 6 s
     /// session timeout, 5 s connect timeout, 6 s operation timeout, base path
-    /// `/distlock`, no authentication.
+    /// `/distlock`, no authentication. The hosts may end in a chroot
+    /// (`host:port[,host:port…]/app`), which the client applies to every
+    /// path: the nodes then live under chroot + [root](ZkOptions::root),
+    /// which must not be in ZooKeeper's own `/zookeeper` subtree (checked
+    /// when connecting).
     #[must_use]
     pub fn new(hosts: impl Into<String>) -> Self {
         ZkOptions {
@@ -222,11 +226,23 @@ impl ZkOptions {
                     .into(),
             ));
         }
-        if self.root == "/zookeeper" || self.root.starts_with("/zookeeper/") {
-            return Err(Error::InvalidOptions(format!(
-                "root path {:?} is in ZooKeeper's own /zookeeper subtree",
-                self.root
-            )));
+        // The client takes a chroot from the hosts string too
+        // (`host:port/chroot`): the nodes land under chroot + root.
+        let chroot = self
+            .hosts
+            .find('/')
+            .map_or("", |i| self.hosts[i..].trim_end_matches('/'));
+        let full = format!("{chroot}{}", self.root);
+        if full == "/zookeeper" || full.starts_with("/zookeeper/") {
+            return Err(Error::InvalidOptions(if chroot.is_empty() {
+                format!("root path {full:?} is in ZooKeeper's own /zookeeper subtree")
+            } else {
+                format!(
+                    "root path {full:?} (the chroot {chroot:?} in the hosts, then the root {:?}) \
+                     is in ZooKeeper's own /zookeeper subtree",
+                    self.root
+                )
+            }));
         }
         {
             let valid = self.root.starts_with('/')
@@ -371,6 +387,26 @@ mod tests {
             assert!(matches!(e, Error::InvalidOptions(_)), "{e:?}");
         }
         assert!(ZkOptions::new("h:1").digest("u", "").validate().is_ok());
+        // A chroot in the hosts string (which the client honours) counts.
+        for hosts in [
+            "h:1/zookeeper",
+            "h:1/zookeeper/",
+            "h:1,h:2/zookeeper/quota",
+            "h:1/zookeeper/x/y",
+        ] {
+            let e = ZkOptions::new(hosts).validate().unwrap_err();
+            assert!(matches!(e, Error::InvalidOptions(_)), "{hosts}: {e:?}");
+            assert!(e.to_string().contains("/zookeeper subtree"), "{hosts}: {e}");
+        }
+        let e = ZkOptions::new("h:1/").root("/zookeeper").validate();
+        assert!(matches!(e, Err(Error::InvalidOptions(_))), "{e:?}");
+        for hosts in ["h:1/zookeeper2", "h:1/app/zookeeper", "h:1/app"] {
+            assert!(ZkOptions::new(hosts).validate().is_ok(), "{hosts}");
+        }
+        assert!(ZkOptions::new("h:1/app")
+            .root("/zookeeper")
+            .validate()
+            .is_ok());
     }
 
     #[test]
