@@ -45,12 +45,15 @@ impl IdSource for ZkIds {
                             "id counter (it is ephemeral)"
                         }));
                     }
-                    if stat.num_children > 0 {
+                    if stat.num_children > 0 && data.len() != 8 {
                         // A lock's directory (made persistent by another
                         // client: kazoo's `ensure_path`, an operator). Its
                         // empty data would read as a counter at 0, and the
                         // 8 bytes written would make every lock on the name
-                        // refused from then on.
+                        // refused from then on. A persistent node holding a
+                        // counter is one, children or not: they are the
+                        // directories of names below it (a lock `a/b`
+                        // under the counter `a`), which never read its data.
                         return Err(
                             self.conflict("id counter (it has children: a lock's directory)")
                         );

@@ -53,9 +53,17 @@
 //! held. Names still nest as paths: `orders/42` lives inside `orders`'s
 //! node, which is harmless for locks (their recipes ignore children they
 //! do not know) but not for an id generator, whose node is its counter:
-//! the id generator `orders` is refused with `Error::Conflict` while a
-//! primitive `orders/…` has nodes (a counter with children may be a lock's
-//! directory), and works again once they are gone.
+//! an id generator `orders` whose counter is made first keeps working
+//! while locks `orders/…` come and go below it, but one made while a
+//! primitive `orders/…` has nodes, or shortly after, is refused with
+//! `Error::Conflict`: `orders` is then that primitive's parent directory,
+//! a container node the server deletes once it is empty, and a counter kept
+//! there could be deleted with it (and ids handed out again). It works
+//! once the server has deleted the empty directory, which takes up to
+//! `znode.container.checkIntervalMs` (a minute by default) after the last
+//! `orders/…` node is gone. So give an id generator a name that no other
+//! primitive's name begins with, or create its counter (one `next()`)
+//! before any of them is used.
 //!
 //! A Curator `InterProcessMutex` on `ROOT/NAME` queues with a distlock fair
 //! mutex of the same name (same node names, same order). A kazoo `Lock`

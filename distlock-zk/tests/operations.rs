@@ -261,6 +261,62 @@ async fn the_owner_label_comes_from_the_url_or_the_options_and_bad_ones_are_refu
     ));
 }
 
+/// An id generator `a` made first keeps counting while locks `a/…` below
+/// it come and go (its persistent counter node is their parent). Made while
+/// a lock `a/b` exists, it is refused: `a` is then the lock's container
+/// directory, which the server may delete with a counter in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_generator_and_the_locks_below_its_name() {
+    let p = provider().await;
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+
+    // The counter first.
+    let a = unique_name("ids-above");
+    let ids = p.id_generator(&a, 1).unwrap();
+    let first = ids.next().await.unwrap();
+    let below = p
+        .mutex(&format!("{a}/b"))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let below = below.expect("the lock a/b is free");
+    let fair = p
+        .fair_mutex(&format!("{a}/c"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    assert_eq!(ids.next().await.unwrap(), first + 1, "while a/b is held");
+    below.release().await.unwrap();
+    fair.release().await.unwrap();
+    assert_eq!(
+        ids.next().await.unwrap(),
+        first + 2,
+        "after a/b was released"
+    );
+    let (data, stat) = raw.get_data(&p.path(&a).unwrap()).await.unwrap();
+    assert_eq!(data, (first + 2).to_be_bytes());
+    assert_eq!(stat.ephemeral_owner, 0, "the counter is persistent");
+
+    // The lock first: refused, and its directory is left as it was.
+    let c = unique_name("ids-below");
+    let held = p
+        .mutex(&format!("{c}/b"))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let held = held.expect("the lock c/b is free");
+    let r = p.id_generator(&c, 1).unwrap().next().await;
+    assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+    let (data, stat) = raw.get_data(&p.path(&c).unwrap()).await.unwrap();
+    assert!(data.is_empty(), "the container was written: {data:?}");
+    assert_eq!(stat.version, 0);
+    assert!(held.is_held());
+    held.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_counter_is_a_conflict_for_inspect_and_force_release_and_stays() {
     let p = provider().await;
