@@ -393,8 +393,19 @@
 //! anyway). A heard request's node is made the holder's own ephemeral
 //! node (a delete and a create in one multi), so the request lasts as long
 //! as the hold, not only as long as the asking session (a `distlock
-//! unlock` that exits), and the holder's release deletes it. A request
-//! whose hold ended before it was heard goes with the asking session.
+//! unlock` that exits), and the holder's release deletes it. The call
+//! returns once that has happened (a children watch on the directory tells
+//! the asker, usually within a few milliseconds), so the asker may close
+//! its session right after it; or once the hold has ended: the request
+//! node is then deleted at once, and a hold that ended before its holder
+//! heard the request is not returned (it let go by itself). The wait lasts
+//! at most one operation timeout; past it (a holder that does not answer,
+//! or a holder of an older distlock, which never takes a request over) the
+//! call returns the hold as asked, and the request lives only as long as
+//! the asking session: the holder hears it at its next session check if
+//! that session is still there, and a request whose hold ends first stays
+//! until the asking session ends. A cancelled call leaves its request in
+//! the same way.
 //! `inspect` shows the hold asked while its request node is there. No recipe counts a request node as a contender (it is of
 //! no kind, and Curator and kazoo sort it after their own nodes), and
 //! names cannot reach it (`Name` refuses such segments). An unfair holder

@@ -533,8 +533,10 @@ impl Hold {
 /// since the read: asked by someone else meanwhile, and returned. The
 /// unfair hold's request node that exists already (`NodeExists`) was made
 /// by someone else: asked, and returned; one made for a hold that is gone
-/// by then is deleted again, and the hold not returned. Nothing is created
-/// on a name nobody holds: it is only read.
+/// by then is deleted again, and the hold not returned. The unfair hold's
+/// request is then waited on until its holder takes it over or the hold
+/// ends ([`until_taken_over`]; a hold that ends first is not returned).
+/// Nothing is created on a name nobody holds: it is only read.
 pub(crate) async fn request_release(
     ctx: &Context,
     name: &Name,
@@ -602,6 +604,13 @@ pub(crate) async fn request_release(
     for (hold, outcome) in state.holds.into_iter().zip(asking) {
         match outcome {
             Ok(Asked::Yes) => {
+                if let Ask::Node(request) = &hold.ask {
+                    if !until_taken_over(ctx, &session, &hold, request).await {
+                        // The hold ended before its holder heard: nobody
+                        // is left to ask.
+                        continue;
+                    }
+                }
                 hold.log(name, kind, false);
                 asked.push(Holder {
                     release_requested: true,
@@ -621,6 +630,90 @@ pub(crate) async fn request_release(
         }
     }
     Ok(asked)
+}
+
+/// After the unfair hold `hold` was asked with the request node `request`:
+/// waits, for at most one operation timeout, until its holder has taken
+/// the request over (the node is in the holder's session, or gone: the
+/// holder's release deletes it once heard) or the hold has ended. Until
+/// then the request lives only as long as the node's maker's session (ours
+/// or another asker's), which may end as soon as the call returns.
+///
+/// `false` when the hold ended first: the request node, if it is our
+/// session's, is deleted at once rather than left until our session ends.
+/// `true` otherwise, also when the wait runs out (a holder of an older
+/// distlock never takes a request over; it can still hear the request at
+/// its session check while the maker's session lives) or a read fails.
+/// A foreign holder is not waited for.
+///
+/// One children watch on the directory per round: it fires at the
+/// adoption (a delete and a create of the request node) and at the
+/// holder's release (the unfair node's delete). The request node and the
+/// unfair node are read behind it on the same session, so a change after
+/// those reads fires it.
+async fn until_taken_over(
+    ctx: &Context,
+    session: &crate::session::Session,
+    hold: &Hold,
+    request: &str,
+) -> bool {
+    let LeaseLeft::Session {
+        session_id: holder, ..
+    } = hold.holder.lease
+    else {
+        return true;
+    };
+    if hold.holder.foreign.is_some() {
+        return true;
+    }
+    let Some((dir, _)) = hold.path.rsplit_once('/') else {
+        return true;
+    };
+    let czxid = hold.holder.fencing_token;
+    let start = tokio::time::Instant::now();
+    loop {
+        let left = ctx.timeout.saturating_sub(start.elapsed());
+        // Sent in this order before any answer is awaited.
+        let listed = session.client.list_and_watch_children(dir);
+        let asked = session.client.check_stat(request);
+        let held = session.client.check_stat(&hold.path);
+        let Ok((listed, asked, held)) = with_timeout(
+            "request release",
+            left,
+            futures::future::join3(listed, asked, held),
+        )
+        .await
+        else {
+            return true;
+        };
+        let (Ok(asked), Ok(held)) = (asked, held) else {
+            return true;
+        };
+        let Some(stat) = asked else {
+            // Deleted by the holder's release, which deletes it once heard.
+            return true;
+        };
+        if stat.ephemeral_owner == holder {
+            return true;
+        }
+        if held.is_none_or(|s| u64::try_from(s.czxid).ok() != czxid) {
+            if stat.ephemeral_owner == session.id {
+                let delete = session.client.delete(request, None);
+                let _ = with_timeout("request release", ctx.timeout, delete).await;
+            }
+            return false;
+        }
+        let Ok((_, watcher)) = listed else {
+            return true;
+        };
+        let left = ctx.timeout.saturating_sub(start.elapsed());
+        if tokio::time::timeout(left, crate::wait::event_of(watcher))
+            .await
+            .is_err()
+        {
+            return true;
+        }
+    }
 }
 
 /// What asking one hold came to.

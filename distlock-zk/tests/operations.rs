@@ -682,3 +682,157 @@ async fn an_unfair_request_outlives_its_asker_and_goes_with_the_hold() {
     assert!(!snapshot.holders[0].release_requested, "{snapshot:?}");
     next.release().await.unwrap();
 }
+
+/// The request nodes (`_unfair_lock-asked-…`) in `dir`.
+async fn requests_in(raw: &zookeeper_client::Client, dir: &str) -> Vec<String> {
+    match raw.list_children(dir).await {
+        Ok(children) => children
+            .into_iter()
+            .filter(|c| c.starts_with("_unfair_lock-asked-"))
+            .collect(),
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// An asker that closes its session as soon as `request_release` returned
+/// (as `distlock unlock` does): the holder still hears the request, also
+/// when it was asked before its children watch was set (the first 20 ms
+/// of the hold), and the request stays shown after the asker is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfair_request_from_an_asker_that_exits_at_once_is_heard() {
+    let holder = provider().await;
+    let viewer = provider().await;
+    for i in 0..30u64 {
+        let name = unique_name("asker-exits");
+        let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+        // Before, around and after the holder's watch is set.
+        tokio::time::sleep(Duration::from_millis(i % 3 * 20)).await;
+        let asker = provider().await;
+        let asked = asker
+            .request_release(&name, PrimitiveKind::Mutex)
+            .await
+            .unwrap();
+        assert_eq!(asked.len(), 1, "{i}: {asked:?}");
+        asker.close().await.unwrap();
+        drop(asker);
+        let heard = tokio::time::timeout(SLACK, guard.release_requested()).await;
+        assert!(heard.is_ok(), "{i}: the request was never heard");
+        let snapshot = viewer.inspect(&name, PrimitiveKind::Mutex).await.unwrap();
+        assert!(snapshot.holders[0].release_requested, "{i}: {snapshot:?}");
+        guard.release().await.unwrap();
+    }
+}
+
+/// A hold that ends before its holder heard the request: once
+/// `request_release` has returned, no request node stays behind, while the
+/// asker's session goes on (a long-lived operator process would otherwise
+/// collect one per such request, and keep the directory from being
+/// reaped). Such a hold let go by itself, and is not returned as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfair_request_to_a_hold_that_ends_first_leaves_nothing() {
+    let holder = provider().await;
+    let asker = provider().await;
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+
+    // A distlock holder that lets go at once, before its watch is set.
+    for i in 0..20u64 {
+        let name = unique_name("asked-gone");
+        let dir = holder.path(&name).unwrap();
+        let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+        let asking = {
+            let asker = asker.clone();
+            let name = name.clone();
+            tokio::spawn(async move { asker.request_release(&name, PrimitiveKind::Mutex).await })
+        };
+        tokio::time::sleep(Duration::from_millis(i % 4)).await;
+        guard.release().await.unwrap();
+        let asked = asking.await.unwrap().unwrap();
+        assert!(asked.len() <= 1, "{asked:?}");
+        let deadline = Instant::now() + SLACK;
+        loop {
+            let left = requests_in(&raw, &dir).await;
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{i}: left behind: {left:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // A holder that never takes a request over (a distlock version that
+    // does not, here a plain client): released while the asker waits.
+    let name = unique_name("asked-gone-raw");
+    let dir = holder.path(&name).unwrap();
+    let open = zookeeper_client::Acls::anyone_all();
+    raw.mkdir(&dir, &CreateMode::Container.with_acls(open))
+        .await
+        .unwrap();
+    let unfair = format!("{dir}/_unfair_lock");
+    let theirs = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    theirs
+        .create(
+            &unfair,
+            b"distlock owner=old@h:1 id=x",
+            &CreateMode::Ephemeral.with_acls(open),
+        )
+        .await
+        .unwrap();
+    let asking = {
+        let asker = asker.clone();
+        let name = name.clone();
+        tokio::spawn(async move { asker.request_release(&name, PrimitiveKind::Mutex).await })
+    };
+    let deadline = Instant::now() + SLACK;
+    while requests_in(&raw, &dir).await.is_empty() {
+        assert!(Instant::now() < deadline, "never asked");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    theirs.delete(&unfair, None).await.unwrap();
+    let asked = asking.await.unwrap().unwrap();
+    assert!(asked.is_empty(), "the hold let go by itself: {asked:?}");
+    assert_eq!(requests_in(&raw, &dir).await, Vec::<String>::new());
+}
+
+/// A holder that never takes a request over and holds on: the asker waits
+/// for at most one operation timeout, then returns the hold as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfair_request_waits_at_most_one_operation_timeout() {
+    let timeout = Duration::from_millis(800);
+    let asker = ZkProvider::connect_with(ZkOptions::new(hosts()).operation_timeout(timeout))
+        .await
+        .unwrap();
+    let raw = zookeeper_client::Client::connect(&hosts()).await.unwrap();
+    let name = unique_name("asked-never-taken");
+    let dir = asker.path(&name).unwrap();
+    let open = zookeeper_client::Acls::anyone_all();
+    raw.mkdir(&dir, &CreateMode::Container.with_acls(open))
+        .await
+        .unwrap();
+    let unfair = format!("{dir}/_unfair_lock");
+    raw.create(
+        &unfair,
+        b"distlock owner=old@h:1 id=x",
+        &CreateMode::Ephemeral.with_acls(open),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let asked = asker
+        .request_release(&name, PrimitiveKind::Mutex)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(took < timeout * 3, "took {took:?}");
+    // Still the asker's: it lives as long as the asker's session.
+    let request = requests_in(&raw, &dir).await;
+    assert_eq!(request.len(), 1, "{request:?}");
+    let stat = raw
+        .check_stat(&format!("{dir}/{}", request[0]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stat.ephemeral_owner, asker.session_id().await.unwrap());
+    raw.delete(&unfair, None).await.unwrap();
+}
