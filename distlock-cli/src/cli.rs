@@ -77,7 +77,9 @@ running out to its deadline (server unreachable, distlock stopped) leaves no tim
 at once, no SIGTERM; a child that must clean up needs a lease longer than its cleanup and
 a server it can reach. The same holds should distlock itself die, even by kill -9: a
 guardian process it keeps told of the deadline ends the group (SIGTERM, SIGKILL after
---grace or at the deadline, whichever is first).
+--grace or at the deadline, whichever is first). The guardian runs in a process group of
+its own, so a signal to distlock's whole group (kill -9 -PGID, kill -STOP %job, timeout
+-s KILL) does not reach it.
 
 Ctrl-Z (SIGTSTP) stops the child's group, then distlock itself (as dumb-init), so the shell
 sees the job stopped; SIGCONT (fg, bg, kill -CONT) continues both. A stopped distlock

@@ -27,9 +27,31 @@
 //! (distlock stopped, or too starved to renew or to stop the child in
 //! time), the group gets SIGKILL then, as distlock would have done. The
 //! lease's instant comes before the server can hand the lock on by the
-//! lease's own margin (see `LockGuard::held_until`). The guardian ignores
-//! the signals that end a process (a signal to distlock's whole group does
-//! not take it away before it has done its work) and holds nothing else.
+//! lease's own margin (see `LockGuard::held_until`). The guardian holds
+//! nothing but the pipe.
+//!
+//! The guardian runs in a process group of its own, neither distlock's nor
+//! the child's: what is sent to distlock's whole group (a shell's
+//! `kill -STOP %job` or `kill -9 -PGID`, `timeout -s KILL`, which SIGKILLs
+//! its whole group) takes distlock, never the guardian, which then does its
+//! work (a stopped distlock: SIGKILL at the lease's deadline; a dead one:
+//! end of file). Nor does it hear the terminal: Ctrl-C, Ctrl-Z and a hangup
+//! go to the foreground group only (and would change nothing: it ignores
+//! SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP and the like anyway).
+//!
+//! What the guardian does not survive: a SIGKILL or SIGSTOP sent to it
+//! alone (by pid or by its own group). Killed, it is gone and distlock
+//! goes on without it (its next line to the pipe fails: logged); the child's
+//! group is then ended by distlock alone, on a lost lease or when the
+//! child exits, and a later death of distlock leaves it to the kernel's
+//! SIGTERM to the group's leader. Stopped, it reads nothing: distlock's
+//! writes never block on it (the pipe is non-blocking; a line the full pipe
+//! refuses is dropped, and only the latest deadline matters), and when it
+//! is continued it reads what is there, the latest deadline included,
+//! before it acts on one that passed. A guardian never
+//! outlives its purpose: it exits on `done`, or once it has ended the
+//! group after end of file; its only wait without a bound is for the next
+//! line while distlock lives.
 //!
 //! Chosen over a cgroup (not available to every user, nor in every
 //! container) and over a subreaper (a process that leaves the group, by
@@ -37,6 +59,8 @@
 //! signals everywhere else).
 
 use std::io;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -76,6 +100,12 @@ impl Guardian {
                     .arg(ms.to_string())
                     .stdin(Stdio::from(reader.try_clone()?))
                     .stdout(Stdio::null())
+                    // A group of its own: what is sent to distlock's
+                    // whole group (`kill -STOP %job`, `kill -9 -PGID`,
+                    // `timeout -s KILL`, the SIGKILL an outer distlock's
+                    // guardian gives the group a nested distlock runs in)
+                    // never reaches it.
+                    .process_group(0)
                     .spawn()
             };
             let mut process = match spawn(std::path::Path::new("/proc/self/exe")) {
@@ -86,6 +116,17 @@ impl Guardian {
             // right after `done`; here in the background if distlock
             // lives on.
             std::thread::spawn(move || process.wait());
+            // Never blocks distlock: a stopped guardian reads nothing, and
+            // a full pipe would otherwise stop distlock's runtime thread
+            // at its next line (see `send`).
+            // SAFETY: fcntl(2) on a pipe's write end distlock owns.
+            unsafe {
+                let fd = writer.as_raw_fd();
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(writer)
         })();
         match started {
@@ -122,9 +163,8 @@ impl Guardian {
                     || ns - told >= u64::try_from(SMALLEST_MOVE.as_nanos()).unwrap_or(u64::MAX)
             }
         };
-        if moved && self.pipe.is_some() {
+        if moved && self.send(&format!("until {ns}\n")) {
             self.told = Some(ns);
-            self.send(&format!("until {ns}\n"));
         }
     }
 
@@ -140,12 +180,28 @@ impl Guardian {
         self.pipe = None;
     }
 
-    fn send(&mut self, line: &str) {
+    /// Writes `line` whole or not at all: whether it was written. A line
+    /// is shorter than `PIPE_BUF`, so the pipe takes it whole or, when
+    /// full (the guardian stopped: it reads nothing), refuses it with
+    /// `WouldBlock`; that line is dropped and distlock goes on. Nothing
+    /// is lost that matters: the guardian only needs the latest deadline,
+    /// and as `told` did not move, the next renewal tells it again.
+    fn send(&mut self, line: &str) -> bool {
         use std::io::Write as _;
-        if let Some(pipe) = &mut self.pipe {
-            if pipe.write_all(line.as_bytes()).is_err() {
+        let Some(pipe) = &mut self.pipe else {
+            return false;
+        };
+        match pipe.write(line.as_bytes()) {
+            Ok(n) if n == line.len() => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tracing::debug!("the guardian's pipe is full (is it stopped?): line dropped");
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
+            _ => {
                 tracing::warn!("the guardian of the child's group is gone");
                 self.pipe = None;
+                false
             }
         }
     }
@@ -209,23 +265,31 @@ pub fn run(args: &[String]) -> u8 {
     let mut pending: Vec<u8> = Vec::new();
     loop {
         // Until the lease's deadline, if a group is to be ended by then.
+        // The deadline passed: what the pipe already holds is read first,
+        // without waiting (a guardian that was stopped or starved may
+        // have a later deadline there, written in time).
+        let mut due = None;
         let wait = match (group, until) {
             (Some(pgid), Some(until)) if !killed => {
                 let now = monotonic_now();
                 if until <= now {
-                    // Nothing later was told in time: the lease is gone
-                    // as distlock itself counts it.
-                    kill_group(pgid, libc::SIGKILL);
-                    killed = true;
-                    continue;
+                    due = Some(pgid);
                 }
-                Some(until - now)
+                Some(until.saturating_sub(now))
             }
             _ => None,
         };
         match read_some(wait, &mut pending) {
             Read::Data => {}
-            Read::Timeout => continue,
+            Read::Timeout => {
+                if let Some(pgid) = due {
+                    // Nothing later was told in time: the lease is gone
+                    // as distlock itself counts it.
+                    kill_group(pgid, libc::SIGKILL);
+                    killed = true;
+                }
+                continue;
+            }
             Read::End => break,
         }
         while let Some(at) = pending.iter().position(|&b| b == b'\n') {

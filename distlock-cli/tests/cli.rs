@@ -1414,6 +1414,25 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// SIGKILLs (after SIGCONT) what is left of a process group when a test
+/// ends.
+struct KillGroupOnDrop(i32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGCONT);
+        signal_group(self.0, libc::SIGKILL);
+    }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    assert!(pgid > 1);
+    // SAFETY: a process group this test started.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Fault {
     /// `kill -9` of the holder's distlock.
@@ -1425,6 +1444,16 @@ enum Fault {
     /// stops nothing; its guardian, which knows the lease's deadline,
     /// ends the group then.
     StopDistlock,
+    /// SIGSTOP to distlock's whole process group (a shell's `kill -STOP
+    /// %job`): it reached the guardian too, and nobody ended the group.
+    StopDistlocksGroup,
+    /// SIGKILL to distlock's whole process group: it took the guardian
+    /// along.
+    KillDistlocksGroup,
+    /// distlock under `timeout -s KILL`, which SIGKILLs its whole group
+    /// when time is up (here on SIGALRM, which `timeout` takes as its
+    /// time being up).
+    TimeoutKill,
 }
 
 /// A holder (`exec`, or `elect --once`) whose child ignores SIGTERM, a
@@ -1434,6 +1463,20 @@ enum Fault {
 /// the guardian (after a `kill -9`) and distlock (after a lost lease) gave
 /// the group the whole grace, and the second child ran beside the first.
 fn next_holder_runs_after_the_first_child_died(backend: &str, command: &str, fault: Fault) {
+    next_holder_runs_after_the_first_child_and_what_it_started_died(
+        backend, command, fault, STUBBORN,
+    );
+}
+
+/// As [`next_holder_runs_after_the_first_child_died`], the first child
+/// `sh -c script` (which writes `c.pid`, `gc.pid` and `ready` as
+/// [`STUBBORN`] does).
+fn next_holder_runs_after_the_first_child_and_what_it_started_died(
+    backend: &str,
+    command: &str,
+    fault: Fault,
+    script: &str,
+) {
     let (direct, target, lease): (String, std::net::SocketAddr, &[&str]) = if backend == "redis" {
         let server = test_support::redis::shared();
         (server.url(), server.addr(), &["--ttl", "2"])
@@ -1455,14 +1498,32 @@ fn next_holder_runs_after_the_first_child_died(backend: &str, command: &str, fau
         vec!["elect", "--once"]
     };
     args.extend_from_slice(lease);
-    args.extend_from_slice(&[&name, "--", "sh", "-c", STUBBORN]);
-    let mut holder = KillOnDrop(
+    args.extend_from_slice(&[&name, "--"]);
+    args.extend_from_slice(&["sh", "-c", script]);
+    let mut holder = if fault == Fault::TimeoutKill {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["-s", "KILL", "300", env!("CARGO_BIN_EXE_distlock")])
+            .args(&args)
+            .env("DISTLOCK_URL", &holder_url)
+            .stdin(Stdio::null());
+        cmd
+    } else {
         distlock(&holder_url, &args)
+    };
+    // A group of its own, as a shell's job: what is sent to the whole
+    // group never reaches the test.
+    std::os::unix::process::CommandExt::process_group(&mut holder, 0);
+    let mut holder = KillOnDrop(
+        holder
             .current_dir(dir.path())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
+    let holder_group = i32::try_from(holder.id()).unwrap();
+    // Whatever is left of the holder's group (a stopped one kept the
+    // test's output open).
+    let _group = KillGroupOnDrop(holder_group);
     wait_until(Duration::from_secs(15), "the first child", || {
         if let Some(status) = holder.try_wait().unwrap() {
             panic!("holder exited early: {status}");
@@ -1498,6 +1559,9 @@ fn next_holder_runs_after_the_first_child_died(backend: &str, command: &str, fau
         }
         Fault::Partition => proxy.set_blackhole(true),
         Fault::StopDistlock => signal(&holder, libc::SIGSTOP),
+        Fault::StopDistlocksGroup => signal_group(holder_group, libc::SIGSTOP),
+        Fault::KillDistlocksGroup => signal_group(holder_group, libc::SIGKILL),
+        Fault::TimeoutKill => signal(&holder, libc::SIGALRM),
     }
     assert_eq!(wait_exit(&mut next, Duration::from_secs(30)), 0);
     let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
@@ -1505,9 +1569,12 @@ fn next_holder_runs_after_the_first_child_died(backend: &str, command: &str, fau
         seen.lines().count() == 2 && seen.lines().all(|l| l.starts_with("dead ")),
         "the second child ran while the first one's group lived: {seen}"
     );
-    if fault != Fault::KillDistlock {
+    if matches!(
+        fault,
+        Fault::Partition | Fault::StopDistlock | Fault::StopDistlocksGroup
+    ) {
         proxy.set_blackhole(false);
-        signal(&holder, libc::SIGCONT);
+        signal_group(holder_group, libc::SIGCONT);
         assert_eq!(wait_exit(&mut holder, Duration::from_secs(20)), 75);
         let err = stderr_of(&mut holder);
         assert!(err.contains("lost"), "{err}");
@@ -1557,6 +1624,41 @@ fn zookeeper_killed_leader_child_dies_before_the_next_leader_runs() {
 #[test]
 fn zookeeper_lost_leadership_child_dies_before_the_next_leader_runs() {
     next_holder_runs_after_the_first_child_died("zookeeper", "elect", Fault::Partition);
+}
+
+#[test]
+fn redis_stopped_group_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::StopDistlocksGroup);
+}
+
+#[test]
+fn zookeeper_stopped_group_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::StopDistlocksGroup);
+}
+
+#[test]
+fn redis_killed_group_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::KillDistlocksGroup);
+}
+
+#[test]
+fn zookeeper_killed_group_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::KillDistlocksGroup);
+}
+
+#[test]
+fn redis_killed_leaders_group_child_dies_before_the_next_leader_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "elect", Fault::KillDistlocksGroup);
+}
+
+#[test]
+fn redis_timeout_killed_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::TimeoutKill);
+}
+
+#[test]
+fn zookeeper_timeout_killed_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::TimeoutKill);
 }
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
