@@ -7,7 +7,9 @@
 //! `lost()` fires, inside the TTL or the session timeout by the lease's
 //! margin), here and in the guardian ([`crate::guardian`]), which distlock
 //! keeps told of that instant. A lease lost at its deadline leaves no time:
-//! SIGKILL at once.
+//! SIGKILL at once. Each SIGKILL also reaches the groups the group's
+//! descendants run in, a nested `distlock exec`'s child among them (see
+//! [`crate::guardian::kill_group_and_offspring`]).
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -386,7 +388,8 @@ impl Running {
         }
     }
 
-    /// SIGTERM to the group; SIGKILL to what is left of it after `grace`,
+    /// SIGTERM to the group; SIGKILL to what is left of it (and to its
+    /// descendants' groups) after `grace`,
     /// or at the lease's deadline if that comes first (at once if it
     /// passed: the lease ran out, someone else may hold it any moment).
     async fn stop(&mut self, grace: Duration) {
@@ -409,7 +412,7 @@ impl Running {
                 pgid = self.pgid,
                 "the lease's deadline has passed: SIGKILL to the child's group, no grace left"
             );
-            self.signal_group(libc::SIGKILL);
+            crate::guardian::kill_group_and_offspring(self.pgid);
             let _ = self.child.wait().await;
             return;
         }
@@ -437,7 +440,7 @@ impl Running {
                 pgid = self.pgid,
                 "grace over (or the lease's deadline): SIGKILL to the child's group"
             );
-            self.signal_group(libc::SIGKILL);
+            crate::guardian::kill_group_and_offspring(self.pgid);
         }
         let _ = self.child.wait().await;
     }

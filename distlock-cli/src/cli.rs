@@ -79,7 +79,8 @@ a server it can reach. The same holds should distlock itself die, even by kill -
 guardian process it keeps told of the deadline ends the group (SIGTERM, SIGKILL after
 --grace or at the deadline, whichever is first). The guardian runs in a process group of
 its own, so a signal to distlock's whole group (kill -9 -PGID, kill -STOP %job, timeout
--s KILL) does not reach it.
+-s KILL) does not reach it. Each SIGKILL also reaches the groups that the child's
+descendants run in while their parent lives (a nested distlock exec's child).
 
 Ctrl-Z (SIGTSTP) stops the child's group, then distlock itself (as dumb-init), so the shell
 sees the job stopped; SIGCONT (fg, bg, kill -CONT) continues both. A stopped distlock

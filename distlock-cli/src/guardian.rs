@@ -37,7 +37,11 @@
 //! work (a stopped distlock: SIGKILL at the lease's deadline; a dead one:
 //! end of file). Nor does it hear the terminal: Ctrl-C, Ctrl-Z and a hangup
 //! go to the foreground group only (and would change nothing: it ignores
-//! SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP and the like anyway).
+//! SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP and the like anyway). Each of its
+//! SIGKILLs also reaches the groups that the group's members' descendants
+//! run in (see [`kill_group_and_offspring`]): a nested `distlock exec`
+//! puts its own child in a group of its own, which the outer group's
+//! SIGKILL alone would leave running, its guardian given the whole grace.
 //!
 //! What the guardian does not survive: a SIGKILL or SIGSTOP sent to it
 //! alone (by pid or by its own group). Killed, it is gone and distlock
@@ -55,8 +59,8 @@
 //!
 //! Chosen over a cgroup (not available to every user, nor in every
 //! container) and over a subreaper (a process that leaves the group, by
-//! `setsid`, is out of reach either way; the group is what distlock
-//! signals everywhere else).
+//! `setsid`, and whose parent then ends, is out of reach either way; the
+//! group is what distlock signals everywhere else).
 
 use std::io;
 use std::os::fd::AsRawFd as _;
@@ -285,7 +289,7 @@ pub fn run(args: &[String]) -> u8 {
                 if let Some(pgid) = due {
                     // Nothing later was told in time: the lease is gone
                     // as distlock itself counts it.
-                    kill_group(pgid, libc::SIGKILL);
+                    kill_group_and_offspring(pgid);
                     killed = true;
                 }
                 continue;
@@ -313,7 +317,7 @@ pub fn run(args: &[String]) -> u8 {
     if let Some(pgid) = group {
         if killed {
             if group_alive(pgid) {
-                kill_group(pgid, libc::SIGKILL);
+                kill_group_and_offspring(pgid);
             }
         } else {
             end_group(pgid, grace, until);
@@ -376,6 +380,106 @@ fn group_alive(pgid: i32) -> bool {
     unsafe { libc::kill(-pgid, 0) == 0 }
 }
 
+/// SIGKILL to group `pgid`, and to what its members' descendants run in
+/// other groups: a nested `distlock exec`'s child (distlock puts it in a
+/// group of its own) and its guardian, or what a child moved out with
+/// `setsid`/`setpgid`, as long as its parent is still one of ours (an
+/// orphan's parent is init: out of reach). Found through `/proc` by
+/// parent: each such group led by one of ours is stopped (SIGSTOP: nothing
+/// in it forks or exits while the rest is looked for), a process that
+/// joined a group not led by one of ours alone; then all get SIGKILL,
+/// `pgid` last but in the same instant. `pgid` itself is not stopped first:
+/// its leader is distlock's child, whose stop distlock would follow (see
+/// `Running::supervise`); what a member of it starts between the look and
+/// the SIGKILL is missed.
+pub fn kill_group_and_offspring(pgid: i32) {
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: getpgrp(2) and getpid(2) cannot fail.
+    let (own_group, own) = unsafe { (libc::getpgrp(), libc::getpid()) };
+    let mut groups: Vec<i32> = Vec::new();
+    let mut loners: Vec<i32> = Vec::new();
+    // Each round stops what it found; a few rounds reach any depth of
+    // nesting there is in practice, and the bound keeps a fork bomb from
+    // holding the SIGKILL back.
+    for _ in 0..8 {
+        let procs = processes();
+        let mut ours: std::collections::HashSet<i32> = procs
+            .iter()
+            .filter(|p| p.pgrp == pgid || groups.contains(&p.pgrp))
+            .map(|p| p.pid)
+            .collect();
+        loop {
+            let before = ours.len();
+            for p in &procs {
+                if ours.contains(&p.ppid) && p.pid != own {
+                    ours.insert(p.pid);
+                }
+            }
+            if ours.len() == before {
+                break;
+            }
+        }
+        let mut found = false;
+        for p in procs.iter().filter(|p| ours.contains(&p.pid)) {
+            if p.pgrp == pgid || groups.contains(&p.pgrp) {
+                continue;
+            }
+            if p.pgrp > 1 && p.pgrp != own_group && ours.contains(&p.pgrp) {
+                groups.push(p.pgrp);
+                kill_group(p.pgrp, libc::SIGSTOP);
+                found = true;
+            } else if !loners.contains(&p.pid) {
+                loners.push(p.pid);
+                // SAFETY: kill(2) of one process, a descendant of the group.
+                unsafe {
+                    libc::kill(p.pid, libc::SIGSTOP);
+                }
+                found = true;
+            }
+        }
+        if !found {
+            break;
+        }
+    }
+    for &group in &groups {
+        kill_group(group, libc::SIGKILL);
+    }
+    for &pid in &loners {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    kill_group(pgid, libc::SIGKILL);
+}
+
+/// One process as `/proc/PID/stat` tells it.
+struct Process {
+    pid: i32,
+    ppid: i32,
+    pgrp: i32,
+}
+
+/// Every process `/proc` shows (those that end while it is read are left
+/// out).
+fn processes() -> Vec<Process> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command's closing parenthesis: state, ppid, pgrp.
+        let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+        let ppid = fields.next()?.parse().ok()?;
+        let pgrp = fields.next()?.parse().ok()?;
+        Some(Process { pid, ppid, pgrp })
+    })
+    .collect()
+}
+
 fn kill_group(pgid: i32, sig: i32) {
     // SAFETY: kill(2) with a negative pid signals a process group.
     unsafe {
@@ -394,7 +498,7 @@ fn end_group(pgid: i32, grace: Duration, until: Option<u64>) {
     let by_grace = now.saturating_add(u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX));
     let kill_at = until.map_or(by_grace, |until| until.min(by_grace));
     if kill_at <= now {
-        kill_group(pgid, libc::SIGKILL);
+        kill_group_and_offspring(pgid);
         return;
     }
     kill_group(pgid, libc::SIGTERM);
@@ -406,6 +510,6 @@ fn end_group(pgid: i32, grace: Duration, until: Option<u64>) {
         std::thread::sleep(Duration::from_nanos(kill_at - now).min(Duration::from_millis(20)));
     }
     if group_alive(pgid) {
-        kill_group(pgid, libc::SIGKILL);
+        kill_group_and_offspring(pgid);
     }
 }

@@ -1454,6 +1454,13 @@ enum Fault {
     /// when time is up (here on SIGALRM, which `timeout` takes as its
     /// time being up).
     TimeoutKill,
+    /// `distlock exec NAME -- distlock exec NAME-inner -- CHILD`, the outer
+    /// distlock killed (`kill -9`): the outer guardian's SIGKILL to the
+    /// outer child's group took the inner distlock and its guardian, and
+    /// nobody ended the inner child's group.
+    KillNestedDistlock,
+    /// The same nesting, the outer distlock stopped (SIGSTOP).
+    StopNestedDistlock,
 }
 
 /// A holder (`exec`, or `elect --once`) whose child ignores SIGTERM, a
@@ -1499,6 +1506,13 @@ fn next_holder_runs_after_the_first_child_and_what_it_started_died(
     };
     args.extend_from_slice(lease);
     args.extend_from_slice(&[&name, "--"]);
+    let inner = format!("{name}-inner");
+    let nested = matches!(fault, Fault::KillNestedDistlock | Fault::StopNestedDistlock);
+    if nested {
+        args.extend_from_slice(&[env!("CARGO_BIN_EXE_distlock"), "exec"]);
+        args.extend_from_slice(lease);
+        args.extend_from_slice(&[&inner, "--"]);
+    }
     args.extend_from_slice(&["sh", "-c", script]);
     let mut holder = if fault == Fault::TimeoutKill {
         let mut cmd = Command::new("timeout");
@@ -1558,10 +1572,11 @@ fn next_holder_runs_after_the_first_child_and_what_it_started_died(
             let _ = holder.wait();
         }
         Fault::Partition => proxy.set_blackhole(true),
-        Fault::StopDistlock => signal(&holder, libc::SIGSTOP),
+        Fault::StopDistlock | Fault::StopNestedDistlock => signal(&holder, libc::SIGSTOP),
         Fault::StopDistlocksGroup => signal_group(holder_group, libc::SIGSTOP),
         Fault::KillDistlocksGroup => signal_group(holder_group, libc::SIGKILL),
         Fault::TimeoutKill => signal(&holder, libc::SIGALRM),
+        Fault::KillNestedDistlock => signal(&holder, libc::SIGKILL),
     }
     assert_eq!(wait_exit(&mut next, Duration::from_secs(30)), 0);
     let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
@@ -1571,7 +1586,10 @@ fn next_holder_runs_after_the_first_child_and_what_it_started_died(
     );
     if matches!(
         fault,
-        Fault::Partition | Fault::StopDistlock | Fault::StopDistlocksGroup
+        Fault::Partition
+            | Fault::StopDistlock
+            | Fault::StopDistlocksGroup
+            | Fault::StopNestedDistlock
     ) {
         proxy.set_blackhole(false);
         signal_group(holder_group, libc::SIGCONT);
@@ -1659,6 +1677,46 @@ fn redis_timeout_killed_child_dies_before_the_next_holder_runs() {
 #[test]
 fn zookeeper_timeout_killed_child_dies_before_the_next_holder_runs() {
     next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::TimeoutKill);
+}
+
+#[test]
+fn redis_killed_nested_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::KillNestedDistlock);
+}
+
+#[test]
+fn zookeeper_killed_nested_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("zookeeper", "exec", Fault::KillNestedDistlock);
+}
+
+#[test]
+fn redis_stopped_nested_distlock_child_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_died("redis", "exec", Fault::StopNestedDistlock);
+}
+
+/// As [`STUBBORN`], the sleep moved to a session (and group) of its own,
+/// its parent still the child: the group's SIGKILL alone missed it.
+const STUBBORN_SETSID: &str =
+    "trap '' TERM; setsid sleep 1000 & echo $! > gc.pid; echo $$ > c.pid; touch ready; wait";
+
+#[test]
+fn redis_killed_distlock_setsid_grandchild_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_and_what_it_started_died(
+        "redis",
+        "exec",
+        Fault::KillDistlock,
+        STUBBORN_SETSID,
+    );
+}
+
+#[test]
+fn zookeeper_lost_lease_setsid_grandchild_dies_before_the_next_holder_runs() {
+    next_holder_runs_after_the_first_child_and_what_it_started_died(
+        "zookeeper",
+        "exec",
+        Fault::Partition,
+        STUBBORN_SETSID,
+    );
 }
 
 // The Redis server dies and stays dead past the TTL: the child is stopped,
