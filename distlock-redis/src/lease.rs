@@ -332,7 +332,14 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let acted = self.take_back(None).await?;
+        let acted = match self.take_back(None).await {
+            // The connection was found dead and let go (an idle one the
+            // server or a middlebox closed, say): nothing more can land
+            // from it, so one more try goes out on a fresh one rather than
+            // leaving the hold to its TTL.
+            Err(Error::Connection { .. }) => self.take_back(None).await,
+            other => other,
+        }?;
         match &self.keys {
             LeaseKeys::Lock(_) => tracing::debug!(
                 name = %self.name,

@@ -749,3 +749,29 @@ async fn a_set_keeps_its_deadline_through_a_partition() {
     )
     .await;
 }
+
+/// A release right after the held lease's connection was closed (as a
+/// server's idle `timeout` or a middlebox does) releases: the script goes
+/// out again on a fresh connection (before: a broken-pipe error, and the
+/// lock stayed held for the rest of its 30 s TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_its_connection_was_closed_releases() {
+    let redis = test_support::redis::shared();
+    let proxy = Proxy::start(redis.addr());
+    let holder = connect(&format!("redis://{}", proxy.addr()), RedisOptions::new()).await;
+    let name = unique_name("released-after-close");
+    let key = holder.lock_key(&name).unwrap();
+    let guard = holder
+        .with_lease(long())
+        .unwrap()
+        .mutex(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    proxy.cut();
+    // The client has seen its socket closed.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0", "the lock is still held");
+}
