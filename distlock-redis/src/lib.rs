@@ -115,6 +115,13 @@
 //!   the lock passes between the groups in about 3 acquisitions of 10. A
 //!   turn nobody takes leaves the lock free for 3 ms at most, once every 65
 //!   acquisitions on a name only distlock uses: what the guarantee costs.
+//!   Right after clients outside the line took turns, the streak stays
+//!   short until turns nobody takes have doubled it back (six of them) or a
+//!   minute passed, so a provider left alone on the name meanwhile pays a
+//!   few such turns too. A client outside the line that holds when the
+//!   waiter named by a turn gives up (its deadline) is noticed by the next
+//!   waiter within one re-check interval, as any release that does not
+//!   publish is.
 //!   A provider of an earlier distlock version that waits in the line (its
 //!   place has no liveness entry: that version kept none) gets its
 //!   hand-over that version's way: the lock key left free,

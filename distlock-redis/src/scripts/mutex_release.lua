@@ -21,7 +21,10 @@
 -- is not ours (nothing changed).
 -- Nobody waits (no fair queue, no line, no listener, no streak left by
 -- the last contention: one EXISTS): the lock key is deleted, three calls in
--- all (the first release after a contention ends deletes the streak). Else the hand-over: 'to:<id>'
+-- all. A release with nobody in line deletes the streak, unless turns came
+-- often (someone outside the line took one): then it stays until turns
+-- nobody takes have doubled it back to ARGV[4], or it expires, and a lone
+-- holder meanwhile pays a few turns. Else the hand-over: 'to:<id>'
 -- of the first live fair waiter; else the first live waiting provider is
 -- taken off the line (dead ones are dropped), the lock key is set to its
 -- reservation (holds.lua) for ARGV[3] ms and 'to:<provider id>' wakes one
@@ -37,7 +40,7 @@
 -- keeps its order) and publishes 'turn:<ARGV[5]>[:<provider id>]': this
 -- version's waiters hold back that long, so a poller's SET NX gets in, and
 -- then the named provider's waiter asks; earlier versions' waiters take it
--- as a plain wake-up and ask at once. A member of an
+-- as a plain wake-up and ask at once.
 -- The streak is ARGV[4] hand-overs at first; once someone outside the line
 -- took a turn or was found holding, acquire.lua sets it to a few (its
 -- ARGV[11]); every turn then doubles it, up to ARGV[4], until someone takes
