@@ -470,14 +470,21 @@ async fn a_request_made_while_the_holder_is_cut_off_is_heard_after() {
         };
         let guard = lock_of(&holder, &name, fair).lock().await.unwrap();
         proxy.set_blackhole(true);
-        let asked = operator.request_release(&name, kind).await.unwrap();
-        assert_eq!(asked.len(), 1, "{asked:?}");
+        // In a task of its own: on the unfair mutex the call waits (one
+        // operation timeout at most) for the holder to take the request
+        // over, which a silent holder cannot do.
+        let asking = {
+            let (operator, name) = (operator.clone(), name.clone());
+            tokio::spawn(async move { operator.request_release(&name, kind).await })
+        };
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert!(
             !guard.is_release_requested(),
             "heard through a silent connection"
         );
         proxy.set_blackhole(false);
+        let asked = asking.await.unwrap().unwrap();
+        assert_eq!(asked.len(), 1, "{asked:?}");
         if tokio::time::timeout(session / 4 + SLACK, guard.release_requested())
             .await
             .is_err()
