@@ -95,7 +95,18 @@ impl ZkCluster {
             keystore.display(),
             ca.ca_cert().display(),
         );
-        (Self::start_with(1, &extra), port)
+        let cluster = Self::start_with(1, &extra);
+        // The secure port opens after the plain one the start waited for
+        // (seen refused under load); a connection accepted there is ready.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ZooKeeper's secure client port {port} never opened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (cluster, port)
     }
 
     /// Starts `n` nodes with `extra` lines appended to each `zoo.cfg`.
