@@ -98,8 +98,10 @@ pub(crate) const REVOKE: &[u8] = b"__REVOKE__";
 /// Whether a holder's node carries a request to release: its data was set
 /// after its create (every node starts at data version 0, and neither
 /// distlock nor Curator's and kazoo's lock recipes set a holder's data,
-/// except to ask: `request_release` writes the data again on our nodes,
-/// `__REVOKE__` on foreign ones, as Curator's `Revoker`), or it holds
+/// except to ask: `request_release` writes the data again on our queue
+/// nodes, `__REVOKE__` on foreign ones, as Curator's `Revoker`; an earlier
+/// distlock version also wrote our unfair node's, which this version asks
+/// through a node of its own, [`unfair_request`]), or it holds
 /// `__REVOKE__`.
 pub(crate) fn asked(data: &[u8], version: i32) -> bool {
     version > 0 || data == REVOKE
